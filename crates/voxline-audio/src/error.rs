@@ -1,0 +1,152 @@
+//! The error type shared by every part of this crate.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Everything that can go wrong while reading, converting or segmenting audio.
+///
+/// File-related variants name the file, say what is wrong with it and, where
+/// there is one, what to do about it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AudioError {
+    /// The file could not be opened or its header could not be read.
+    #[error("cannot read {}: {source}; check that the path exists and is readable", .path.display())]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The underlying I/O error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The file is not a RIFF/WAVE file at all (empty, random bytes, another container).
+    #[error(
+        "{} is not a WAV file: {reason}; supply a RIFF/WAVE file (e.g. convert it with `sox INPUT -b 16 OUTPUT.wav`)",
+        .path.display()
+    )]
+    NotWav {
+        /// The file.
+        path: PathBuf,
+        /// What was found instead.
+        reason: String,
+    },
+
+    /// The WAV file uses a sample encoding this reader does not decode.
+    #[error(
+        "{}: unsupported WAV encoding: {encoding}; supported are PCM integer 8/16/24/32-bit and IEEE float 32-bit — \
+         re-encode it (e.g. `sox INPUT -e signed-integer -b 16 OUTPUT.wav`)",
+        .path.display()
+    )]
+    UnsupportedEncoding {
+        /// The file.
+        path: PathBuf,
+        /// The encoding that was found, in words.
+        encoding: String,
+    },
+
+    /// The WAV header declares a channel count outside `1..=8`.
+    #[error(
+        "{}: the WAV header declares {channels} channels; 1 to {max} channels are supported — the file is damaged \
+         or needs down-mixing first (e.g. `sox INPUT OUTPUT.wav remix -`)",
+        .path.display(),
+        max = crate::MAX_CHANNELS
+    )]
+    UnsupportedChannels {
+        /// The file.
+        path: PathBuf,
+        /// The declared channel count.
+        channels: u16,
+    },
+
+    /// The WAV header declares a sample rate outside `1..=384000` Hz.
+    #[error(
+        "{}: the WAV header declares a sample rate of {rate} Hz; 1 to {max} Hz is supported — the header is damaged",
+        .path.display(),
+        max = crate::MAX_SAMPLE_RATE
+    )]
+    UnsupportedSampleRate {
+        /// The file.
+        path: PathBuf,
+        /// The declared rate in Hz.
+        rate: u32,
+    },
+
+    /// The WAV header is structurally broken (missing or inconsistent chunks).
+    #[error("{}: malformed WAV header: {reason}; the file is damaged — re-export or re-record it", .path.display())]
+    MalformedHeader {
+        /// The file.
+        path: PathBuf,
+        /// What is inconsistent.
+        reason: String,
+    },
+
+    /// The audio data ended before the length the header declares.
+    ///
+    /// [`crate::WavSource::next_chunk`] returns this once, after it has delivered
+    /// every complete frame that was present.
+    #[error(
+        "{}: the audio data is truncated: the header declares {expected_frames} frames but only {frames_read} \
+         could be read; the audio up to that point was delivered — re-export the file to get all of it",
+        .path.display()
+    )]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// Frames the header declares.
+        expected_frames: u64,
+        /// Complete frames actually decoded.
+        frames_read: u64,
+    },
+
+    /// Reading or decoding a sample failed for a reason other than truncation.
+    #[error("{}: failed to decode audio after {frames_read} frames: {reason}", .path.display())]
+    Decode {
+        /// The file.
+        path: PathBuf,
+        /// Complete frames decoded before the failure.
+        frames_read: u64,
+        /// The decoder's description of the failure.
+        reason: String,
+    },
+
+    /// A live stream format that the resampler cannot handle.
+    #[error(
+        "unsupported input stream: {sample_rate} Hz, {channels} channels; need 1..={max_rate} Hz and 1..={max_ch} \
+         channels — pick another device configuration",
+        max_rate = crate::MAX_SAMPLE_RATE,
+        max_ch = crate::MAX_CHANNELS
+    )]
+    InvalidStreamFormat {
+        /// Requested sample rate in Hz.
+        sample_rate: u32,
+        /// Requested channel count.
+        channels: u16,
+    },
+
+    /// The resampler could not be built for this rate pair.
+    #[error("cannot build a resampler from {sample_rate} Hz to 16000 Hz: {source}")]
+    ResamplerConstruction {
+        /// Input sample rate in Hz.
+        sample_rate: u32,
+        /// rubato's reason.
+        #[source]
+        source: rubato::ResamplerConstructionError,
+    },
+
+    /// The resampler failed while processing (an internal sizing bug; please report it).
+    #[error("resampling failed: {reason}; this is a bug in voxline-audio, please report it")]
+    Resample {
+        /// What failed.
+        reason: String,
+    },
+
+    /// A [`crate::VadConfig`] field has an unusable value.
+    #[error("invalid VAD setting `{field}`: {reason}")]
+    InvalidVadConfig {
+        /// The offending field's name.
+        field: &'static str,
+        /// Why it is unusable and what range is accepted.
+        reason: String,
+    },
+}

@@ -1,0 +1,27 @@
+//! Audio input for voxline: WAV replay, down-mixing and resampling to 16 kHz
+//! mono, and voice-activity end-pointing.
+//!
+//! - [`WavSource`] streams a WAV file as 16 kHz mono `f32` chunks with bounded memory.
+//! - [`StreamResampler`] converts any interleaved `f32` stream (file or live) to 16 kHz mono.
+//! - [`Endpointer`] cuts a 16 kHz stream into [`Segment`]s with earshot's detector;
+//!   [`SegmentTracker`] is its detector-independent decision logic.
+#![warn(missing_docs)]
+
+mod error;
+pub mod resample;
+pub mod vad;
+pub mod wav;
+
+pub use error::AudioError;
+pub use resample::StreamResampler;
+pub use vad::{Endpointer, Segment, SegmentTracker, VadConfig, VadStats, FRAME_SAMPLES};
+pub use wav::{SampleEncoding, WavSource, WavSpec};
+
+/// The sample rate every stage after audio input works at, in Hz.
+pub const TARGET_RATE: u32 = 16_000;
+
+/// Highest accepted input sample rate, in Hz.
+pub const MAX_SAMPLE_RATE: u32 = 384_000;
+
+/// Most interleaved input channels accepted.
+pub const MAX_CHANNELS: u16 = 8;

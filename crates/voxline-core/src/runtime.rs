@@ -1,0 +1,540 @@
+//! The threaded runtime: runs each stage on its own thread, times it from
+//! outside, turns errors and panics into events, and shuts down in order.
+//!
+//! Shutdown flows along the edges. When a stage's input edge disconnects
+//! (every upstream sender gone, queue drained) the stage finishes, drops its
+//! output sender and exits, so its downstream drains and finishes in turn.
+//! When a stage fails fatally (a fatal [`StageError`] or a panic) it stops
+//! consuming and drops its input receiver: upstream senders then see
+//! [`Disconnected`](crate::Disconnected), their stages stop as well, and the
+//! [`ShutdownHandle`] is raised so the source stops too. Downstream of the
+//! failure, stages drain what they already have and finish.
+
+use std::any::Any;
+use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::Instant;
+
+use crossbeam_channel as cb;
+
+use crate::clock::Clock;
+use crate::edge::{EdgeReceiver, EdgeSender, EdgeStats, EdgeStatsSnapshot, Envelope};
+use crate::message::{Message, PipelineEvent, TimedEvent, TurnError, UtteranceId};
+use crate::span::{Span, SpanKind};
+use crate::stage::{Emitter, Stage, StageError};
+
+/// The receiving end of the event bus.
+pub type EventReceiver = cb::Receiver<TimedEvent>;
+
+/// Where the runtime (and anyone holding a clone) publishes
+/// [`PipelineEvent`]s. Unbounded, so publishing never blocks a stage.
+#[derive(Debug, Clone)]
+pub struct EventBus {
+    tx: cb::Sender<TimedEvent>,
+}
+
+impl EventBus {
+    fn new() -> (Self, EventReceiver) {
+        let (tx, rx) = cb::unbounded();
+        (Self { tx }, rx)
+    }
+
+    /// Publishes `event`, stamped now.
+    pub fn post(&self, event: PipelineEvent) {
+        self.publish(TimedEvent {
+            at: Instant::now(),
+            event,
+        });
+    }
+
+    /// Publishes an already stamped event. If every reader is gone the event
+    /// is discarded: events are a report, never back-pressure.
+    pub fn publish(&self, event: TimedEvent) {
+        // Only fails when every receiver is gone, which is no error here.
+        let _ = self.tx.send(event);
+    }
+}
+
+/// A flag the source polls to stop early (Ctrl-C, or a failed stage).
+#[derive(Debug, Clone, Default)]
+pub struct ShutdownHandle(Arc<AtomicBool>);
+
+impl ShutdownHandle {
+    /// A new, lowered flag.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks the source to stop.
+    pub fn request(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether a stop was asked for.
+    #[must_use]
+    pub fn is_requested(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// The runtime could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The operating system refused a thread.
+    #[error("could not start the thread of stage `{stage}`: {source}")]
+    Spawn {
+        /// The stage.
+        stage: String,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What a finished run leaves behind.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// Every span of every stage and sink, ordered by start.
+    pub spans: Vec<Span>,
+    /// The counters of every edge the pipeline touched, in registration
+    /// order.
+    pub edges: Vec<EdgeStatsSnapshot>,
+    /// The first fatal failure, if the run failed.
+    pub failed: Option<String>,
+    /// Events nobody read: all of them when [`Pipeline::events`] was never
+    /// called, else none.
+    pub events: Vec<TimedEvent>,
+    /// When the last thread was joined.
+    pub finished: Instant,
+}
+
+impl RunOutcome {
+    /// The spans of stage `name`.
+    pub fn spans_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Span> + 'a {
+        self.spans.iter().filter(move |s| s.stage == name)
+    }
+
+    /// The counters of edge `name`.
+    #[must_use]
+    pub fn edge(&self, name: &str) -> Option<&EdgeStatsSnapshot> {
+        self.edges.iter().find(|e| e.name == name)
+    }
+}
+
+/// Configures a [`Pipeline`].
+#[derive(Debug, Clone)]
+pub struct PipelineBuilder {
+    clock: Clock,
+    publish_messages: bool,
+}
+
+impl PipelineBuilder {
+    /// Whether every emitted message that has an event form (utterances,
+    /// transcripts, tokens, completed turns) is published on the event bus,
+    /// stamped with its emit instant. On by default.
+    #[must_use]
+    pub fn publish_messages(mut self, on: bool) -> Self {
+        self.publish_messages = on;
+        self
+    }
+
+    /// Builds the pipeline; no thread runs yet.
+    #[must_use]
+    pub fn build(self) -> Pipeline {
+        let (bus, events) = EventBus::new();
+        Pipeline {
+            clock: self.clock,
+            shared: Arc::new(Shared::default()),
+            bus,
+            events,
+            events_taken: false,
+            publish_messages: self.publish_messages,
+            threads: Vec::new(),
+            edges: Vec::new(),
+        }
+    }
+}
+
+/// Spans and failure state shared by all stage threads.
+#[derive(Debug, Default)]
+struct Shared {
+    spans: Mutex<Vec<Span>>,
+    failure: Mutex<Option<String>>,
+    shutdown: ShutdownHandle,
+}
+
+/// Locks a mutex even if a thread panicked holding it: the data here (spans,
+/// a message) stays valid whatever the panic.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    fn record(&self, span: Span) {
+        lock(&self.spans).push(span);
+    }
+
+    fn fail(&self, message: String) {
+        let mut failure = lock(&self.failure);
+        if failure.is_none() {
+            *failure = Some(message);
+        }
+        drop(failure);
+        self.shutdown.request();
+    }
+}
+
+/// A running set of stages.
+///
+/// Build one with [`Pipeline::builder`], create the edges, start each stage
+/// with [`Pipeline::spawn_stage`] and the consumers with
+/// [`Pipeline::spawn_sink`], drive the source from your own thread (it pushes
+/// into the first edge and watches [`Pipeline::shutdown_handle`]), drop the
+/// source's sender at end of input, and [`Pipeline::join`].
+#[derive(Debug)]
+pub struct Pipeline {
+    clock: Clock,
+    shared: Arc<Shared>,
+    bus: EventBus,
+    events: EventReceiver,
+    events_taken: bool,
+    publish_messages: bool,
+    threads: Vec<(String, JoinHandle<()>)>,
+    edges: Vec<Arc<EdgeStats>>,
+}
+
+impl Pipeline {
+    /// A builder for a pipeline on `clock`.
+    #[must_use]
+    pub fn builder(clock: Clock) -> PipelineBuilder {
+        PipelineBuilder {
+            clock,
+            publish_messages: true,
+        }
+    }
+
+    /// A pipeline on `clock` with default settings.
+    #[must_use]
+    pub fn new(clock: Clock) -> Self {
+        Self::builder(clock).build()
+    }
+
+    /// The session clock.
+    #[must_use]
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// The flag the source must poll; raised when a stage fails, and by
+    /// whoever handles Ctrl-C.
+    #[must_use]
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shared.shutdown.clone()
+    }
+
+    /// A handle for publishing events (e.g. from the source). Drop it before
+    /// waiting for the event stream to end.
+    #[must_use]
+    pub fn event_bus(&self) -> EventBus {
+        self.bus.clone()
+    }
+
+    /// The event stream. Every event goes to exactly one reader, so take it
+    /// once. The stream ends after [`Pipeline::join`] has dropped the
+    /// runtime's handles and every [`Pipeline::event_bus`] clone is gone.
+    /// Read it from a thread of your own: events are kept in memory until
+    /// read.
+    pub fn events(&mut self) -> EventReceiver {
+        self.events_taken = true;
+        self.events.clone()
+    }
+
+    /// Counts `stats` in the run's edge report (edges passed to
+    /// [`Pipeline::spawn_stage`] and [`Pipeline::spawn_sink`] are counted
+    /// already). Drops not reported by a consumer are published at join.
+    pub fn register_edge(&mut self, stats: Arc<EdgeStats>) {
+        if !self.edges.iter().any(|e| Arc::ptr_eq(e, &stats)) {
+            self.edges.push(stats);
+        }
+    }
+
+    fn context(&self, name: String) -> StageContext {
+        StageContext {
+            name,
+            shared: Arc::clone(&self.shared),
+            bus: self.bus.clone(),
+            publish_messages: self.publish_messages,
+        }
+    }
+
+    fn spawn(
+        &mut self,
+        name: String,
+        body: impl FnOnce() + Send + 'static,
+    ) -> Result<(), RuntimeError> {
+        let handle = thread::Builder::new()
+            .name(format!("voxline-{name}"))
+            .spawn(body)
+            .map_err(|source| RuntimeError::Spawn {
+                stage: name.clone(),
+                source,
+            })?;
+        self.threads.push((name, handle));
+        Ok(())
+    }
+
+    /// Runs `stage` on its own thread, reading `input` and writing `output`.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Spawn`] when the thread cannot be started.
+    pub fn spawn_stage<S: Stage>(
+        &mut self,
+        stage: S,
+        input: EdgeReceiver<S::In>,
+        output: EdgeSender<S::Out>,
+    ) -> Result<(), RuntimeError> {
+        self.register_edge(input.stats());
+        self.register_edge(output.stats());
+        let name = stage.name().to_owned();
+        let ctx = self.context(name.clone());
+        self.spawn(name, move || run_stage(stage, &input, &output, &ctx))
+    }
+
+    /// Runs a consumer on its own thread: `sink` is called with every
+    /// envelope of `input` until the edge disconnects. Its calls are spanned
+    /// like a stage's; an error it returns is handled like a stage's.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Spawn`] when the thread cannot be started.
+    pub fn spawn_sink<T, F>(
+        &mut self,
+        name: &str,
+        input: EdgeReceiver<T>,
+        sink: F,
+    ) -> Result<(), RuntimeError>
+    where
+        T: Message,
+        F: FnMut(Envelope<T>) -> Result<(), StageError> + Send + 'static,
+    {
+        self.register_edge(input.stats());
+        let ctx = self.context(name.to_owned());
+        self.spawn(name.to_owned(), move || run_sink(sink, &input, &ctx))
+    }
+
+    /// Waits for every stage and sink thread and returns what the run left.
+    ///
+    /// Call it after the source has dropped its sender of the first edge (or
+    /// after [`ShutdownHandle::request`] made it do so); it cannot deadlock
+    /// on the event bus, which is unbounded.
+    #[must_use]
+    pub fn join(self) -> RunOutcome {
+        for (name, handle) in self.threads {
+            if let Err(payload) = handle.join() {
+                // A panic outside `process`/`finish`, e.g. in a stage's Drop.
+                let message = format!("panicked: {}", panic_message(payload.as_ref()));
+                self.bus.post(PipelineEvent::StageFailed {
+                    stage: name.clone(),
+                    message: message.clone(),
+                });
+                self.shared.fail(format!("stage `{name}` {message}"));
+            }
+        }
+        for stats in &self.edges {
+            report_drops(&self.bus, stats);
+        }
+        drop(self.bus);
+        let events = if self.events_taken {
+            Vec::new()
+        } else {
+            self.events.try_iter().collect()
+        };
+        let mut spans = std::mem::take(&mut *lock(&self.shared.spans));
+        spans.sort_by_key(|s| s.started);
+        RunOutcome {
+            spans,
+            edges: self.edges.iter().map(|e| e.snapshot()).collect(),
+            failed: lock(&self.shared.failure).clone(),
+            events,
+            finished: Instant::now(),
+        }
+    }
+}
+
+/// Publishes a `Dropped` event for drops on `stats` not reported yet.
+fn report_drops(bus: &EventBus, stats: &EdgeStats) {
+    let count = stats.take_unreported_drops();
+    if count > 0 {
+        bus.post(PipelineEvent::Dropped {
+            edge: stats.name().to_owned(),
+            count,
+        });
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}
+
+/// Whether a stage goes on after a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Stop,
+}
+
+/// What a stage thread needs besides its stage and edges.
+struct StageContext {
+    name: String,
+    shared: Arc<Shared>,
+    bus: EventBus,
+    publish_messages: bool,
+}
+
+impl StageContext {
+    fn bus_for_messages(&self) -> Option<&EventBus> {
+        self.publish_messages.then_some(&self.bus)
+    }
+
+    /// Turns the result of one call into events and a decision.
+    fn settle(
+        &self,
+        result: thread::Result<Result<(), StageError>>,
+        input_id: Option<UtteranceId>,
+    ) -> Flow {
+        let stage = self.name.clone();
+        match result {
+            Ok(Ok(())) => Flow::Continue,
+            Ok(Err(e)) if !e.fatal => {
+                tracing::warn!(stage = %stage, error = %e.message, "turn failed");
+                let event = match e.utterance.or(input_id) {
+                    Some(id) => PipelineEvent::TurnError(TurnError {
+                        id,
+                        stage,
+                        message: e.message,
+                    }),
+                    None => PipelineEvent::StageError {
+                        stage,
+                        message: e.message,
+                    },
+                };
+                self.bus.post(event);
+                Flow::Continue
+            }
+            Ok(Err(e)) => {
+                tracing::error!(stage = %stage, error = %e.message, "stage failed");
+                self.shared
+                    .fail(format!("stage `{stage}` failed: {}", e.message));
+                self.bus.post(PipelineEvent::StageFailed {
+                    stage,
+                    message: e.message,
+                });
+                Flow::Stop
+            }
+            Err(payload) => {
+                let message = format!("panicked: {}", panic_message(payload.as_ref()));
+                tracing::error!(stage = %stage, error = %message, "stage failed");
+                self.shared.fail(format!("stage `{stage}` {message}"));
+                self.bus.post(PipelineEvent::StageFailed { stage, message });
+                Flow::Stop
+            }
+        }
+    }
+}
+
+/// The loop of one stage thread. Returning drops nothing here; the caller's
+/// closure drops the input receiver and output sender when it ends.
+fn run_stage<S: Stage>(
+    mut stage: S,
+    input: &EdgeReceiver<S::In>,
+    output: &EdgeSender<S::Out>,
+    ctx: &StageContext,
+) {
+    let bus = ctx.bus_for_messages();
+    while let Ok(envelope) = input.recv() {
+        let started = Instant::now();
+        let depth = input.len();
+        report_drops(&ctx.bus, &input.stats());
+        let id = envelope.item.utterance_id();
+        let mut out = Emitter::to_edge(output, bus);
+        let result = catch_unwind(AssertUnwindSafe(|| stage.process(envelope.item, &mut out)));
+        let finished = Instant::now();
+        ctx.shared.record(out.span(
+            &ctx.name,
+            id,
+            SpanKind::Process,
+            envelope.enqueued,
+            started,
+            finished,
+            depth,
+        ));
+        let closed = out.is_closed();
+        if ctx.settle(result, id) == Flow::Stop {
+            return;
+        }
+        if closed {
+            tracing::debug!(stage = %ctx.name, "downstream gone; stopping");
+            return;
+        }
+    }
+    report_drops(&ctx.bus, &input.stats());
+    let started = Instant::now();
+    let mut out = Emitter::to_edge(output, bus);
+    let result = catch_unwind(AssertUnwindSafe(|| stage.finish(&mut out)));
+    let finished = Instant::now();
+    ctx.shared.record(out.span(
+        &ctx.name,
+        None,
+        SpanKind::Finish,
+        started,
+        started,
+        finished,
+        0,
+    ));
+    ctx.settle(result, None);
+    tracing::debug!(stage = %ctx.name, "finished");
+}
+
+fn run_sink<T, F>(mut sink: F, input: &EdgeReceiver<T>, ctx: &StageContext)
+where
+    T: Message,
+    F: FnMut(Envelope<T>) -> Result<(), StageError>,
+{
+    while let Ok(envelope) = input.recv() {
+        let started = Instant::now();
+        let depth = input.len();
+        report_drops(&ctx.bus, &input.stats());
+        let id = envelope.item.utterance_id();
+        let enqueued = envelope.enqueued;
+        let result = catch_unwind(AssertUnwindSafe(|| sink(envelope)));
+        let finished = Instant::now();
+        ctx.shared.record(Span {
+            stage: ctx.name.clone(),
+            utterance: id,
+            kind: SpanKind::Process,
+            enqueued,
+            started,
+            finished,
+            emitted: 0,
+            first_emit: None,
+            last_emit: None,
+            emit_blocked: std::time::Duration::ZERO,
+            queue_depth_at_start: depth,
+        });
+        if ctx.settle(result, id) == Flow::Stop {
+            return;
+        }
+    }
+    report_drops(&ctx.bus, &input.stats());
+}

@@ -1,0 +1,328 @@
+//! The stage trait, its error type, and the emitter through which a stage
+//! sends its outputs.
+
+use std::time::{Duration, Instant};
+
+use crate::edge::EdgeSender;
+use crate::message::{Message, TimedEvent, UtteranceId};
+use crate::runtime::EventBus;
+use crate::span::{Span, SpanKind};
+
+/// One step of the pipeline, run on its own thread by the
+/// [`Pipeline`](crate::Pipeline).
+///
+/// A stage owns its engine and state. It does not time itself: the runtime
+/// records a [`Span`] around every call.
+pub trait Stage: Send + 'static {
+    /// What the stage consumes.
+    type In: Message;
+    /// What the stage produces.
+    type Out: Message;
+
+    /// A short, stable name, e.g. `"vad"`, `"stt"`, `"llm"`.
+    fn name(&self) -> &str;
+
+    /// Handles one input, emitting zero or more outputs through `out`.
+    ///
+    /// # Errors
+    ///
+    /// A non-fatal [`StageError`] fails only this input's turn (the runtime
+    /// publishes a `TurnError` and goes on); a fatal one shuts the pipeline
+    /// down.
+    fn process(
+        &mut self,
+        input: Self::In,
+        out: &mut Emitter<'_, Self::Out>,
+    ) -> Result<(), StageError>;
+
+    /// End of stream: flushes anything buffered (e.g. an open utterance).
+    ///
+    /// # Errors
+    ///
+    /// As [`Stage::process`].
+    fn finish(&mut self, out: &mut Emitter<'_, Self::Out>) -> Result<(), StageError> {
+        let _ = out;
+        Ok(())
+    }
+}
+
+/// A stage's failure to handle an input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct StageError {
+    /// The utterance whose turn failed; when `None`, the runtime uses the
+    /// input's utterance.
+    pub utterance: Option<UtteranceId>,
+    /// What went wrong, for the user.
+    pub message: String,
+    /// Whether the stage cannot go on: a fatal error shuts the pipeline down.
+    pub fatal: bool,
+}
+
+impl StageError {
+    /// A non-fatal error that fails the turn of utterance `id`.
+    #[must_use]
+    pub fn turn(id: UtteranceId, message: impl Into<String>) -> Self {
+        Self {
+            utterance: Some(id),
+            message: message.into(),
+            fatal: false,
+        }
+    }
+
+    /// A non-fatal error that fails the current input's turn.
+    #[must_use]
+    pub fn recoverable(message: impl Into<String>) -> Self {
+        Self {
+            utterance: None,
+            message: message.into(),
+            fatal: false,
+        }
+    }
+
+    /// A fatal error: the stage cannot go on and the pipeline shuts down.
+    #[must_use]
+    pub fn fatal(message: impl Into<String>) -> Self {
+        Self {
+            utterance: None,
+            message: message.into(),
+            fatal: true,
+        }
+    }
+
+    /// The same error, attributed to utterance `id`.
+    #[must_use]
+    pub fn with_utterance(mut self, id: UtteranceId) -> Self {
+        self.utterance = Some(id);
+        self
+    }
+}
+
+enum Target<'a, T> {
+    Edge(&'a EdgeSender<T>),
+    Buffer(&'a mut Vec<T>),
+}
+
+/// Where a stage puts its outputs; owned by the runtime, which records when
+/// each output was emitted.
+pub struct Emitter<'a, T> {
+    target: Target<'a, T>,
+    bus: Option<&'a EventBus>,
+    emitted: u32,
+    first_emit: Option<Instant>,
+    last_emit: Option<Instant>,
+    first_utterance: Option<UtteranceId>,
+    blocked: Duration,
+    closed: bool,
+}
+
+impl<'a, T: Message> Emitter<'a, T> {
+    /// An emitter that sends to `output`, publishing each output's event (if
+    /// it has one) on `bus`.
+    #[must_use]
+    pub fn to_edge(output: &'a EdgeSender<T>, bus: Option<&'a EventBus>) -> Self {
+        Self::new(Target::Edge(output), bus)
+    }
+
+    /// An emitter that appends to `buffer`, for driving a stage by hand (in
+    /// tests, or see [`drive`]).
+    #[must_use]
+    pub fn to_vec(buffer: &'a mut Vec<T>) -> Self {
+        Self::new(Target::Buffer(buffer), None)
+    }
+
+    fn new(target: Target<'a, T>, bus: Option<&'a EventBus>) -> Self {
+        Self {
+            target,
+            bus,
+            emitted: 0,
+            first_emit: None,
+            last_emit: None,
+            first_utterance: None,
+            blocked: Duration::ZERO,
+            closed: false,
+        }
+    }
+
+    /// Sends `item` downstream and records the instant.
+    ///
+    /// On a blocking edge this waits while the downstream queue is full. If
+    /// the downstream stage is gone, the item is discarded and the emitter
+    /// becomes closed ([`Emitter::is_closed`]); the runtime then stops this
+    /// stage too.
+    pub fn emit(&mut self, item: T) {
+        if self.closed {
+            return;
+        }
+        let at = Instant::now();
+        let event = self.bus.and_then(|_| item.event());
+        let id = item.utterance_id();
+        match &mut self.target {
+            Target::Edge(tx) => {
+                if tx.send_stamped(item, at).is_err() {
+                    self.closed = true;
+                    return;
+                }
+                self.blocked += at.elapsed();
+            }
+            Target::Buffer(buffer) => buffer.push(item),
+        }
+        self.emitted = self.emitted.saturating_add(1);
+        self.first_emit.get_or_insert(at);
+        self.last_emit = Some(at);
+        if self.first_utterance.is_none() {
+            self.first_utterance = id;
+        }
+        if let (Some(bus), Some(event)) = (self.bus, event) {
+            bus.publish(TimedEvent { at, event });
+        }
+    }
+
+    /// Whether downstream has gone away; a long-running stage (e.g. one
+    /// generating tokens) should stop early when it has.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Outputs emitted so far.
+    #[must_use]
+    pub fn emitted(&self) -> u32 {
+        self.emitted
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn span(
+        &self,
+        stage: &str,
+        utterance: Option<UtteranceId>,
+        kind: SpanKind,
+        enqueued: Instant,
+        started: Instant,
+        finished: Instant,
+        queue_depth_at_start: usize,
+    ) -> Span {
+        Span {
+            stage: stage.to_owned(),
+            utterance: utterance.or(self.first_utterance),
+            kind,
+            enqueued,
+            started,
+            finished,
+            emitted: self.emitted,
+            first_emit: self.first_emit,
+            last_emit: self.last_emit,
+            emit_blocked: self.blocked,
+            queue_depth_at_start,
+        }
+    }
+}
+
+/// Runs `stage` synchronously on `inputs`, then finishes it, returning every
+/// output in order. For testing a stage without threads.
+///
+/// # Errors
+///
+/// The first error `process` or `finish` returns, fatal or not.
+pub fn drive<S: Stage>(
+    stage: &mut S,
+    inputs: impl IntoIterator<Item = S::In>,
+) -> Result<Vec<S::Out>, StageError> {
+    let mut outputs = Vec::new();
+    for input in inputs {
+        stage.process(input, &mut Emitter::to_vec(&mut outputs))?;
+    }
+    stage.finish(&mut Emitter::to_vec(&mut outputs))?;
+    Ok(outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Token;
+
+    /// Splits text into word tokens; flushes a count at the end.
+    struct Words {
+        seen: u32,
+    }
+
+    impl Stage for Words {
+        type In = Token;
+        type Out = Token;
+        fn name(&self) -> &str {
+            "words"
+        }
+        fn process(
+            &mut self,
+            input: Token,
+            out: &mut Emitter<'_, Token>,
+        ) -> Result<(), StageError> {
+            if input.text.is_empty() {
+                return Err(StageError::recoverable("empty text"));
+            }
+            for word in input.text.split_whitespace() {
+                out.emit(Token {
+                    id: input.id,
+                    index: self.seen,
+                    text: word.to_owned(),
+                });
+                self.seen += 1;
+            }
+            Ok(())
+        }
+        fn finish(&mut self, out: &mut Emitter<'_, Token>) -> Result<(), StageError> {
+            out.emit(Token {
+                id: u64::MAX,
+                index: self.seen,
+                text: format!("{} words", self.seen),
+            });
+            Ok(())
+        }
+    }
+
+    fn tok(id: u64, text: &str) -> Token {
+        Token {
+            id,
+            index: 0,
+            text: text.into(),
+        }
+    }
+
+    #[test]
+    fn drive_runs_process_then_finish() {
+        let mut stage = Words { seen: 0 };
+        let out = drive(&mut stage, [tok(1, "hello there"), tok(2, "bye")]).unwrap();
+        let texts: Vec<&str> = out.iter().map(|t| t.text.as_str()).collect();
+        assert_eq!(texts, ["hello", "there", "bye", "3 words"]);
+        assert_eq!(out[2].id, 2);
+        assert_eq!(out[2].index, 2);
+    }
+
+    #[test]
+    fn drive_returns_the_stage_error() {
+        let mut stage = Words { seen: 0 };
+        let err = drive(&mut stage, [tok(1, "a"), tok(2, "")]).unwrap_err();
+        assert_eq!(err.message, "empty text");
+        assert!(!err.fatal);
+        assert_eq!(err.clone().with_utterance(2).utterance, Some(2));
+    }
+
+    #[test]
+    fn emitter_closes_when_downstream_is_gone() {
+        let (tx, rx) = crate::edge::edge::<Token>("out", 1, crate::FullPolicy::Block);
+        let mut out = Emitter::to_edge(&tx, None);
+        out.emit(tok(1, "a"));
+        assert_eq!(out.emitted(), 1);
+        drop(rx);
+        out.emit(tok(1, "b"));
+        assert!(out.is_closed());
+        assert_eq!(out.emitted(), 1);
+    }
+
+    #[test]
+    fn error_constructors() {
+        assert_eq!(StageError::turn(4, "bad").utterance, Some(4));
+        assert!(StageError::fatal("gone").fatal);
+        assert_eq!(StageError::fatal("gone").to_string(), "gone");
+    }
+}

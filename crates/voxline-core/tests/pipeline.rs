@@ -1,0 +1,461 @@
+//! Integration tests of edges under concurrency and of the threaded runtime.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use voxline_core::{
+    edge, Clock, EdgeSender, Emitter, FullPolicy, Message, Pipeline, PipelineEvent, RunOutcome,
+    SpanKind, Stage, StageError, Token, UtteranceId,
+};
+
+/// Generous bound on any single wait; a test that hits it has hung.
+const HANG: Duration = Duration::from_secs(20);
+
+/// A test message: one turn's payload.
+#[derive(Debug, Clone, PartialEq)]
+struct Item {
+    id: UtteranceId,
+    hops: Vec<&'static str>,
+}
+
+impl Message for Item {
+    fn utterance_id(&self) -> Option<UtteranceId> {
+        Some(self.id)
+    }
+}
+
+/// What a [`Hop`] does for one id.
+#[derive(Clone, Copy)]
+enum Fault {
+    None,
+    TurnError(UtteranceId),
+    Fatal(UtteranceId),
+    Panic(UtteranceId),
+}
+
+/// Appends its name to the item; optionally slow, optionally faulty.
+struct Hop {
+    name: &'static str,
+    delay: Duration,
+    fault: Fault,
+}
+
+impl Hop {
+    fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            delay: Duration::ZERO,
+            fault: Fault::None,
+        }
+    }
+}
+
+impl Stage for Hop {
+    type In = Item;
+    type Out = Item;
+
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn process(&mut self, mut item: Item, out: &mut Emitter<'_, Item>) -> Result<(), StageError> {
+        if !self.delay.is_zero() {
+            thread::sleep(self.delay);
+        }
+        match self.fault {
+            Fault::TurnError(id) if id == item.id => {
+                return Err(StageError::recoverable(format!("cannot handle {id}")));
+            }
+            Fault::Fatal(id) if id == item.id => return Err(StageError::fatal("engine lost")),
+            Fault::Panic(id) if id == item.id => panic!("boom at {id}"),
+            _ => {}
+        }
+        item.hops.push(self.name);
+        out.emit(item);
+        Ok(())
+    }
+}
+
+/// Joins on another thread so a hang fails the test instead of stalling it.
+fn join_within(pipeline: Pipeline) -> RunOutcome {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(pipeline.join());
+    });
+    rx.recv_timeout(HANG).expect("pipeline join hung")
+}
+
+/// Sends items 0..n until the edge disconnects; returns how many went in.
+fn feed(source: EdgeSender<Item>, n: u64) -> u64 {
+    let mut sent = 0;
+    for id in 0..n {
+        if source
+            .send(Item {
+                id,
+                hops: Vec::new(),
+            })
+            .is_err()
+        {
+            break;
+        }
+        sent += 1;
+    }
+    sent
+}
+
+/// Builds source -> a -> b -> c -> sink and returns (pipeline, source, sink
+/// results).
+fn chain(
+    a: Hop,
+    b: Hop,
+    c: Hop,
+    capacity: usize,
+) -> (Pipeline, EdgeSender<Item>, mpsc::Receiver<Item>) {
+    let mut pipeline = Pipeline::new(Clock::start());
+    let (source, a_in) = edge::<Item>("src->a", capacity, FullPolicy::Block);
+    let (a_out, b_in) = edge::<Item>("a->b", capacity, FullPolicy::Block);
+    let (b_out, c_in) = edge::<Item>("b->c", capacity, FullPolicy::Block);
+    let (c_out, sink_in) = edge::<Item>("c->sink", capacity, FullPolicy::Block);
+    pipeline.spawn_stage(a, a_in, a_out).unwrap();
+    pipeline.spawn_stage(b, b_in, b_out).unwrap();
+    pipeline.spawn_stage(c, c_in, c_out).unwrap();
+    let (results_tx, results) = mpsc::channel();
+    pipeline
+        .spawn_sink("sink", sink_in, move |env| {
+            results_tx
+                .send(env.item)
+                .map_err(|_| StageError::fatal("results reader gone"))
+        })
+        .unwrap();
+    (pipeline, source, results)
+}
+
+#[test]
+fn block_edge_loses_nothing_to_a_slow_consumer() {
+    const N: u64 = 400;
+    const CAP: usize = 4;
+    let (tx, rx) = edge::<u64>("block", CAP, FullPolicy::Block);
+    let producer = thread::spawn(move || {
+        for i in 0..N {
+            tx.send(i).unwrap();
+        }
+    });
+    let mut got = Vec::new();
+    for env in rx.iter() {
+        assert!(rx.len() <= CAP);
+        if env.item % 50 == 0 {
+            thread::sleep(Duration::from_millis(2));
+        }
+        got.push(env.item);
+    }
+    producer.join().unwrap();
+    assert_eq!(got, (0..N).collect::<Vec<_>>());
+    let s = rx.stats().snapshot();
+    assert_eq!((s.sent, s.received, s.dropped), (N, N, 0));
+    assert!(s.max_depth <= CAP && s.max_depth >= 1);
+}
+
+#[test]
+fn drop_oldest_counts_exactly_under_concurrency() {
+    const PRODUCERS: u64 = 4;
+    const PER_PRODUCER: u64 = 25_000;
+    const CAP: usize = 8;
+    let (tx, rx) = edge::<(u64, u64)>("live", CAP, FullPolicy::DropOldest);
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                for seq in 0..PER_PRODUCER {
+                    tx.send((p, seq)).unwrap();
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let consumer = thread::spawn(move || {
+        let mut last: Vec<Option<u64>> = vec![None; PRODUCERS as usize];
+        let mut received = 0u64;
+        for (n, env) in rx.iter().enumerate() {
+            let (p, seq) = env.item;
+            // Each producer's items arrive in order; dropping never reorders.
+            if let Some(prev) = last[p as usize] {
+                assert!(seq > prev, "producer {p}: {seq} after {prev}");
+            }
+            last[p as usize] = Some(seq);
+            received += 1;
+            if n % 1_000 == 0 {
+                thread::yield_now();
+            }
+        }
+        (received, rx.stats())
+    });
+    for p in producers {
+        p.join().unwrap();
+    }
+    let (received, stats) = consumer.join().unwrap();
+    let s = stats.snapshot();
+    let sent = PRODUCERS * PER_PRODUCER;
+    assert_eq!(s.sent, sent);
+    assert_eq!(s.received, received);
+    assert_eq!(received + s.dropped, sent, "every item received or counted");
+    assert!(s.max_depth <= CAP);
+}
+
+#[test]
+fn chained_stages_deliver_every_id_and_record_spans() {
+    const N: u64 = 25;
+    let slow = Hop {
+        delay: Duration::from_millis(3),
+        ..Hop::new("slow")
+    };
+    let (pipeline, source, results) = chain(Hop::new("first"), slow, Hop::new("last"), 2);
+    assert_eq!(feed(source, N), N);
+    let outcome = join_within(pipeline);
+
+    let got: Vec<Item> = results.try_iter().collect();
+    assert_eq!(
+        got.iter().map(|i| i.id).collect::<Vec<_>>(),
+        (0..N).collect::<Vec<_>>()
+    );
+    assert!(got.iter().all(|i| i.hops == ["first", "slow", "last"]));
+    assert_eq!(outcome.failed, None);
+
+    for stage in ["first", "slow", "last"] {
+        let spans: Vec<_> = outcome.spans_of(stage).collect();
+        let process: Vec<_> = spans
+            .iter()
+            .filter(|s| s.kind == SpanKind::Process)
+            .collect();
+        assert_eq!(process.len() as u64, N, "{stage} process spans");
+        assert_eq!(
+            spans.iter().filter(|s| s.kind == SpanKind::Finish).count(),
+            1
+        );
+        let mut ids: Vec<_> = process.iter().map(|s| s.utterance.unwrap()).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..N).collect::<Vec<_>>());
+        for s in &spans {
+            assert!(s.started >= s.enqueued, "{stage}: started before enqueued");
+            assert!(s.finished >= s.started, "{stage}: finished before started");
+        }
+        for s in &process {
+            assert_eq!(s.emitted, 1);
+            let first = s.first_emit.unwrap();
+            assert!(first >= s.started && first <= s.finished);
+        }
+    }
+    assert_eq!(outcome.spans_of("sink").count() as u64, N);
+    // The slow stage really is the slow one.
+    let busy = |name: &str| -> Duration { outcome.spans_of(name).map(|s| s.busy()).sum() };
+    assert!(busy("slow") >= Duration::from_millis(3 * N));
+    for e in &outcome.edges {
+        assert_eq!(
+            (e.sent, e.received, e.dropped),
+            (N, N, 0),
+            "edge {}",
+            e.name
+        );
+        assert!(e.max_depth <= 2);
+    }
+    assert_eq!(outcome.edges.len(), 4);
+}
+
+#[test]
+fn a_turn_error_is_reported_and_other_ids_go_on() {
+    const N: u64 = 10;
+    let faulty = Hop {
+        fault: Fault::TurnError(3),
+        ..Hop::new("stt")
+    };
+    let (pipeline, source, results) = chain(Hop::new("vad"), faulty, Hop::new("llm"), 2);
+    assert_eq!(feed(source, N), N);
+    let outcome = join_within(pipeline);
+
+    let ids: Vec<_> = results.try_iter().map(|i| i.id).collect();
+    assert_eq!(ids, (0..N).filter(|&i| i != 3).collect::<Vec<_>>());
+    assert_eq!(outcome.failed, None);
+    let errors: Vec<_> = outcome
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            PipelineEvent::TurnError(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].id, 3);
+    assert_eq!(errors[0].stage, "stt");
+    assert_eq!(errors[0].message, "cannot handle 3");
+    // The failed call is still spanned.
+    assert_eq!(
+        outcome
+            .spans_of("stt")
+            .filter(|s| s.kind == SpanKind::Process)
+            .count() as u64,
+        N
+    );
+}
+
+fn assert_stage_failed(outcome: &RunOutcome, stage: &str, needle: &str) {
+    let failed = outcome.failed.as_deref().expect("run marked failed");
+    assert!(
+        failed.contains(stage) && failed.contains(needle),
+        "{failed}"
+    );
+    let events: Vec<_> = outcome
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            PipelineEvent::StageFailed { stage, message } => Some((stage, message)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(events.len(), 1, "one StageFailed event");
+    assert_eq!(events[0].0, stage);
+    assert!(events[0].1.contains(needle));
+}
+
+#[test]
+fn a_panicking_stage_fails_the_run_without_hanging() {
+    let panicky = Hop {
+        fault: Fault::Panic(5),
+        ..Hop::new("stt")
+    };
+    let (pipeline, source, results) = chain(Hop::new("vad"), panicky, Hop::new("llm"), 2);
+    let shutdown = pipeline.shutdown_handle();
+    // The source keeps pushing until the failure propagates back to it.
+    let sent = feed(source, 10_000);
+    assert!(sent < 10_000, "upstream must see the disconnection");
+    assert!(shutdown.is_requested());
+    let outcome = join_within(pipeline);
+
+    assert_stage_failed(&outcome, "stt", "boom at 5");
+    // Downstream drained what it had and finished.
+    let ids: Vec<_> = results.try_iter().map(|i| i.id).collect();
+    assert_eq!(ids, (0..5).collect::<Vec<_>>());
+    assert_eq!(
+        outcome
+            .spans_of("llm")
+            .filter(|s| s.kind == SpanKind::Finish)
+            .count(),
+        1
+    );
+    // The panicking call's span was kept.
+    assert!(outcome
+        .spans_of("stt")
+        .any(|s| s.utterance == Some(5) && s.emitted == 0));
+}
+
+#[test]
+fn a_fatal_error_shuts_the_pipeline_down() {
+    let fatal = Hop {
+        fault: Fault::Fatal(2),
+        ..Hop::new("llm")
+    };
+    let (pipeline, source, results) = chain(Hop::new("vad"), Hop::new("stt"), fatal, 1);
+    let sent = feed(source, 10_000);
+    assert!(sent < 10_000);
+    let outcome = join_within(pipeline);
+    assert_stage_failed(&outcome, "llm", "engine lost");
+    let ids: Vec<_> = results.try_iter().map(|i| i.id).collect();
+    assert_eq!(ids, [0, 1]);
+}
+
+#[test]
+fn a_failing_sink_stops_its_upstream() {
+    let mut pipeline = Pipeline::new(Clock::start());
+    let (source, a_in) = edge::<Item>("src->a", 1, FullPolicy::Block);
+    let (a_out, sink_in) = edge::<Item>("a->sink", 1, FullPolicy::Block);
+    pipeline.spawn_stage(Hop::new("a"), a_in, a_out).unwrap();
+    pipeline
+        .spawn_sink("writer", sink_in, |env: voxline_core::Envelope<Item>| {
+            if env.item.id == 3 {
+                Err(StageError::fatal("disk full"))
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap();
+    let sent = feed(source, 10_000);
+    assert!(sent < 10_000);
+    let outcome = join_within(pipeline);
+    assert_stage_failed(&outcome, "writer", "disk full");
+}
+
+#[test]
+fn emitted_messages_and_drops_reach_the_event_stream() {
+    /// Turns each item into a token.
+    struct Speak;
+    impl Stage for Speak {
+        type In = Item;
+        type Out = Token;
+        fn name(&self) -> &str {
+            "llm"
+        }
+        fn process(&mut self, item: Item, out: &mut Emitter<'_, Token>) -> Result<(), StageError> {
+            out.emit(Token {
+                id: item.id,
+                index: 0,
+                text: format!("t{}", item.id),
+            });
+            Ok(())
+        }
+    }
+
+    let clock = Clock::start();
+    let mut pipeline = Pipeline::new(clock);
+    let events = pipeline.events();
+    let reader = thread::spawn(move || {
+        let mut seen = Vec::new();
+        loop {
+            match events.recv_timeout(HANG) {
+                Ok(e) => seen.push(e),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return seen,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => panic!("event stream hung"),
+            }
+        }
+    });
+    let (source, llm_in) = edge::<Item>("audio", 3, FullPolicy::DropOldest);
+    let (llm_out, sink_in) = edge::<Token>("tokens", 16, FullPolicy::Block);
+    // Overfill the drop-oldest edge before anyone consumes it.
+    assert_eq!(feed(source, 10), 10);
+    pipeline.spawn_stage(Speak, llm_in, llm_out).unwrap();
+    pipeline.spawn_sink("sink", sink_in, |_| Ok(())).unwrap();
+    let outcome = join_within(pipeline);
+    assert!(outcome.events.is_empty(), "a reader took the events");
+    let seen = reader.join().unwrap();
+
+    let dropped: u64 = seen
+        .iter()
+        .filter_map(|e| match &e.event {
+            PipelineEvent::Dropped { edge, count } if edge == "audio" => Some(*count),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(dropped, 7);
+    assert_eq!(outcome.edge("audio").unwrap().dropped, 7);
+    let token_ids: Vec<_> = seen
+        .iter()
+        .filter(|e| matches!(e.event, PipelineEvent::Token(_)))
+        .map(|e| e.event.utterance_id().unwrap())
+        .collect();
+    assert_eq!(token_ids, [7, 8, 9]);
+    // Each token event is stamped with its emit instant, which the span saw.
+    for e in seen
+        .iter()
+        .filter(|e| matches!(e.event, PipelineEvent::Token(_)))
+    {
+        let id = e.event.utterance_id();
+        let span = outcome
+            .spans_of("llm")
+            .find(|s| s.utterance == id && s.kind == SpanKind::Process)
+            .unwrap();
+        assert_eq!(span.first_emit, Some(e.at));
+        let line = e.to_json_line(&clock).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["type"], "token");
+        assert_eq!(v["id"], id.unwrap());
+        assert!(v["t_ms"].as_f64().unwrap() >= 0.0);
+    }
+}

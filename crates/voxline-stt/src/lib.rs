@@ -1,0 +1,330 @@
+//! voxline's speech-to-text engine: whisper.cpp through whisper-rs.
+//!
+//! The model is loaded once and one decoding state is reused for every
+//! utterance. Parameters are chosen for short, single-speaker utterances:
+//! greedy decoding, one segment, no timestamps, no carried context. The
+//! thread count always comes from the pipeline's CPU budget.
+//!
+//! Whisper's encoder normally runs a full 30 s window (1500 positions) even
+//! for a 2 s question; [`AudioCtx`] can shrink that window to the utterance,
+//! a large speed lever with an accuracy risk that `voxline bench` measures.
+#![warn(missing_docs)]
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use whisper_rs::{FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters, WhisperState};
+
+/// Encoder positions per second of audio (1500 for 30 s).
+pub const POSITIONS_PER_SECOND: f64 = 50.0;
+/// Sample rate whisper expects.
+pub const SAMPLE_RATE: u32 = 16_000;
+
+/// Errors of the speech-to-text engine.
+#[derive(Debug, thiserror::Error)]
+pub enum SttError {
+    /// The model file is missing, of the wrong kind or incomplete.
+    #[error(transparent)]
+    Model(#[from] voxline_models::ModelError),
+    /// whisper.cpp refused to load the model.
+    #[error("{path}: whisper.cpp could not load this model ({detail})")]
+    Load {
+        /// The model file.
+        path: PathBuf,
+        /// The engine's error.
+        detail: String,
+    },
+    /// Transcription failed inside the engine.
+    #[error("whisper failed to transcribe a {audio_ms:.0} ms utterance: {detail}")]
+    Transcribe {
+        /// Utterance length.
+        audio_ms: f64,
+        /// The engine's error.
+        detail: String,
+    },
+    /// The configuration is invalid.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// How much of whisper's 30 s encoder window to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase", tag = "mode", content = "value")]
+pub enum AudioCtx {
+    /// The full window (1500 positions), whisper's default: slowest, the reference accuracy.
+    Full,
+    /// Sized to the utterance: its positions plus `pad` more, rounded up to a multiple of 64.
+    Auto {
+        /// Extra positions beyond the audio (50 per second).
+        pad: u32,
+    },
+    /// A fixed number of positions.
+    Fixed(u32),
+    /// The default: [`AudioCtx::Full`] (see the README's audio_ctx table for why).
+    #[default]
+    Default,
+}
+
+impl AudioCtx {
+    /// Parses `full`, `auto`, `auto+PAD` or a number.
+    ///
+    /// # Errors
+    /// [`SttError::Config`] on anything else.
+    pub fn parse(s: &str) -> Result<Self, SttError> {
+        let bad = || SttError::Config(format!("--audio-ctx {s:?}: expected `full`, `auto`, `auto+PAD` or a number of encoder positions (1..=1500)"));
+        match s {
+            "full" => Ok(Self::Full),
+            "default" => Ok(Self::Default),
+            "auto" => Ok(Self::Auto { pad: 64 }),
+            _ => {
+                if let Some(p) = s.strip_prefix("auto+") {
+                    return p.parse().map(|pad| Self::Auto { pad }).map_err(|_| bad());
+                }
+                match s.parse::<u32>() {
+                    Ok(n) if (1..=1500).contains(&n) => Ok(Self::Fixed(n)),
+                    _ => Err(bad()),
+                }
+            }
+        }
+    }
+
+    /// The encoder positions to use for `n_samples` of 16 kHz audio (0 = the full window).
+    #[must_use]
+    pub fn positions(self, n_samples: usize) -> u32 {
+        match self {
+            Self::Full | Self::Default => 0,
+            Self::Fixed(n) => n.min(1500),
+            Self::Auto { pad } => {
+                let need = (n_samples as f64 / f64::from(SAMPLE_RATE) * POSITIONS_PER_SECOND).ceil() as u32 + pad;
+                let rounded = need.div_ceil(64) * 64;
+                if rounded >= 1500 { 0 } else { rounded }
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for AudioCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Full => f.write_str("full"),
+            Self::Default => f.write_str("default(full)"),
+            Self::Auto { pad } => write!(f, "auto+{pad}"),
+            Self::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// Engine settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SttConfig {
+    /// The whisper.cpp ggml model file.
+    pub model: PathBuf,
+    /// CPU threads (from the pipeline's budget; never the engine's default).
+    pub threads: usize,
+    /// Offload to a GPU (needs the `cuda` feature).
+    pub use_gpu: bool,
+    /// Encoder window policy.
+    pub audio_ctx: AudioCtx,
+    /// Spoken language (`en`); ignored by English-only models.
+    pub language: String,
+}
+
+impl SttConfig {
+    /// Settings for `model` with `threads` threads and defaults otherwise.
+    #[must_use]
+    pub fn new(model: impl Into<PathBuf>, threads: usize) -> Self {
+        Self { model: model.into(), threads, use_gpu: false, audio_ctx: AudioCtx::Default, language: "en".into() }
+    }
+}
+
+/// One utterance's transcript.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transcription {
+    /// The text, trimmed.
+    pub text: String,
+    /// Text tokens whisper produced (special and timestamp tokens excluded).
+    pub n_tokens: u32,
+    /// Length of the audio transcribed.
+    pub audio_ms: f64,
+    /// Encoder positions used (0 = the full 1500).
+    pub audio_ctx: u32,
+}
+
+/// A loaded whisper model with a reusable decoding state.
+pub struct SttEngine {
+    state: WhisperState,
+    ctx: WhisperContext,
+    config: SttConfig,
+}
+
+impl std::fmt::Debug for SttEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SttEngine").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl SttEngine {
+    /// Loads the model named in `config` after checking it is a complete whisper model.
+    ///
+    /// # Errors
+    /// [`SttError::Model`] for a missing, foreign or truncated file,
+    /// [`SttError::Load`] when whisper.cpp refuses it, [`SttError::Config`] for 0 threads.
+    pub fn load(config: SttConfig) -> Result<Self, SttError> {
+        if config.threads == 0 {
+            return Err(SttError::Config("the speech model needs at least one thread".into()));
+        }
+        whisper_rs::install_logging_hooks();
+        voxline_models::kind::check_whisper_model(&config.model)?;
+        let path = config.model.to_str().ok_or_else(|| SttError::Load {
+            path: config.model.clone(),
+            detail: "the path is not valid UTF-8; rename it".into(),
+        })?;
+        let mut params = WhisperContextParameters::default();
+        params.use_gpu(config.use_gpu);
+        let ctx = WhisperContext::new_with_params(path, params)
+            .map_err(|e| SttError::Load { path: config.model.clone(), detail: e.to_string() })?;
+        let state = ctx.create_state().map_err(|e| SttError::Load { path: config.model.clone(), detail: e.to_string() })?;
+        Ok(Self { state, ctx, config })
+    }
+
+    /// The settings this engine runs with.
+    #[must_use]
+    pub fn config(&self) -> &SttConfig {
+        &self.config
+    }
+
+    /// Changes the encoder window policy.
+    pub fn set_audio_ctx(&mut self, audio_ctx: AudioCtx) {
+        self.config.audio_ctx = audio_ctx;
+    }
+
+    /// The model file.
+    #[must_use]
+    pub fn model_path(&self) -> &Path {
+        &self.config.model
+    }
+
+    /// Transcribes one utterance of 16 kHz mono samples.
+    ///
+    /// # Errors
+    /// [`SttError::Transcribe`] when the engine fails or returns non-text output.
+    pub fn transcribe(&mut self, samples: &[f32]) -> Result<Transcription, SttError> {
+        let audio_ms = samples.len() as f64 * 1000.0 / f64::from(SAMPLE_RATE);
+        let fail = |detail: String| SttError::Transcribe { audio_ms, detail };
+        // whisper needs at least ~1 s of input; pad short utterances with silence.
+        let min = SAMPLE_RATE as usize + SAMPLE_RATE as usize / 10;
+        let padded;
+        let input = if samples.len() < min {
+            let mut v = samples.to_vec();
+            v.resize(min, 0.0);
+            padded = v;
+            &padded[..]
+        } else {
+            samples
+        };
+        let audio_ctx = self.config.audio_ctx.positions(input.len());
+        let mut p = FullParams::new(SamplingStrategy::Greedy { best_of: 1 });
+        p.set_n_threads(i32::try_from(self.config.threads).unwrap_or(1));
+        p.set_language(Some(&self.config.language));
+        p.set_translate(false);
+        p.set_no_context(true);
+        p.set_single_segment(true);
+        p.set_no_timestamps(true);
+        p.set_suppress_blank(true);
+        p.set_print_progress(false);
+        p.set_print_realtime(false);
+        p.set_print_special(false);
+        p.set_print_timestamps(false);
+        p.set_audio_ctx(i32::try_from(audio_ctx).unwrap_or(0));
+        self.state.full(p, input).map_err(|e| fail(e.to_string()))?;
+        let eot = self.ctx.token_eot();
+        let mut text = String::new();
+        let mut n_tokens = 0u32;
+        for seg in self.state.as_iter() {
+            text.push_str(&seg.to_str_lossy().map_err(|e| fail(e.to_string()))?);
+            for i in 0..seg.n_tokens() {
+                if let Some(tok) = seg.get_token(i) {
+                    if tok.token_id() < eot {
+                        n_tokens += 1;
+                    }
+                }
+            }
+        }
+        Ok(Transcription { text: text.trim().to_string(), n_tokens, audio_ms, audio_ctx })
+    }
+}
+
+/// Normalises text for word error rate: lower case, letters, digits and
+/// apostrophes only, single spaces.
+#[must_use]
+pub fn normalise(text: &str) -> Vec<String> {
+    text.to_lowercase()
+        .chars()
+        .map(|c| if c.is_alphanumeric() || c == '\'' { c } else { ' ' })
+        .collect::<String>()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Word error rate of `hypothesis` against `reference` (after [`normalise`]):
+/// word-level edit distance / reference words. An empty reference gives 0
+/// for an empty hypothesis and 1 otherwise.
+#[must_use]
+pub fn word_error_rate(reference: &str, hypothesis: &str) -> f64 {
+    let (r, h) = (normalise(reference), normalise(hypothesis));
+    if r.is_empty() {
+        return if h.is_empty() { 0.0 } else { 1.0 };
+    }
+    let mut prev: Vec<usize> = (0..=h.len()).collect();
+    for (i, rw) in r.iter().enumerate() {
+        let mut cur = vec![i + 1; h.len() + 1];
+        for (j, hw) in h.iter().enumerate() {
+            let sub = prev[j] + usize::from(rw != hw);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[h.len()] as f64 / r.len() as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wer_counts_edits_over_reference_words() {
+        assert_eq!(word_error_rate("What is the capital of France?", "what is the capital of france"), 0.0);
+        assert!((word_error_rate("a b c d", "a x c d") - 0.25).abs() < 1e-9);
+        assert!((word_error_rate("a b c d", "a c d") - 0.25).abs() < 1e-9);
+        assert!((word_error_rate("a b", "a b c d") - 1.0).abs() < 1e-9);
+        assert_eq!(word_error_rate("", ""), 0.0);
+        assert_eq!(word_error_rate("", "x"), 1.0);
+        assert_eq!(normalise("Two-plus two's"), vec!["two", "plus", "two's"]);
+    }
+
+    #[test]
+    fn audio_ctx_parses_and_sizes() {
+        assert_eq!(AudioCtx::parse("full").unwrap(), AudioCtx::Full);
+        assert_eq!(AudioCtx::parse("auto").unwrap(), AudioCtx::Auto { pad: 64 });
+        assert_eq!(AudioCtx::parse("auto+32").unwrap(), AudioCtx::Auto { pad: 32 });
+        assert_eq!(AudioCtx::parse("768").unwrap(), AudioCtx::Fixed(768));
+        for bad in ["0", "1501", "auto+x", "fast", ""] {
+            assert!(AudioCtx::parse(bad).is_err(), "{bad}");
+        }
+        // 2.2 s → 110 positions + 64 pad = 174 → 192
+        assert_eq!(AudioCtx::Auto { pad: 64 }.positions(35_200), 192);
+        assert_eq!(AudioCtx::Full.positions(35_200), 0);
+        assert_eq!(AudioCtx::Fixed(128).positions(1), 128);
+        // long audio falls back to the full window
+        assert_eq!(AudioCtx::Auto { pad: 64 }.positions(16_000 * 29), 0);
+    }
+
+    #[test]
+    fn zero_threads_and_wrong_models_are_refused() {
+        let err = SttEngine::load(SttConfig::new("/nonexistent/model.bin", 0)).unwrap_err();
+        assert!(err.to_string().contains("at least one thread"));
+        let err = SttEngine::load(SttConfig::new("/nonexistent/model.bin", 1)).unwrap_err();
+        assert!(matches!(err, SttError::Model(_)), "{err}");
+    }
+}
