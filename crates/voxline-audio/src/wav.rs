@@ -88,13 +88,22 @@ fn u32_at(b: &[u8], i: usize) -> u32 {
 /// Walks the RIFF chunks up to `data`, validating the `fmt ` chunk against what
 /// this reader supports. Never reads sample data.
 fn probe<R: Read + Seek>(path: &Path, r: &mut R) -> Result<Probe, AudioError> {
-    let open_err = |source| AudioError::Open { path: path.to_owned(), source };
-    let malformed = |reason: String| AudioError::MalformedHeader { path: path.to_owned(), reason };
+    let open_err = |source| AudioError::Open {
+        path: path.to_owned(),
+        source,
+    };
+    let malformed = |reason: String| AudioError::MalformedHeader {
+        path: path.to_owned(),
+        reason,
+    };
 
     let mut riff = [0u8; 12];
     let got = read_full(r, &mut riff).map_err(open_err)?;
     if got == 0 {
-        return Err(AudioError::NotWav { path: path.to_owned(), reason: "the file is empty".to_owned() });
+        return Err(AudioError::NotWav {
+            path: path.to_owned(),
+            reason: "the file is empty".to_owned(),
+        });
     }
     if got < 12 {
         return Err(AudioError::NotWav {
@@ -141,7 +150,9 @@ fn probe<R: Read + Seek>(path: &Path, r: &mut R) -> Result<Probe, AudioError> {
         if got < 8 {
             return Err(match fmt {
                 None => malformed("the file ends before a `fmt ` chunk".to_owned()),
-                Some(_) => malformed("the file ends before a `data` chunk (header only, no audio)".to_owned()),
+                Some(_) => malformed(
+                    "the file ends before a `data` chunk (header only, no audio)".to_owned(),
+                ),
             });
         }
         offset += 8;
@@ -150,13 +161,17 @@ fn probe<R: Read + Seek>(path: &Path, r: &mut R) -> Result<Probe, AudioError> {
         match &id {
             b"fmt " => {
                 if size < 16 {
-                    return Err(malformed(format!("the `fmt ` chunk is {size} bytes, need at least 16")));
+                    return Err(malformed(format!(
+                        "the `fmt ` chunk is {size} bytes, need at least 16"
+                    )));
                 }
                 let mut body = [0u8; 40];
                 let want = size.min(40) as usize;
                 let got = read_full(r, &mut body[..want]).map_err(open_err)?;
                 if got < want {
-                    return Err(malformed("the file ends inside the `fmt ` chunk".to_owned()));
+                    return Err(malformed(
+                        "the file ends inside the `fmt ` chunk".to_owned(),
+                    ));
                 }
                 let mut tag = u16_at(&body, 0);
                 let channels = u16_at(&body, 2);
@@ -178,10 +193,16 @@ fn probe<R: Read + Seek>(path: &Path, r: &mut R) -> Result<Probe, AudioError> {
                     tag = u16_at(&body, 24);
                 }
                 if channels == 0 || channels > MAX_CHANNELS {
-                    return Err(AudioError::UnsupportedChannels { path: path.to_owned(), channels });
+                    return Err(AudioError::UnsupportedChannels {
+                        path: path.to_owned(),
+                        channels,
+                    });
                 }
                 if sample_rate == 0 || sample_rate > MAX_SAMPLE_RATE {
-                    return Err(AudioError::UnsupportedSampleRate { path: path.to_owned(), rate: sample_rate });
+                    return Err(AudioError::UnsupportedSampleRate {
+                        path: path.to_owned(),
+                        rate: sample_rate,
+                    });
                 }
                 check_encoding(path, tag, container_bits, valid_bits)?;
                 if u32::from(block_align) != u32::from(channels) * u32::from(container_bits / 8) {
@@ -194,9 +215,17 @@ fn probe<R: Read + Seek>(path: &Path, r: &mut R) -> Result<Probe, AudioError> {
             }
             b"data" => {
                 let Some((channels, sample_rate, block_align)) = fmt else {
-                    return Err(malformed("the `data` chunk comes before the `fmt ` chunk".to_owned()));
+                    return Err(malformed(
+                        "the `data` chunk comes before the `fmt ` chunk".to_owned(),
+                    ));
                 };
-                return Ok(Probe { channels, sample_rate, block_align, data_offset: offset, data_len: size });
+                return Ok(Probe {
+                    channels,
+                    sample_rate,
+                    block_align,
+                    data_offset: offset,
+                    data_len: size,
+                });
             }
             _ => skip(r, size + (size & 1)).map_err(open_err)?,
         }
@@ -205,17 +234,28 @@ fn probe<R: Read + Seek>(path: &Path, r: &mut R) -> Result<Probe, AudioError> {
 }
 
 fn skip<R: Seek>(r: &mut R, n: u64) -> io::Result<()> {
-    let n = i64::try_from(n).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "chunk too large"))?;
+    let n = i64::try_from(n)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "chunk too large"))?;
     r.seek(SeekFrom::Current(n)).map(|_| ())
 }
 
-fn check_encoding(path: &Path, tag: u16, container_bits: u16, valid_bits: u16) -> Result<(), AudioError> {
-    let unsupported = |encoding: String| AudioError::UnsupportedEncoding { path: path.to_owned(), encoding };
+fn check_encoding(
+    path: &Path,
+    tag: u16,
+    container_bits: u16,
+    valid_bits: u16,
+) -> Result<(), AudioError> {
+    let unsupported = |encoding: String| AudioError::UnsupportedEncoding {
+        path: path.to_owned(),
+        encoding,
+    };
     match tag {
         WAVE_FORMAT_PCM => match (container_bits, valid_bits) {
             (8, 8) | (16, 16) | (24, 24) | (32, 32) | (32, 24) => Ok(()),
             (c, v) if c == v => Err(unsupported(format!("{c}-bit integer PCM"))),
-            (c, v) => Err(unsupported(format!("{v}-bit integer PCM in {c}-bit containers"))),
+            (c, v) => Err(unsupported(format!(
+                "{v}-bit integer PCM in {c}-bit containers"
+            ))),
         },
         WAVE_FORMAT_IEEE_FLOAT => match (container_bits, valid_bits) {
             (32, 32) => Ok(()),
@@ -228,7 +268,10 @@ fn check_encoding(path: &Path, tag: u16, container_bits: u16, valid_bits: u16) -
 
 /// Decoded samples, as hound yields them.
 enum Samples {
-    Int { iter: hound::WavIntoSamples<BufReader<File>, i32>, scale: f32 },
+    Int {
+        iter: hound::WavIntoSamples<BufReader<File>, i32>,
+        scale: f32,
+    },
     Float(hound::WavIntoSamples<BufReader<File>, f32>),
 }
 
@@ -291,7 +334,10 @@ impl WavSource {
     ///   0 or more than 8 channels, 0 Hz or more than 384 kHz;
     /// - [`AudioError::MalformedHeader`]: missing or inconsistent chunks.
     pub fn open(path: &Path) -> Result<WavSource, AudioError> {
-        let open_err = |source| AudioError::Open { path: path.to_owned(), source };
+        let open_err = |source| AudioError::Open {
+            path: path.to_owned(),
+            source,
+        };
         let file = File::open(path).map_err(open_err)?;
         let file_len = file.metadata().map_err(open_err)?.len();
         let mut reader = BufReader::new(file);
@@ -301,7 +347,9 @@ impl WavSource {
         let wav = hound::WavReader::new(reader).map_err(|e| map_open_error(path, e))?;
         let hs = wav.spec();
         let declared_frames = u64::from(wav.duration());
-        let available_bytes = file_len.saturating_sub(probe.data_offset).min(probe.data_len);
+        let available_bytes = file_len
+            .saturating_sub(probe.data_offset)
+            .min(probe.data_len);
         let available_frames = available_bytes / u64::from(probe.block_align);
         if available_frames < declared_frames {
             tracing::warn!(
@@ -319,7 +367,10 @@ impl WavSource {
             SampleEncoding::Int => {
                 let bits = i32::from(hs.bits_per_sample.clamp(8, 32));
                 let scale = (2.0f64).powi(1 - bits) as f32;
-                Samples::Int { iter: wav.into_samples::<i32>(), scale }
+                Samples::Int {
+                    iter: wav.into_samples::<i32>(),
+                    scale,
+                }
             }
             SampleEncoding::Float => Samples::Float(wav.into_samples::<f32>()),
         };
@@ -448,7 +499,11 @@ impl WavSource {
                 frames_read: self.frames_read,
             }
         } else {
-            AudioError::Decode { path: self.path.clone(), frames_read: self.frames_read, reason: e.to_string() }
+            AudioError::Decode {
+                path: self.path.clone(),
+                frames_read: self.frames_read,
+                reason: e.to_string(),
+            }
         }
     }
 }
@@ -456,11 +511,17 @@ impl WavSource {
 /// Maps a hound error while parsing a header that [`probe`] already accepted.
 fn map_open_error(path: &Path, e: hound::Error) -> AudioError {
     match e {
-        hound::Error::IoError(source) => AudioError::Open { path: path.to_owned(), source },
+        hound::Error::IoError(source) => AudioError::Open {
+            path: path.to_owned(),
+            source,
+        },
         hound::Error::Unsupported => AudioError::UnsupportedEncoding {
             path: path.to_owned(),
             encoding: "a WAV variant the decoder does not support".to_owned(),
         },
-        other => AudioError::MalformedHeader { path: path.to_owned(), reason: other.to_string() },
+        other => AudioError::MalformedHeader {
+            path: path.to_owned(),
+            reason: other.to_string(),
+        },
     }
 }

@@ -61,6 +61,10 @@ pub struct Utterance {
     /// True when the endpointer cut the utterance at its maximum length
     /// rather than at a pause.
     pub forced_split: bool,
+    /// Stream position at which the endpointer closed the utterance (end
+    /// of speech plus the hangover it waited for): `closed_sample -
+    /// end_sample` is the endpoint delay in audio time.
+    pub closed_sample: u64,
 }
 
 impl Utterance {
@@ -84,6 +88,8 @@ pub struct UtteranceInfo {
     pub end_wall: Instant,
     /// True when cut at the maximum length.
     pub forced_split: bool,
+    /// Stream position at which the endpointer closed it.
+    pub closed_sample: u64,
 }
 
 impl UtteranceInfo {
@@ -102,6 +108,7 @@ impl From<&Utterance> for UtteranceInfo {
             end_sample: u.end_sample,
             end_wall: u.end_wall,
             forced_split: u.forced_split,
+            closed_sample: u.closed_sample,
         }
     }
 }
@@ -168,10 +175,6 @@ pub enum StopReason {
 /// What the LLM engine reported about its own work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct LlmEngineTimings {
-    /// Time evaluating the prompt, in milliseconds.
-    pub prefill_ms: f64,
-    /// Time generating, in milliseconds.
-    pub decode_ms: f64,
     /// Prompt tokens evaluated.
     pub n_prefill_tokens: u32,
     /// Tokens generated.
@@ -330,6 +333,7 @@ impl PipelineEvent {
                 end_sample: u.end_sample,
                 duration_ms: u.duration_ms(),
                 forced_split: u.forced_split,
+                closed_sample: u.closed_sample,
                 end_t_ms: clock.ms_since_origin(u.end_wall),
             },
             Self::Transcript(t) => Body::Transcript {
@@ -391,6 +395,7 @@ enum Body<'a> {
         end_sample: u64,
         duration_ms: f64,
         forced_split: bool,
+        closed_sample: u64,
         end_t_ms: f64,
     },
     Transcript {
@@ -539,6 +544,7 @@ mod tests {
             samples: vec![0.0; 24_000],
             end_wall: c.sample_due(40_000),
             forced_split: false,
+            closed_sample: 48_000,
         };
         assert_eq!(u.duration_ms(), 1_500.0);
         assert_eq!(UtteranceInfo::from(&u).duration_ms(), 1_500.0);
@@ -567,6 +573,7 @@ mod tests {
             samples: vec![0.25; 16_000],
             end_wall: c.sample_due(24_000),
             forced_split: true,
+            closed_sample: 32_000,
         };
         let event = u.event().expect("utterances publish an event");
         let at = c.origin() + Duration::from_millis(1_600);
@@ -640,8 +647,6 @@ mod tests {
             n_prompt_tokens: 20,
             n_generated: 2,
             engine: LlmEngineTimings {
-                prefill_ms: 15.0,
-                decode_ms: 20.0,
                 n_prefill_tokens: 20,
                 n_decode_tokens: 2,
             },

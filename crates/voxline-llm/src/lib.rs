@@ -140,17 +140,15 @@ pub enum Stop {
     Cancelled,
 }
 
-/// The engine's own counters for one turn (llama.cpp's perf context).
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+/// The engine's own token counters for one turn (llama.cpp's perf
+/// context). llama-cpp-2 creates contexts with llama.cpp's perf timers off,
+/// so only the counts are meaningful; times come from voxline's runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct EngineCounters {
     /// Prompt tokens evaluated in batches (llama.cpp `n_p_eval`).
     pub n_p_eval: u32,
-    /// Milliseconds spent on them.
-    pub t_p_eval_ms: f64,
     /// Tokens evaluated one at a time (llama.cpp `n_eval`).
     pub n_eval: u32,
-    /// Milliseconds spent on them.
-    pub t_eval_ms: f64,
 }
 
 /// One turn's answer.
@@ -381,6 +379,11 @@ impl LlmEngine {
             }
             self.ctx.decode(&mut self.batch).map_err(|e| LlmError::Engine(format!("prefill: {e}")))?;
         }
+        // Wait for the evaluation to finish so llama.cpp books it now (its
+        // counters are updated on synchronisation, not on submission).
+        if n > 0 {
+            let _ = self.ctx.get_logits_ith(self.batch.n_tokens() - 1);
+        }
         Ok(())
     }
 
@@ -463,11 +466,10 @@ impl LlmEngine {
             on_token(&tail);
         }
         let t = self.ctx.timings();
+        // llama.cpp reports at least 1 for each counter; an idle counter is 0.
         let engine = EngineCounters {
-            n_p_eval: u32::try_from(t.n_p_eval()).unwrap_or(0),
-            t_p_eval_ms: t.t_p_eval_ms(),
-            n_eval: u32::try_from(t.n_eval()).unwrap_or(0),
-            t_eval_ms: t.t_eval_ms(),
+            n_p_eval: if n_prefill > 1 { u32::try_from(t.n_p_eval()).unwrap_or(0) } else { 0 },
+            n_eval: if n_sampled > 1 || n_prefill == 1 { u32::try_from(t.n_eval()).unwrap_or(0) } else { 0 },
         };
         let answer = text.trim().to_string();
         if self.config.memory {
@@ -526,5 +528,73 @@ mod tests {
         assert!(matches!(LlmEngine::load(c.clone()), Err(LlmError::Config(_))));
         c.max_tokens = 16;
         assert!(matches!(LlmEngine::load(c), Err(LlmError::Model(_))));
+    }
+}
+
+/// The language-model stage: one [`Transcript`](voxline_core::Transcript)
+/// in; its answer streamed out as [`LlmOut::Token`](voxline_core::LlmOut)s as
+/// they decode, then one [`LlmOut::Done`](voxline_core::LlmOut). An empty
+/// transcript is answered with nothing (a turn with an empty response); an
+/// engine failure becomes a turn error for that id.
+pub struct LlmStage {
+    engine: LlmEngine,
+}
+
+impl LlmStage {
+    /// Wraps a loaded engine.
+    #[must_use]
+    pub fn new(engine: LlmEngine) -> Self {
+        Self { engine }
+    }
+}
+
+impl voxline_core::Stage for LlmStage {
+    type In = voxline_core::Transcript;
+    type Out = voxline_core::LlmOut;
+
+    fn name(&self) -> &str {
+        "llm"
+    }
+
+    fn process(&mut self, t: Self::In, out: &mut voxline_core::Emitter<'_, Self::Out>) -> Result<(), voxline_core::StageError> {
+        use voxline_core::{LlmEngineTimings, LlmOut, StopReason, Token, TurnComplete};
+        let id = t.id;
+        if t.text.trim().is_empty() {
+            out.emit(LlmOut::Done(TurnComplete {
+                id,
+                transcript: t.text,
+                response: String::new(),
+                n_prompt_tokens: 0,
+                n_generated: 0,
+                engine: LlmEngineTimings::default(),
+                stop: StopReason::EndOfGeneration,
+            }));
+            return Ok(());
+        }
+        let mut index = 0u32;
+        let r = self
+            .engine
+            .respond(&t.text, &mut |piece| {
+                out.emit(LlmOut::Token(Token { id, index, text: piece.to_string() }));
+                index += 1;
+                !out.is_closed()
+            })
+            .map_err(|e| voxline_core::StageError::turn(id, e.to_string()))?;
+        out.emit(LlmOut::Done(TurnComplete {
+            id,
+            transcript: t.text,
+            response: r.text,
+            n_prompt_tokens: r.n_prompt_tokens,
+            n_generated: r.n_sampled,
+            engine: LlmEngineTimings {
+                n_prefill_tokens: r.engine.n_p_eval,
+                n_decode_tokens: r.engine.n_eval,
+            },
+            stop: match r.stop {
+                Stop::EndOfGeneration => StopReason::EndOfGeneration,
+                Stop::MaxTokens | Stop::Cancelled => StopReason::MaxTokens,
+            },
+        }));
+        Ok(())
     }
 }

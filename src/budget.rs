@@ -1,0 +1,192 @@
+//! Budgets: limits a run must meet, as TOML. A broken limit fails the run
+//! (exit code 1), so CI can gate on it.
+//!
+//! ```toml
+//! [response_latency_ms]   # end of speech → first token, over counted turns
+//! p50 = 2500
+//! p95 = 4000
+//! [stt_ms]                # any of: response_latency_ms, endpoint_delay_ms,
+//! p95 = 1500              # stt_ms, llm_ttft_ms — each with p50/p90/p95/p99
+//! [min]
+//! llm_decode_tps = 20.0   # median per-turn decode tokens/s
+//! llm_prefill_tps = 100.0 # median per-turn prefill tokens/s
+//! stt_rtfx = 1.0          # median audio seconds per STT second
+//! [max]
+//! dropped = 0             # items dropped anywhere
+//! errors = 0              # turns that ended in an error
+//! wer = 0.1               # mean word error rate against the sidecars
+//! ```
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::report::{BudgetCheck, BudgetResult, Report};
+use crate::stats::Percentiles;
+use crate::BadInput;
+
+/// Upper limits on percentiles, in ms.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PercentileLimits {
+    /// Limit on the median.
+    pub p50: Option<f64>,
+    /// Limit on the 90th percentile.
+    pub p90: Option<f64>,
+    /// Limit on the 95th percentile.
+    pub p95: Option<f64>,
+    /// Limit on the 99th percentile.
+    pub p99: Option<f64>,
+}
+
+/// Lower limits.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MinLimits {
+    /// Median decode tokens/s.
+    pub llm_decode_tps: Option<f64>,
+    /// Median prefill tokens/s.
+    pub llm_prefill_tps: Option<f64>,
+    /// Median STT real-time factor.
+    pub stt_rtfx: Option<f64>,
+}
+
+/// Upper limits on counts and accuracy.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaxLimits {
+    /// Items dropped anywhere.
+    pub dropped: Option<u64>,
+    /// Turns that ended in an error.
+    pub errors: Option<u64>,
+    /// Mean word error rate.
+    pub wer: Option<f64>,
+}
+
+/// A budget file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// End of speech → first token.
+    pub response_latency_ms: Option<PercentileLimits>,
+    /// True end of speech → utterance closed.
+    pub endpoint_delay_ms: Option<PercentileLimits>,
+    /// STT latency.
+    pub stt_ms: Option<PercentileLimits>,
+    /// LLM time to first token.
+    pub llm_ttft_ms: Option<PercentileLimits>,
+    /// Lower limits.
+    pub min: Option<MinLimits>,
+    /// Upper limits.
+    pub max: Option<MaxLimits>,
+}
+
+impl Budget {
+    /// Reads and parses a budget file.
+    ///
+    /// # Errors
+    /// [`BadInput`] naming the file and the problem (unreadable, invalid TOML, unknown key, no limits).
+    pub fn load(path: &Path) -> Result<Self, BadInput> {
+        let text = std::fs::read_to_string(path).map_err(|e| BadInput(format!("{}: cannot read the budget ({e})", path.display())))?;
+        Self::parse(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses budget TOML.
+    ///
+    /// # Errors
+    /// A message saying what is wrong.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let b: Self = toml::from_str(text).map_err(|e| format!("invalid budget: {}", e.message()))?;
+        if b == Self::default() {
+            return Err("the budget sets no limits; see the README for its keys".into());
+        }
+        Ok(b)
+    }
+
+    /// Checks a report against the budget.
+    #[must_use]
+    pub fn evaluate(&self, r: &Report) -> BudgetResult {
+        let mut checks = Vec::new();
+        let s = &r.summary;
+        let pct = |checks: &mut Vec<BudgetCheck>, name: &str, lim: &Option<PercentileLimits>, got: Option<Percentiles>| {
+            let Some(l) = lim else { return };
+            for (q, limit, v) in [
+                ("p50", l.p50, got.map(|p| p.p50)),
+                ("p90", l.p90, got.map(|p| p.p90)),
+                ("p95", l.p95, got.map(|p| p.p95)),
+                ("p99", l.p99, got.map(|p| p.p99)),
+            ] {
+                if let Some(limit) = limit {
+                    checks.push(BudgetCheck { limit: format!("{name}.{q} <= {limit}"), measured: v, passed: v.is_some_and(|v| v <= limit) });
+                }
+            }
+        };
+        pct(&mut checks, "response_latency_ms", &self.response_latency_ms, s.response_latency_ms);
+        pct(&mut checks, "endpoint_delay_ms", &self.endpoint_delay_ms, s.endpoint_delay_ms);
+        pct(&mut checks, "stt_ms", &self.stt_ms, s.stt_ms);
+        pct(&mut checks, "llm_ttft_ms", &self.llm_ttft_ms, s.llm_ttft_ms);
+        if let Some(m) = &self.min {
+            for (name, limit, v) in [
+                ("llm_decode_tps", m.llm_decode_tps, s.llm_decode_tps.map(|p| p.p50)),
+                ("llm_prefill_tps", m.llm_prefill_tps, s.llm_prefill_tps.map(|p| p.p50)),
+                ("stt_rtfx", m.stt_rtfx, s.stt_rtfx.map(|p| p.p50)),
+            ] {
+                if let Some(limit) = limit {
+                    checks.push(BudgetCheck { limit: format!("{name}.p50 >= {limit}"), measured: v, passed: v.is_some_and(|v| v >= limit) });
+                }
+            }
+        }
+        if let Some(m) = &self.max {
+            if let Some(limit) = m.dropped {
+                checks.push(BudgetCheck { limit: format!("dropped <= {limit}"), measured: Some(s.dropped as f64), passed: s.dropped <= limit });
+            }
+            if let Some(limit) = m.errors {
+                let errors = s.errors as u64 + r.input_errors.len() as u64 + u64::from(r.failed.is_some());
+                checks.push(BudgetCheck { limit: format!("errors <= {limit}"), measured: Some(errors as f64), passed: errors <= limit });
+            }
+            if let Some(limit) = m.wer {
+                checks.push(BudgetCheck { limit: format!("wer <= {limit}"), measured: s.wer, passed: s.wer.is_some_and(|w| w <= limit) });
+            }
+        }
+        let violations: Vec<BudgetCheck> = checks.iter().filter(|c| !c.passed).cloned().collect();
+        BudgetResult { given: true, passed: violations.is_empty(), checks, violations }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Summary;
+
+    fn report(latencies: &[f64], dropped: u64) -> Report {
+        Report {
+            summary: Summary { response_latency_ms: Percentiles::of(latencies), dropped, ..Default::default() },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn passes_and_fails_with_the_measured_values() {
+        let b = Budget::parse("[response_latency_ms]\np50 = 1000\np95 = 2000\n[max]\ndropped = 0\n").unwrap();
+        let ok = b.evaluate(&report(&[500.0, 900.0, 1500.0], 0));
+        assert!(ok.passed, "{ok:?}");
+        assert_eq!(ok.checks.len(), 3);
+        let bad = b.evaluate(&report(&[1500.0, 1600.0, 2500.0], 2));
+        assert!(!bad.passed);
+        let names: Vec<&str> = bad.violations.iter().map(|v| v.limit.as_str()).collect();
+        assert_eq!(names, vec!["response_latency_ms.p50 <= 1000", "response_latency_ms.p95 <= 2000", "dropped <= 0"]);
+        assert!((bad.violations[0].measured.unwrap() - 1600.0).abs() < 1.0);
+        // nothing measured → a limit cannot pass
+        let none = b.evaluate(&report(&[], 0));
+        assert!(!none.passed);
+        assert_eq!(none.violations[0].measured, None);
+    }
+
+    #[test]
+    fn rejects_typos_and_empty_budgets() {
+        assert!(Budget::parse("[response_latency]\np50 = 1").unwrap_err().contains("unknown field"));
+        assert!(Budget::parse("[min]\nllm_decode_tps = \"fast\"").is_err());
+        assert!(Budget::parse("").unwrap_err().contains("no limits"));
+        assert!(Budget::parse("[max\n").unwrap_err().starts_with("invalid budget"));
+    }
+}

@@ -1,0 +1,25 @@
+//! The voxline application: settings validated from the command line, the
+//! pipeline assembled from the library crates, and the run report.
+//!
+//! The binary (`src/main.rs`) is a thin shell over this crate; the
+//! integration tests drive the same functions.
+#![warn(missing_docs)]
+
+pub mod budget;
+pub mod pipeline;
+pub mod report;
+pub mod settings;
+pub mod sidecar;
+pub mod stats;
+
+/// An error in what the user gave (a file, a flag, a model): exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+impl BadInput {
+    /// Wraps any displayable error.
+    pub fn from_display(e: impl std::fmt::Display) -> Self {
+        Self(e.to_string())
+    }
+}

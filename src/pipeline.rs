@@ -1,0 +1,346 @@
+//! The pipeline, assembled: replay source → VAD → STT → LLM → sinks.
+//!
+//! Every stage runs on its own thread (voxline-core's runtime), joined by
+//! bounded edges. Replay never loses audio: every edge blocks when full, so
+//! a slow stage slows the source instead of dropping speech.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use voxline_audio::{VadConfig, VadStage, WavSource};
+use voxline_core::{
+    edge, AudioFrame, Clock, FullPolicy, LlmOut, Pipeline, PipelineEvent, RunOutcome, ShutdownHandle, Stage, TimedEvent,
+    Transcript, Utterance,
+};
+
+use crate::sidecar::Sidecar;
+use crate::BadInput;
+
+/// How recorded audio is released into the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pace {
+    /// At the rate a microphone would deliver it; latencies are what a live user feels.
+    Realtime,
+    /// As fast as the pipeline accepts it; latencies are computed on a
+    /// virtual clock (what a live user would have felt) from measured service times.
+    Fast,
+}
+
+impl std::str::FromStr for Pace {
+    type Err = BadInput;
+    fn from_str(s: &str) -> Result<Self, BadInput> {
+        match s {
+            "realtime" => Ok(Self::Realtime),
+            "fast" => Ok(Self::Fast),
+            _ => Err(BadInput(format!("--pace {s:?}: expected `realtime` or `fast`"))),
+        }
+    }
+}
+
+/// A recording to replay.
+pub struct Input {
+    /// The file.
+    pub path: PathBuf,
+    /// Its sidecar, if it has one.
+    pub sidecar: Option<Sidecar>,
+    source: WavSource,
+}
+
+impl std::fmt::Debug for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Input").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+/// Where a replayed file sits in the pipeline's stream (16 kHz positions).
+#[derive(Debug, Clone)]
+pub struct InputSpan {
+    /// The file.
+    pub path: PathBuf,
+    /// Its sidecar.
+    pub sidecar: Option<Sidecar>,
+    /// Stream position of its first sample.
+    pub start: u64,
+    /// Stream position one past its last sample.
+    pub end: u64,
+}
+
+/// Opens every recording up front, so a bad file is reported before any work starts.
+///
+/// # Errors
+/// [`BadInput`] naming the first file that cannot be replayed (or whose sidecar is malformed).
+pub fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>, BadInput> {
+    if paths.is_empty() {
+        return Err(BadInput("no input files: give one or more WAV files".into()));
+    }
+    paths
+        .iter()
+        .map(|p| {
+            let source = WavSource::open(p).map_err(BadInput::from_display)?;
+            let sidecar = Sidecar::load_for(p)?;
+            Ok(Input { path: p.clone(), sidecar, source })
+        })
+        .collect()
+}
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Pacing of the replay.
+    pub pace: Pace,
+    /// Endpointer settings.
+    pub vad: VadConfig,
+    /// Silence inserted between files, in ms (lets the endpointer close the last utterance).
+    pub gap_ms: u32,
+    /// Write every event as JSON lines here.
+    pub events_path: Option<PathBuf>,
+    /// Print transcripts and streamed answers to stdout.
+    pub console: bool,
+    /// Capacity of the utterance and transcript edges.
+    pub queue_capacity: usize,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self { pace: Pace::Fast, vad: VadConfig::default(), gap_ms: 1000, events_path: None, console: false, queue_capacity: 16 }
+    }
+}
+
+/// Errors of a run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Something the user gave is wrong.
+    #[error(transparent)]
+    BadInput(#[from] BadInput),
+    /// The runtime could not start a stage thread.
+    #[error("could not start the pipeline: {0}")]
+    Runtime(String),
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct RunResult {
+    /// The session clock (origin = start of replay).
+    pub clock: Clock,
+    /// The pacing used.
+    pub pace: Pace,
+    /// Spans, edge statistics, failure.
+    pub outcome: RunOutcome,
+    /// Every event, in the order the sinks saw them.
+    pub events: Vec<TimedEvent>,
+    /// Where each file sits in the stream.
+    pub inputs: Vec<InputSpan>,
+    /// Problems reading the input (a truncated file, say), one line each.
+    pub input_errors: Vec<String>,
+    /// Whether the run was interrupted (Ctrl-C).
+    pub interrupted: bool,
+    /// Audio replayed, in 16 kHz samples.
+    pub audio_samples: u64,
+}
+
+/// Writes events to the console and an optional JSONL file (atomically:
+/// written beside the target and renamed at the end).
+struct EventSink {
+    clock: Clock,
+    console: bool,
+    file: Option<(PathBuf, PathBuf, std::io::BufWriter<std::fs::File>)>,
+    events: Vec<TimedEvent>,
+    transcript_of: std::collections::HashMap<u64, String>,
+    write_error: Option<String>,
+}
+
+impl EventSink {
+    fn new(clock: Clock, console: bool, path: Option<&Path>) -> Result<Self, BadInput> {
+        let file = match path {
+            None => None,
+            Some(p) => {
+                let tmp = partial_path(p);
+                let f = std::fs::File::create(&tmp)
+                    .map_err(|e| BadInput(format!("{}: cannot write the event log ({e}); choose a writable path for --events", p.display())))?;
+                Some((p.to_path_buf(), tmp, std::io::BufWriter::new(f)))
+            }
+        };
+        Ok(Self { clock, console, file, events: Vec::new(), transcript_of: Default::default(), write_error: None })
+    }
+
+    fn handle(&mut self, ev: TimedEvent) {
+        if let Some((_, _, w)) = &mut self.file {
+            let line = ev.to_json_line(&self.clock).unwrap_or_default();
+            if let Err(e) = writeln!(w, "{line}") {
+                self.write_error.get_or_insert(e.to_string());
+            }
+        }
+        if self.console {
+            let mut out = std::io::stdout().lock();
+            match &ev.event {
+                PipelineEvent::Transcript(t) => {
+                    let _ = writeln!(out, "[{}] you: {}", t.id, t.text);
+                    self.transcript_of.insert(t.id, t.text.clone());
+                }
+                PipelineEvent::Token(t) => {
+                    if t.index == 0 {
+                        let _ = write!(out, "[{}] voxline: ", t.id);
+                    }
+                    let _ = write!(out, "{}", t.text);
+                    let _ = out.flush();
+                }
+                PipelineEvent::TurnComplete(c) => {
+                    if c.n_generated == 0 {
+                        let _ = writeln!(out, "[{}] voxline: (nothing to answer)", c.id);
+                    } else {
+                        let _ = writeln!(out);
+                    }
+                }
+                PipelineEvent::TurnError(e) => {
+                    let _ = writeln!(out);
+                    eprintln!("[{}] error in {}: {}", e.id, e.stage, e.message);
+                }
+                PipelineEvent::StageFailed { stage, message } => eprintln!("stage {stage} failed: {message}"),
+                PipelineEvent::StageError { stage, message } => eprintln!("{stage}: {message}"),
+                _ => {}
+            }
+        }
+        self.events.push(ev);
+    }
+
+    /// Finishes the event log; returns the events and any write error.
+    fn finish(mut self) -> (Vec<TimedEvent>, Option<String>) {
+        if let Some((path, tmp, w)) = self.file.take() {
+            let done = w.into_inner().map_err(|e| e.to_string()).and_then(|f| f.sync_all().map_err(|e| e.to_string()));
+            match done.and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| e.to_string())) {
+                Ok(()) => {}
+                Err(e) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    self.write_error.get_or_insert(format!("{}: {e}", path.display()));
+                }
+            }
+        }
+        (self.events, self.write_error)
+    }
+}
+
+/// The temporary name a file is written under before it is renamed into place.
+#[must_use]
+pub fn partial_path(p: &Path) -> PathBuf {
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    p.with_file_name(format!(".{name}.partial-{}", std::process::id()))
+}
+
+/// Replays `inputs` through VAD → `stt` → `llm`, returning every event and span.
+///
+/// `stt` and `llm` are normally [`voxline_stt::SttStage`] and
+/// [`voxline_llm::LlmStage`]; tests may wrap them (e.g. to slow one down).
+/// `shutdown` stops the source early (Ctrl-C); turns in flight finish.
+///
+/// # Errors
+/// [`RunError::BadInput`] for an invalid VAD configuration or an unwritable
+/// event log, [`RunError::Runtime`] when a thread cannot start.
+pub fn run<S, L>(inputs: Vec<Input>, stt: S, llm: L, opts: &RunOptions, shutdown: Option<ShutdownHandle>) -> Result<RunResult, RunError>
+where
+    S: Stage<In = Utterance, Out = Transcript>,
+    L: Stage<In = Transcript, Out = LlmOut>,
+{
+    let vad = VadStage::new(opts.vad.clone()).map_err(BadInput::from_display)?;
+    let clock = Clock::start();
+    let mut sink = EventSink::new(clock, opts.console, opts.events_path.as_deref())?;
+    let mut p = Pipeline::new(clock);
+    let cap = opts.queue_capacity.max(1);
+    let (audio_tx, audio_rx) = edge::<AudioFrame>("audio", 64, FullPolicy::Block);
+    let (utt_tx, utt_rx) = edge::<Utterance>("utterances", cap, FullPolicy::Block);
+    let (tr_tx, tr_rx) = edge::<Transcript>("transcripts", cap, FullPolicy::Block);
+    let (out_tx, out_rx) = edge::<LlmOut>("responses", 1024, FullPolicy::Block);
+    let rt = |e: voxline_core::RuntimeError| RunError::Runtime(e.to_string());
+    p.spawn_stage(vad, audio_rx, utt_tx).map_err(rt)?;
+    p.spawn_stage(stt, utt_rx, tr_tx).map_err(rt)?;
+    p.spawn_stage(llm, tr_rx, out_tx).map_err(rt)?;
+    p.spawn_sink("sink", out_rx, |_| Ok(())).map_err(rt)?;
+    let events = p.events();
+    let internal_stop = p.shutdown_handle();
+    let sink_thread = std::thread::Builder::new()
+        .name("events".into())
+        .spawn(move || {
+            for ev in events.iter() {
+                sink.handle(ev);
+            }
+            sink.finish()
+        })
+        .map_err(|e| RunError::Runtime(e.to_string()))?;
+
+    // The source runs on this thread.
+    let stop = |s: &Option<ShutdownHandle>| s.as_ref().is_some_and(ShutdownHandle::is_requested) || internal_stop.is_requested();
+    let mut pos: u64 = 0;
+    let mut spans = Vec::new();
+    let mut input_errors = Vec::new();
+    let mut interrupted = false;
+    let send = |frame_samples: Vec<f32>, pos: u64| -> bool {
+        let captured = match opts.pace {
+            Pace::Realtime => {
+                let due = clock.sample_due(pos);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                due
+            }
+            Pace::Fast => Instant::now(),
+        };
+        audio_tx.send(AudioFrame { start_sample: pos, samples: frame_samples, captured }).is_ok()
+    };
+    let gap = u64::from(opts.gap_ms) * 16;
+    'files: for (i, mut input) in inputs.into_iter().enumerate() {
+        if i > 0 {
+            let mut left = gap;
+            while left > 0 {
+                let n = left.min(320);
+                if stop(&shutdown) || !send(vec![0.0; n as usize], pos) {
+                    interrupted = true;
+                    break 'files;
+                }
+                pos += n;
+                left -= n;
+            }
+        }
+        let start = pos;
+        loop {
+            if stop(&shutdown) {
+                interrupted = true;
+                spans.push(InputSpan { path: input.path.clone(), sidecar: input.sidecar.take(), start, end: pos });
+                break 'files;
+            }
+            match input.source.next_chunk() {
+                Ok(Some(chunk)) => {
+                    let n = chunk.len() as u64;
+                    if !send(chunk, pos) {
+                        interrupted = true;
+                        break 'files;
+                    }
+                    pos += n;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    input_errors.push(e.to_string());
+                    break;
+                }
+            }
+        }
+        spans.push(InputSpan { path: input.path, sidecar: input.sidecar, start, end: pos });
+    }
+    drop(audio_tx);
+    let outcome = p.join();
+    let (events, write_error) = sink_thread.join().unwrap_or_else(|_| (Vec::new(), Some("the event sink panicked".into())));
+    if let Some(e) = write_error {
+        input_errors.push(format!("event log: {e}"));
+    }
+    Ok(RunResult {
+        clock,
+        pace: opts.pace,
+        outcome,
+        events,
+        inputs: spans,
+        input_errors,
+        interrupted: interrupted && shutdown.as_ref().is_some_and(ShutdownHandle::is_requested),
+        audio_samples: pos,
+    })
+}

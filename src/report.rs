@@ -1,0 +1,596 @@
+//! The run report: per turn, per stage, the summary with its percentiles,
+//! the bottlenecks and the budget verdict. `report.json` is this structure
+//! serialised (schema documented in the README; [`SCHEMA_VERSION`] changes
+//! when a field changes meaning or disappears).
+//!
+//! Definitions (DESIGN.md §3): endpoint delay = true end of speech →
+//! utterance closed; STT latency = utterance closed → transcript, less
+//! the time queued; LLM TTFT = transcript ready → first token; response
+//! latency = end of speech → first token = endpoint delay + STT queue wait +
+//! STT + LLM queue wait + LLM time to first token (exactly; the report checks).
+//!
+//! With `--pace realtime` the terms are read off the wall clock. With
+//! `--pace fast` audio arrives faster than real time, so the terms are
+//! computed on a virtual clock: each utterance closes at its audio time and
+//! each stage serves turns in order, taking the service time it was
+//! measured to take — what a live user would have felt, deterministically.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use serde::Serialize;
+use voxline_core::{Clock, EdgeStatsSnapshot, PipelineEvent, SpanKind, StopReason, Transcript, TurnComplete, UtteranceInfo};
+
+use crate::pipeline::{Pace, RunResult};
+use crate::stats::Percentiles;
+
+/// Version of the report schema.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One turn: an utterance and what became of it.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct TurnReport {
+    /// Utterance id (from 1).
+    pub id: u64,
+    /// Excluded from the summary as warm-up.
+    pub warmup: bool,
+    /// The recording it came from.
+    pub file: Option<PathBuf>,
+    /// What whisper heard.
+    pub transcript: Option<String>,
+    /// What the sidecar says was said.
+    pub expected: Option<String>,
+    /// Word error rate against `expected`.
+    pub wer: Option<f64>,
+    /// The answer.
+    pub response: Option<String>,
+    /// Stream position of the utterance start (16 kHz).
+    pub start_sample: u64,
+    /// End of speech as the VAD saw it.
+    pub end_sample: u64,
+    /// End of speech per the sidecar (else the VAD's).
+    pub true_end_sample: u64,
+    /// Where the VAD closed the utterance.
+    pub closed_sample: u64,
+    /// Utterance length.
+    pub audio_ms: f64,
+    /// True end of speech → utterance closed.
+    pub endpoint_delay_ms: Option<f64>,
+    /// Utterance closed → STT started.
+    pub stt_queue_ms: Option<f64>,
+    /// STT started → transcript.
+    pub stt_ms: Option<f64>,
+    /// Audio seconds per STT second.
+    pub stt_rtfx: Option<f64>,
+    /// Transcript tokens.
+    pub stt_tokens: Option<u32>,
+    /// Transcript tokens per STT second.
+    pub stt_tps: Option<f64>,
+    /// Transcript ready → LLM started.
+    pub llm_queue_ms: Option<f64>,
+    /// Transcript ready → first token (queue wait included).
+    pub llm_ttft_ms: Option<f64>,
+    /// LLM started → first token (prefill and first sample).
+    pub llm_first_token_ms: Option<f64>,
+    /// Tokens of the rendered prompt.
+    pub llm_prompt_tokens: Option<u32>,
+    /// Prompt tokens evaluated this turn (the rest came from the KV cache), per llama.cpp.
+    pub llm_prefill_tokens: Option<u32>,
+    /// Prefill tokens per second.
+    pub llm_prefill_tps: Option<f64>,
+    /// Tokens sampled (end-of-generation included).
+    pub llm_generated_tokens: Option<u32>,
+    /// Tokens streamed as text.
+    pub llm_streamed_tokens: usize,
+    /// Decode tokens per second: (n − 1) / (t_last − t_first).
+    pub llm_decode_tps: Option<f64>,
+    /// Gaps between streamed tokens.
+    pub inter_token_ms: Option<Percentiles>,
+    /// LLM started → turn complete.
+    pub llm_ms: Option<f64>,
+    /// End of speech → first token.
+    pub response_latency_ms: Option<f64>,
+    /// Why generation stopped.
+    pub stop: Option<StopReason>,
+    /// The error that ended the turn, as `stage: message`.
+    pub error: Option<String>,
+}
+
+/// One stage over the whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageReport {
+    /// Stage name.
+    pub name: String,
+    /// Items processed.
+    pub items: usize,
+    /// Time busy (blocked output excluded).
+    pub busy_ms: f64,
+    /// busy / session time: above 1.0 the stage cannot keep up with real time.
+    pub utilization: f64,
+    /// Tokens produced (STT transcript tokens, LLM generated tokens).
+    pub tokens: Option<u64>,
+    /// Tokens per busy second.
+    pub tokens_per_s: Option<f64>,
+    /// Time items waited in the stage's input queue.
+    pub queue_wait_ms: Option<Percentiles>,
+    /// Deepest the input queue got.
+    pub queue_max_depth: usize,
+    /// Input queue capacity.
+    pub queue_capacity: usize,
+    /// Items dropped from the input queue.
+    pub dropped: u64,
+}
+
+/// The stages that limit the pipeline.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Bottleneck {
+    /// Stage with the highest utilisation (limits throughput).
+    pub throughput: Option<String>,
+    /// Largest term of the response latency (limits latency): endpoint, stt_queue, stt, llm_queue or llm_first_token.
+    pub latency: Option<String>,
+    /// One line on each, with the numbers.
+    pub reason: String,
+    /// Mean of each latency term over the counted turns, ms.
+    pub latency_terms_ms: BTreeMap<String, f64>,
+}
+
+/// One limit checked against a budget.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BudgetCheck {
+    /// The limit, e.g. `response_latency_ms.p95 <= 3000`.
+    pub limit: String,
+    /// The measured value (null when there was nothing to measure).
+    pub measured: Option<f64>,
+    /// Whether it held.
+    pub passed: bool,
+}
+
+/// The budget verdict.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct BudgetResult {
+    /// Whether a budget was given.
+    pub given: bool,
+    /// True when every limit held (or no budget was given).
+    pub passed: bool,
+    /// Every limit checked.
+    pub checks: Vec<BudgetCheck>,
+    /// The limits that failed.
+    pub violations: Vec<BudgetCheck>,
+}
+
+/// Cold start: what the first turn costs beyond a warm one.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ColdStart {
+    /// Loading both models (and evaluating the system prompt).
+    pub model_load_ms: f64,
+    /// Response latency of the first turn.
+    pub first_turn_response_latency_ms: Option<f64>,
+}
+
+/// Run-wide figures.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Summary {
+    /// Utterances seen.
+    pub turns: usize,
+    /// Turns answered.
+    pub completed: usize,
+    /// Turns that ended in an error.
+    pub errors: usize,
+    /// Turns excluded as warm-up.
+    pub warmup_turns: usize,
+    /// Audio replayed, seconds.
+    pub audio_s: f64,
+    /// Session length on the report's clock, seconds.
+    pub session_s: f64,
+    /// End of speech → first token.
+    pub response_latency_ms: Option<Percentiles>,
+    /// Endpoint delay.
+    pub endpoint_delay_ms: Option<Percentiles>,
+    /// STT latency.
+    pub stt_ms: Option<Percentiles>,
+    /// STT real-time factor (audio s / STT s), per turn.
+    pub stt_rtfx: Option<Percentiles>,
+    /// LLM time to first token.
+    pub llm_ttft_ms: Option<Percentiles>,
+    /// LLM decode tokens/s, per turn.
+    pub llm_decode_tps: Option<Percentiles>,
+    /// LLM prefill tokens/s, per turn.
+    pub llm_prefill_tps: Option<Percentiles>,
+    /// Mean word error rate over turns with a sidecar.
+    pub wer: Option<f64>,
+    /// Items dropped anywhere.
+    pub dropped: u64,
+    /// The bottlenecks.
+    pub bottleneck: Bottleneck,
+    /// The budget verdict.
+    pub budget: BudgetResult,
+}
+
+/// What the run was configured with (for comparing runs).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct RunConfig {
+    /// Pacing.
+    pub pace: String,
+    /// Threads in all / whisper / LLM.
+    pub threads: [usize; 3],
+    /// whisper encoder window policy.
+    pub audio_ctx: String,
+    /// Max tokens per answer.
+    pub max_tokens: u32,
+    /// LLM context.
+    pub n_ctx: u32,
+    /// System prompt / history KV reuse.
+    pub cache_prompt: bool,
+    /// Multi-turn memory.
+    pub memory: bool,
+    /// whisper model file name.
+    pub whisper_model: String,
+    /// LLM file name.
+    pub llm_model: String,
+    /// Inputs.
+    pub inputs: Vec<PathBuf>,
+    /// Warm-up turns excluded.
+    pub warmup: usize,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// voxline's version.
+    pub voxline_version: String,
+    /// `wall` (realtime pace) or `virtual` (fast pace).
+    pub clock: String,
+    /// Configuration.
+    pub config: RunConfig,
+    /// The headline figures.
+    pub summary: Summary,
+    /// Cold start.
+    pub cold_start: ColdStart,
+    /// Every turn.
+    pub turns: Vec<TurnReport>,
+    /// Every stage.
+    pub stages: Vec<StageReport>,
+    /// Every edge.
+    pub edges: Vec<EdgeStatsSnapshot>,
+    /// Input problems.
+    pub input_errors: Vec<String>,
+    /// Set when a stage failed and the run stopped.
+    pub failed: Option<String>,
+    /// Set when the run was interrupted.
+    pub interrupted: bool,
+}
+
+fn ms(a: Instant, b: Instant) -> f64 {
+    if b >= a {
+        (b - a).as_secs_f64() * 1000.0
+    } else {
+        -((a - b).as_secs_f64() * 1000.0)
+    }
+}
+
+#[derive(Default)]
+struct Gathered {
+    utt: Option<(UtteranceInfo, Instant)>,
+    transcript: Option<(Transcript, Instant)>,
+    tokens: Vec<Instant>,
+    done: Option<TurnComplete>,
+    error: Option<String>,
+    stt_span: Option<(Instant, Instant, f64)>,
+    llm_span: Option<(Instant, Instant, Instant, f64)>,
+}
+
+/// Builds the report of a run. `warmup` turns (the first ones) are excluded
+/// from the summary; `model_load_ms` is the cold-start load time.
+#[must_use]
+pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f64) -> Report {
+    let clock = run.clock;
+    let mut by_id: BTreeMap<u64, Gathered> = BTreeMap::new();
+    for ev in &run.events {
+        match &ev.event {
+            PipelineEvent::Utterance(u) => by_id.entry(u.id).or_default().utt = Some((*u, ev.at)),
+            PipelineEvent::Transcript(t) => by_id.entry(t.id).or_default().transcript = Some((t.clone(), ev.at)),
+            PipelineEvent::Token(t) => by_id.entry(t.id).or_default().tokens.push(ev.at),
+            PipelineEvent::TurnComplete(c) => by_id.entry(c.id).or_default().done = Some(c.clone()),
+            PipelineEvent::TurnError(e) => {
+                by_id.entry(e.id).or_default().error.get_or_insert(format!("{}: {}", e.stage, e.message));
+            }
+            _ => {}
+        }
+    }
+    for s in &run.outcome.spans {
+        let (Some(id), SpanKind::Process) = (s.utterance, s.kind) else { continue };
+        let busy = s.elapsed().as_secs_f64() * 1000.0;
+        match s.stage.as_str() {
+            "stt" => by_id.entry(id).or_default().stt_span = Some((s.started, s.finished, busy)),
+            "llm" => by_id.entry(id).or_default().llm_span = Some((s.started, s.first_emit.unwrap_or(s.finished), s.finished, busy)),
+            _ => {}
+        }
+    }
+
+    let mut turns = Vec::new();
+    let (mut stt_free, mut llm_free) = (0.0f64, 0.0f64);
+    let audio_ms = Clock::samples_to_ms(run.audio_samples);
+    for (n, (id, g)) in by_id.into_iter().enumerate() {
+        let Some((u, utt_at)) = g.utt else { continue };
+        let mut t = TurnReport { id, warmup: n < warmup, start_sample: u.start_sample, end_sample: u.end_sample, closed_sample: u.closed_sample, audio_ms: u.duration_ms(), ..Default::default() };
+        // Truth from the sidecar: the spoken turn overlapping this utterance most.
+        t.true_end_sample = u.end_sample;
+        if let Some(input) = run.inputs.iter().find(|i| u.end_sample > i.start && u.start_sample < i.end.max(i.start + 1)) {
+            t.file = Some(input.path.clone());
+            if let Some(sc) = &input.sidecar {
+                let best = sc
+                    .turns
+                    .iter()
+                    .map(|st| {
+                        let (s, e) = (input.start + sc.to_16k(st.start_sample), input.start + sc.to_16k(st.end_sample));
+                        let overlap = e.min(u.end_sample).saturating_sub(s.max(u.start_sample));
+                        (overlap, st, e)
+                    })
+                    .filter(|(o, _, _)| *o > 0)
+                    .max_by_key(|(o, _, _)| *o);
+                if let Some((_, st, e)) = best {
+                    t.expected = Some(st.text.clone());
+                    t.true_end_sample = e;
+                }
+            }
+        }
+        t.error = g.error.clone();
+        if let Some((tr, _)) = &g.transcript {
+            t.transcript = Some(tr.text.clone());
+            t.stt_tokens = Some(tr.n_tokens);
+            if let Some(exp) = &t.expected {
+                t.wer = Some(voxline_stt::word_error_rate(exp, &tr.text));
+            }
+        }
+        if let Some(d) = &g.done {
+            t.response = Some(d.response.clone());
+            t.llm_prompt_tokens = Some(d.n_prompt_tokens);
+            t.llm_prefill_tokens = Some(d.engine.n_prefill_tokens);
+            t.llm_generated_tokens = Some(d.n_generated);
+            t.stop = Some(d.stop);
+        }
+        t.llm_streamed_tokens = g.tokens.len();
+        if g.tokens.len() >= 2 {
+            let span = ms(g.tokens[0], *g.tokens.last().unwrap_or(&g.tokens[0]));
+            if span > 0.0 {
+                t.llm_decode_tps = Some((g.tokens.len() - 1) as f64 / (span / 1000.0));
+            }
+            let gaps: Vec<f64> = g.tokens.windows(2).map(|w| ms(w[0], w[1])).collect();
+            t.inter_token_ms = Percentiles::of(&gaps);
+        }
+
+        // The latency terms, on the wall clock or the virtual one.
+        let stt_service = g.stt_span.zip(g.transcript.as_ref()).map(|((st, _, _), (_, tr_at))| ms(st, *tr_at));
+        let llm_first = g.llm_span.filter(|_| !g.tokens.is_empty()).map(|(st, _, _, _)| ms(st, g.tokens[0]));
+        match run.pace {
+            Pace::Realtime => {
+                let t_end = clock.sample_due(t.true_end_sample);
+                t.endpoint_delay_ms = Some(ms(t_end, utt_at));
+                if let Some((st, _, _)) = g.stt_span {
+                    t.stt_queue_ms = Some(ms(utt_at, st));
+                }
+                t.stt_ms = stt_service;
+                if let (Some((_, tr_at)), Some((st, _, fin, _))) = (&g.transcript, g.llm_span) {
+                    t.llm_queue_ms = Some(ms(*tr_at, st));
+                    t.llm_ms = Some(ms(st, fin));
+                    if let Some(first) = g.tokens.first() {
+                        t.llm_ttft_ms = Some(ms(*tr_at, *first));
+                        t.response_latency_ms = Some(ms(t_end, *first));
+                    }
+                }
+                t.llm_first_token_ms = llm_first;
+            }
+            Pace::Fast => {
+                let v_end = Clock::samples_to_ms(t.true_end_sample);
+                let v_utt = Clock::samples_to_ms(t.closed_sample);
+                t.endpoint_delay_ms = Some(v_utt - v_end);
+                if let Some((_, _, stt_busy)) = g.stt_span {
+                    let start = v_utt.max(stt_free);
+                    stt_free = start + stt_busy;
+                    t.stt_queue_ms = Some(start - v_utt);
+                    if let Some(service) = stt_service {
+                        t.stt_ms = Some(service);
+                        let v_tr = start + service;
+                        if let Some((_, _, _, llm_busy)) = g.llm_span {
+                            let lstart = v_tr.max(llm_free);
+                            llm_free = lstart + llm_busy;
+                            t.llm_queue_ms = Some(lstart - v_tr);
+                            t.llm_ms = Some(llm_busy);
+                            if let Some(first) = llm_first {
+                                t.llm_ttft_ms = Some(lstart - v_tr + first);
+                                t.response_latency_ms = Some(lstart + first - v_end);
+                            }
+                        }
+                    }
+                }
+                t.llm_first_token_ms = llm_first;
+            }
+        }
+        if let Some(s) = t.stt_ms.filter(|s| *s > 0.0) {
+            t.stt_rtfx = Some(t.audio_ms / s);
+            t.stt_tps = t.stt_tokens.map(|n| f64::from(n) / (s / 1000.0));
+        }
+        if let (Some(first), Some(n)) = (t.llm_first_token_ms.filter(|f| *f > 0.0), t.llm_prefill_tokens) {
+            t.llm_prefill_tps = Some(f64::from(n) / (first / 1000.0));
+        }
+        turns.push(t);
+    }
+
+    let session_ms = match run.pace {
+        Pace::Realtime => clock.ms_since_origin(run.outcome.finished),
+        Pace::Fast => audio_ms.max(stt_free).max(llm_free),
+    };
+    let stages = stage_reports(run, &turns, session_ms);
+    let counted: Vec<&TurnReport> = turns.iter().filter(|t| !t.warmup).collect();
+    let pick = |f: &dyn Fn(&TurnReport) -> Option<f64>| -> Option<Percentiles> {
+        Percentiles::of(&counted.iter().filter_map(|t| f(t)).collect::<Vec<_>>())
+    };
+    let wers: Vec<f64> = counted.iter().filter_map(|t| t.wer).collect();
+    let mut summary = Summary {
+        turns: turns.len(),
+        completed: turns.iter().filter(|t| t.response.is_some()).count(),
+        errors: turns.iter().filter(|t| t.error.is_some()).count(),
+        warmup_turns: turns.iter().filter(|t| t.warmup).count(),
+        audio_s: audio_ms / 1000.0,
+        session_s: session_ms / 1000.0,
+        response_latency_ms: pick(&|t| t.response_latency_ms),
+        endpoint_delay_ms: pick(&|t| t.endpoint_delay_ms),
+        stt_ms: pick(&|t| t.stt_ms),
+        stt_rtfx: pick(&|t| t.stt_rtfx),
+        llm_ttft_ms: pick(&|t| t.llm_ttft_ms),
+        llm_decode_tps: pick(&|t| t.llm_decode_tps),
+        llm_prefill_tps: pick(&|t| t.llm_prefill_tps),
+        wer: (!wers.is_empty()).then(|| wers.iter().sum::<f64>() / wers.len() as f64),
+        dropped: run.outcome.edges.iter().map(|e| e.dropped).sum(),
+        ..Default::default()
+    };
+    summary.bottleneck = bottleneck(&stages, &counted);
+    summary.budget = BudgetResult { given: false, passed: true, ..Default::default() };
+    let first_latency = turns.first().and_then(|t| t.response_latency_ms);
+    Report {
+        schema_version: SCHEMA_VERSION,
+        voxline_version: env!("CARGO_PKG_VERSION").into(),
+        clock: match run.pace {
+            Pace::Realtime => "wall".into(),
+            Pace::Fast => "virtual".into(),
+        },
+        config,
+        summary,
+        cold_start: ColdStart { model_load_ms, first_turn_response_latency_ms: first_latency },
+        turns,
+        stages,
+        edges: run.outcome.edges.clone(),
+        input_errors: run.input_errors.clone(),
+        failed: run.outcome.failed.clone(),
+        interrupted: run.interrupted,
+    }
+}
+
+fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<StageReport> {
+    let input_edge = |stage: &str| match stage {
+        "vad" => "audio",
+        "stt" => "utterances",
+        "llm" => "transcripts",
+        _ => "responses",
+    };
+    let mut names: Vec<String> = Vec::new();
+    for s in &run.outcome.spans {
+        if !names.contains(&s.stage) {
+            names.push(s.stage.clone());
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let spans: Vec<_> = run.outcome.spans.iter().filter(|s| s.stage == name).collect();
+            let busy_ms: f64 = spans.iter().map(|s| s.busy().as_secs_f64() * 1000.0).sum();
+            let waits: Vec<f64> = spans.iter().filter(|s| s.kind == SpanKind::Process).map(|s| s.queue_wait().as_secs_f64() * 1000.0).collect();
+            let tokens: Option<u64> = match name.as_str() {
+                "stt" => Some(turns.iter().filter_map(|t| t.stt_tokens).map(u64::from).sum()),
+                "llm" => Some(turns.iter().filter_map(|t| t.llm_generated_tokens).map(u64::from).sum()),
+                _ => None,
+            };
+            let edge = run.outcome.edges.iter().find(|e| e.name == input_edge(&name));
+            StageReport {
+                items: spans.iter().filter(|s| s.kind == SpanKind::Process).count(),
+                busy_ms,
+                utilization: if session_ms > 0.0 { busy_ms / session_ms } else { 0.0 },
+                tokens,
+                tokens_per_s: tokens.filter(|_| busy_ms > 0.0).map(|n| n as f64 / (busy_ms / 1000.0)),
+                queue_wait_ms: Percentiles::of(&waits),
+                queue_max_depth: edge.map_or(0, |e| e.max_depth),
+                queue_capacity: edge.map_or(0, |e| e.capacity),
+                dropped: edge.map_or(0, |e| e.dropped),
+                name,
+            }
+        })
+        .collect()
+}
+
+/// The latency terms of a turn, in critical-path order.
+const TERMS: [&str; 5] = ["endpoint", "stt_queue", "stt", "llm_queue", "llm_first_token"];
+
+fn terms(t: &TurnReport) -> Option<[f64; 5]> {
+    Some([t.endpoint_delay_ms?, t.stt_queue_ms?, t.stt_ms?, t.llm_queue_ms?, t.llm_first_token_ms?])
+}
+
+fn bottleneck(stages: &[StageReport], turns: &[&TurnReport]) -> Bottleneck {
+    let mut b = Bottleneck::default();
+    let mut reasons = Vec::new();
+    let busiest = stages.iter().filter(|s| s.name != "sink").max_by(|a, b| a.utilization.total_cmp(&b.utilization));
+    if let Some(s) = busiest {
+        b.throughput = Some(s.name.clone());
+        let verdict = if s.utilization > 1.0 { "cannot keep up with real time" } else { "is the busiest stage" };
+        let wait = s.queue_wait_ms.map_or(String::new(), |q| format!(", queue wait p95 {:.0} ms", q.p95));
+        reasons.push(format!(
+            "throughput: {} {verdict} (utilisation {:.2}, busy {:.0} ms; input queue peaked at {}/{}{wait})",
+            s.name, s.utilization, s.busy_ms, s.queue_max_depth, s.queue_capacity
+        ));
+    }
+    let all: Vec<[f64; 5]> = turns.iter().filter_map(|t| terms(t)).collect();
+    if !all.is_empty() {
+        let n = all.len() as f64;
+        let means: Vec<f64> = (0..5).map(|i| all.iter().map(|a| a[i]).sum::<f64>() / n).collect();
+        let total: f64 = means.iter().sum();
+        for (name, m) in TERMS.iter().zip(&means) {
+            b.latency_terms_ms.insert((*name).to_string(), *m);
+        }
+        if let Some((i, m)) = means.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)) {
+            b.latency = Some(TERMS[i].to_string());
+            let share = if total > 0.0 { 100.0 * m / total } else { 0.0 };
+            reasons.push(format!("latency: {} is {share:.0}% of response latency (mean {m:.0} ms of {total:.0} ms over {} turns)", TERMS[i], all.len()));
+        }
+    }
+    b.reason = reasons.join("; ");
+    b
+}
+
+/// The report as Markdown: bottlenecks and budget first, then the tables.
+#[must_use]
+pub fn to_markdown(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let f = |v: Option<f64>| v.map_or("–".to_string(), |x| format!("{x:.1}"));
+    let _ = writeln!(s, "# voxline report\n");
+    let _ = writeln!(s, "- **Throughput bottleneck:** {}", r.summary.bottleneck.throughput.as_deref().unwrap_or("–"));
+    let _ = writeln!(s, "- **Latency bottleneck:** {}", r.summary.bottleneck.latency.as_deref().unwrap_or("–"));
+    let _ = writeln!(s, "- **Why:** {}", r.summary.bottleneck.reason);
+    let verdict = if !r.summary.budget.given { "no budget given" } else if r.summary.budget.passed { "PASS" } else { "FAIL" };
+    let _ = writeln!(s, "- **Budget:** {verdict}");
+    for c in &r.summary.budget.checks {
+        let _ = writeln!(s, "  - {} {} (measured {})", if c.passed { "✓" } else { "✗" }, c.limit, f(c.measured));
+    }
+    let _ = writeln!(s, "\nclock: {} · turns: {} (warm-up {}, errors {}) · audio {:.1} s · session {:.1} s · threads {}/{}/{} · audio_ctx {} · max tokens {}\n",
+        r.clock, r.summary.turns, r.summary.warmup_turns, r.summary.errors, r.summary.audio_s, r.summary.session_s,
+        r.config.threads[0], r.config.threads[1], r.config.threads[2], r.config.audio_ctx, r.config.max_tokens);
+    let _ = writeln!(s, "| metric | p50 | p90 | p95 | p99 | n |\n|---|---|---|---|---|---|");
+    for (name, p) in [
+        ("response latency ms", r.summary.response_latency_ms),
+        ("endpoint delay ms", r.summary.endpoint_delay_ms),
+        ("STT ms", r.summary.stt_ms),
+        ("STT RTFx", r.summary.stt_rtfx),
+        ("LLM TTFT ms", r.summary.llm_ttft_ms),
+        ("LLM prefill tok/s", r.summary.llm_prefill_tps),
+        ("LLM decode tok/s", r.summary.llm_decode_tps),
+    ] {
+        if let Some(p) = p {
+            let _ = writeln!(s, "| {name} | {:.1} | {:.1} | {:.1} | {:.1}{} | {} |", p.p50, p.p90, p.p95, p.p99, if p.p99_meaningful { "" } else { "*" }, p.n);
+        }
+    }
+    let _ = writeln!(s, "\n\\* p99 of fewer than 100 turns is close to the maximum.\n");
+    let _ = writeln!(s, "| stage | items | busy ms | utilisation | tokens/s | queue wait p95 ms | max queue | dropped |\n|---|---|---|---|---|---|---|---|");
+    for st in &r.stages {
+        let _ = writeln!(s, "| {} | {} | {:.0} | {:.3} | {} | {} | {}/{} | {} |", st.name, st.items, st.busy_ms, st.utilization,
+            f(st.tokens_per_s), f(st.queue_wait_ms.map(|q| q.p95)), st.queue_max_depth, st.queue_capacity, st.dropped);
+    }
+    let _ = writeln!(s, "\n| turn | transcript | WER | endpoint | stt queue | stt | llm queue | first token | response latency | decode tok/s |\n|---|---|---|---|---|---|---|---|---|---|");
+    for t in &r.turns {
+        let _ = writeln!(s, "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |", t.id, if t.warmup { " (warm-up)" } else { "" },
+            t.transcript.as_deref().or(t.error.as_deref()).unwrap_or("").replace('|', "/"), f(t.wer),
+            f(t.endpoint_delay_ms), f(t.stt_queue_ms), f(t.stt_ms), f(t.llm_queue_ms), f(t.llm_first_token_ms), f(t.response_latency_ms), f(t.llm_decode_tps));
+    }
+    s
+}

@@ -1,0 +1,77 @@
+//! Percentiles over a run's measurements (hdrhistogram, microsecond resolution).
+
+use serde::Serialize;
+
+/// p50/p90/p95/p99 of a set of millisecond values, with their count.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest value.
+    pub max: f64,
+    /// Mean.
+    pub mean: f64,
+    /// Number of values.
+    pub n: usize,
+    /// False when n < 100: a p99 from so few values is really the maximum.
+    pub p99_meaningful: bool,
+}
+
+impl Percentiles {
+    /// Percentiles of `values_ms` (negative values are clamped to 0). `None` for an empty set.
+    #[must_use]
+    pub fn of(values_ms: &[f64]) -> Option<Self> {
+        if values_ms.is_empty() {
+            return None;
+        }
+        // 1 µs to 1 hour, 3 significant digits.
+        let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).ok()?;
+        for v in values_ms {
+            let us = (v.max(0.0) * 1000.0).round() as u64;
+            h.saturating_record(us.max(1));
+        }
+        let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
+        Some(Self {
+            p50: q(0.50),
+            p90: q(0.90),
+            p95: q(0.95),
+            p99: q(0.99),
+            max: h.max() as f64 / 1000.0,
+            mean: values_ms.iter().sum::<f64>() / values_ms.len() as f64,
+            n: values_ms.len(),
+            p99_meaningful: values_ms.len() >= 100,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_of_known_data() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        let p = Percentiles::of(&v).unwrap();
+        assert_eq!(p.n, 100);
+        assert!((p.p50 - 50.0).abs() < 0.1, "{p:?}");
+        assert!((p.p90 - 90.0).abs() < 0.1, "{p:?}");
+        assert!((p.p95 - 95.0).abs() < 0.1, "{p:?}");
+        assert!((p.p99 - 99.0).abs() < 0.1, "{p:?}");
+        assert!((p.max - 100.0).abs() < 0.1);
+        assert!((p.mean - 50.5).abs() < 1e-9);
+        assert!(p.p99_meaningful);
+        let one = Percentiles::of(&[1234.5]).unwrap();
+        assert!((one.p50 - 1234.5).abs() < 1.0 && (one.p99 - 1234.5).abs() < 1.0);
+        assert!(!one.p99_meaningful);
+        assert!(Percentiles::of(&[]).is_none());
+        // sub-millisecond values keep their resolution
+        let small = Percentiles::of(&[0.25, 0.25, 0.75]).unwrap();
+        assert!((small.p50 - 0.25).abs() < 0.01, "{small:?}");
+    }
+}

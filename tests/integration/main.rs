@@ -1,0 +1,7 @@
+//! voxline's integration tests: one test binary, shared helpers in `util`.
+//! They run the real models; `voxline models fetch` must have run first
+//! (`.ci/run` does it).
+
+mod engines;
+mod ggml_guard;
+mod util;
