@@ -94,12 +94,12 @@ S16=(-e signed-integer -b 16)
 # --- short questions, 16 kHz mono s16 ---------------------------------------
 declare -A QUESTIONS=(
   [q_capital]="What is the capital of France?"
-  [q_weather]="Will it rain tomorrow?"
-  [q_math]="What is two plus two?"
+  [q_weather]="Will it be sunny tomorrow?"
+  [q_tea]="How do I make a cup of tea?"
   [q_story]="Tell me a short story about a cat."
   [q_moon]="How far away is the moon?"
 )
-for name in q_capital q_weather q_math q_story q_moon; do
+for name in q_capital q_weather q_tea q_story q_moon; do
   speak "$name" "${QUESTIONS[$name]}"
   single "$name" "$name" "${QUESTIONS[$name]}" 16000 -c 1 "${S16[@]}"
 done
@@ -134,9 +134,9 @@ sidecar long_10s --turn "$long_a $long_b" 8000 $((8000 + long_n))
 
 # --- multi_turn: three questions, 1.5 s of silence between them --------------
 turn_texts=(
-  "What day is it today?"
+  "What time is it now?"
   "How many legs does a spider have?"
-  "Who wrote Romeo and Juliet?"
+  "Why is the sky blue?"
 )
 pre=8000 gap=24000 post=12800
 pos=$pre

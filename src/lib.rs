@@ -5,6 +5,7 @@
 //! integration tests drive the same functions.
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod budget;
 pub mod pipeline;
 pub mod report;

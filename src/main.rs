@@ -35,6 +35,8 @@ enum Command {
     },
     /// Replay recorded audio through the whole pipeline.
     Replay(ReplayArgs),
+    /// Measure the pipeline on the fixtures: report.json, report.md, report.csv, timeline.svg.
+    Bench(BenchArgs),
 }
 
 #[derive(Subcommand)]
@@ -156,6 +158,41 @@ struct ReplayArgs {
     vad: VadArgs,
 }
 
+#[derive(Args)]
+struct BenchArgs {
+    /// Fixture directory (every WAV in it) or WAV files.
+    #[arg(long, num_args = 1.., default_values = ["audio-fixtures"])]
+    fixtures: Vec<PathBuf>,
+    /// Leading turns excluded from the summary as warm-up.
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Play the fixture list this many times in one session.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// `fast` (virtual clock, default) or `realtime`.
+    #[arg(long, default_value = "fast")]
+    pace: String,
+    /// Check against this budget (TOML); exit 1 when a limit is broken.
+    #[arg(long)]
+    budget: Option<PathBuf>,
+    /// An earlier report.json to compare with (a ratio per metric and a verdict).
+    #[arg(long)]
+    baseline: Option<PathBuf>,
+    /// Output directory.
+    #[arg(long, default_value = "target/voxline-bench")]
+    out: PathBuf,
+    /// Also write every span as a Chrome/Perfetto trace here.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Write every event as JSON lines here.
+    #[arg(long)]
+    events: Option<PathBuf>,
+    #[command(flatten)]
+    engine: EngineArgs,
+    #[command(flatten)]
+    vad: VadArgs,
+}
+
 /// The exit status of a run that completed.
 enum Outcome {
     Ok,
@@ -198,6 +235,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Models { command } => models(command),
         Command::Replay(args) => replay(args),
+        Command::Bench(args) => bench(args),
     }
 }
 
@@ -408,6 +446,110 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         rep.summary.budget = b.evaluate(&rep);
     }
     finish_report(&rep, args.report_json.as_deref(), args.quiet)?;
+    Ok(outcome_of(&rep))
+}
+
+/// The WAV files named or contained in `items`, sorted per directory.
+fn collect_wavs(items: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
+    let mut out = Vec::new();
+    for item in items {
+        if item.is_dir() {
+            let rd = std::fs::read_dir(item).map_err(|e| BadInput(format!("{}: {e}", item.display())))?;
+            let mut wavs: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("wav"))).collect();
+            wavs.sort();
+            if wavs.is_empty() {
+                return Err(BadInput(format!("{}: no .wav files in this directory", item.display())));
+            }
+            out.extend(wavs);
+        } else {
+            out.push(item.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
+    let pace: Pace = args.pace.parse()?;
+    let settings = args.engine.settings()?;
+    let vad = args.vad.config()?;
+    let budget = args.budget.as_deref().map(Budget::load).transpose()?;
+    if args.repeat == 0 {
+        return Err(BadInput("--repeat 0: play the fixtures at least once".into()).into());
+    }
+    let files = collect_wavs(&args.fixtures)?;
+    let all: Vec<PathBuf> = (0..args.repeat).flat_map(|_| files.iter().cloned()).collect();
+    let inputs = pipeline::open_inputs(&all)?;
+    let expected_turns: usize = inputs.iter().map(|i| i.sidecar.as_ref().map_or(1, |s| s.turns.len())).sum();
+    std::fs::create_dir_all(&args.out).map_err(|e| BadInput(format!("{}: cannot create the output directory ({e})", args.out.display())))?;
+    check_writable(&args.out.join("report.json"), "--out")?;
+    for (p, flag) in [(&args.trace, "--trace"), (&args.events, "--events")] {
+        if let Some(p) = p {
+            check_writable(p, flag)?;
+        }
+    }
+    // Fail on a bad baseline before spending minutes on the run.
+    let baseline = args.baseline.as_deref().map(|b| voxline::bench::load_baseline(b).map(|v| (b.to_path_buf(), v))).transpose()?;
+    let shutdown = ShutdownHandle::new();
+    install_signal_handler(shutdown.clone());
+
+    let bar = indicatif::ProgressBar::new(expected_turns as u64);
+    bar.set_style(indicatif::ProgressStyle::with_template("{spinner} loading models {elapsed}").unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()));
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let t0 = Instant::now();
+    let stt = voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
+    let llm = voxline_llm::LlmEngine::load(settings.llm_config()).context("loading the language model")?;
+    let model_load_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} turns {elapsed} (eta {eta}) {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let progress = bar.clone();
+    let hook: pipeline::EventHook = std::sync::Arc::new(move |ev: &voxline_core::PipelineEvent| match ev {
+        voxline_core::PipelineEvent::TurnComplete(_) | voxline_core::PipelineEvent::TurnError(_) => progress.inc(1),
+        voxline_core::PipelineEvent::Transcript(t) => progress.set_message(t.text.chars().take(40).collect::<String>()),
+        _ => {}
+    });
+    let opts = RunOptions { pace, vad, events_path: args.events.clone(), console: false, on_event: Some(hook), ..RunOptions::default() };
+    let result = pipeline::run(inputs, voxline_stt::SttStage::new(stt), voxline_llm::LlmStage::new(llm), &opts, Some(shutdown))?;
+    bar.finish_and_clear();
+    let config = RunConfig {
+        pace: args.pace.clone(),
+        threads: [settings.threads.total, settings.threads.stt, settings.threads.llm],
+        audio_ctx: settings.audio_ctx.to_string(),
+        max_tokens: settings.max_tokens,
+        n_ctx: settings.n_ctx,
+        cache_prompt: settings.cache_prompt,
+        memory: settings.memory,
+        whisper_model: file_name(&settings.whisper_model),
+        llm_model: file_name(&settings.llm_model),
+        inputs: files.clone(),
+        warmup: args.warmup,
+    };
+    let mut rep = report::build(&result, config, args.warmup, model_load_ms);
+    if let Some(b) = &budget {
+        rep.summary.budget = b.evaluate(&rep);
+    }
+    if let Some((path, base)) = &baseline {
+        let (metrics, verdict) = voxline::bench::compare_values(&serde_json::to_value(&rep)?, base);
+        rep.baseline = Some(report::BaselineResult { path: path.clone(), verdict, metrics });
+    }
+    write_atomic(&args.out.join("report.json"), &serde_json::to_vec_pretty(&rep)?)?;
+    write_atomic(&args.out.join("report.md"), report::to_markdown(&rep).as_bytes())?;
+    write_atomic(&args.out.join("report.csv"), voxline::bench::to_csv(&rep).as_bytes())?;
+    let svg = args.out.join("timeline.svg");
+    let tmp = pipeline::partial_path(&svg);
+    voxline::bench::timeline_svg(&rep, &tmp).map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
+    std::fs::rename(&tmp, &svg).with_context(|| format!("writing {}", svg.display()))?;
+    if let Some(t) = &args.trace {
+        write_atomic(t, voxline::bench::chrome_trace(&result).as_bytes())?;
+    }
+    finish_report(&rep, None, false)?;
+    if let Some(b) = &rep.baseline {
+        eprintln!("voxline: against {}: {}", b.path.display(), b.verdict);
+        for c in &b.metrics {
+            eprintln!("voxline:   {:<34} {:>10.1} → {:>10.1}  ×{:.2}  {}", c.metric, c.baseline, c.current, c.ratio, c.verdict);
+        }
+    }
+    eprintln!("voxline: wrote {}/report.{{json,md,csv}} and timeline.svg", args.out.display());
     Ok(outcome_of(&rep))
 }
 

@@ -85,8 +85,11 @@ pub fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>, BadInput> {
         .collect()
 }
 
+/// Called with every event as the sinks see it (e.g. to drive a progress bar).
+pub type EventHook = std::sync::Arc<dyn Fn(&PipelineEvent) + Send + Sync>;
+
 /// How to run.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RunOptions {
     /// Pacing of the replay.
     pub pace: Pace,
@@ -100,11 +103,26 @@ pub struct RunOptions {
     pub console: bool,
     /// Capacity of the utterance and transcript edges.
     pub queue_capacity: usize,
+    /// Called with every event.
+    pub on_event: Option<EventHook>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("pace", &self.pace)
+            .field("vad", &self.vad)
+            .field("gap_ms", &self.gap_ms)
+            .field("events_path", &self.events_path)
+            .field("console", &self.console)
+            .field("queue_capacity", &self.queue_capacity)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        Self { pace: Pace::Fast, vad: VadConfig::default(), gap_ms: 1000, events_path: None, console: false, queue_capacity: 16 }
+        Self { pace: Pace::Fast, vad: VadConfig::default(), gap_ms: 1000, events_path: None, console: false, queue_capacity: 16, on_event: None }
     }
 }
 
@@ -257,11 +275,15 @@ where
     p.spawn_stage(llm, tr_rx, out_tx).map_err(rt)?;
     p.spawn_sink("sink", out_rx, |_| Ok(())).map_err(rt)?;
     let events = p.events();
+    let hook = opts.on_event.clone();
     let internal_stop = p.shutdown_handle();
     let sink_thread = std::thread::Builder::new()
         .name("events".into())
         .spawn(move || {
             for ev in events.iter() {
+                if let Some(h) = &hook {
+                    h(&ev.event);
+                }
                 sink.handle(ev);
             }
             sink.finish()

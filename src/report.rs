@@ -95,6 +95,24 @@ pub struct TurnReport {
     pub stop: Option<StopReason>,
     /// The error that ended the turn, as `stage: message`.
     pub error: Option<String>,
+    /// When things happened, in ms on the report's clock (for timelines).
+    pub timeline: TurnTimeline,
+}
+
+/// A turn's moments on the report's clock (ms since the session origin; the
+/// virtual clock at fast pace).
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct TurnTimeline {
+    /// True end of speech.
+    pub end_of_speech_ms: f64,
+    /// Utterance closed by the VAD.
+    pub closed_ms: f64,
+    /// STT started / finished.
+    pub stt_ms: Option<[f64; 2]>,
+    /// LLM started / finished.
+    pub llm_ms: Option<[f64; 2]>,
+    /// First token.
+    pub first_token_ms: Option<f64>,
 }
 
 /// One stage over the whole run.
@@ -261,6 +279,19 @@ pub struct Report {
     pub failed: Option<String>,
     /// Set when the run was interrupted.
     pub interrupted: bool,
+    /// The comparison with `--baseline`, when given.
+    pub baseline: Option<BaselineResult>,
+}
+
+/// This run against an earlier report.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct BaselineResult {
+    /// The baseline report.
+    pub path: PathBuf,
+    /// `improved`, `unchanged` or `regressed`.
+    pub verdict: String,
+    /// Each compared metric.
+    pub metrics: Vec<crate::bench::Comparison>,
 }
 
 fn ms(a: Instant, b: Instant) -> f64 {
@@ -368,6 +399,14 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
         match run.pace {
             Pace::Realtime => {
                 let t_end = clock.sample_due(t.true_end_sample);
+                let at = |i: Instant| clock.ms_since_origin(i);
+                t.timeline = TurnTimeline {
+                    end_of_speech_ms: at(t_end),
+                    closed_ms: at(utt_at),
+                    stt_ms: g.stt_span.map(|(a, b, _)| [at(a), at(b)]),
+                    llm_ms: g.llm_span.map(|(a, _, b, _)| [at(a), at(b)]),
+                    first_token_ms: g.tokens.first().map(|f| at(*f)),
+                };
                 t.endpoint_delay_ms = Some(ms(t_end, utt_at));
                 if let Some((st, _, _)) = g.stt_span {
                     t.stt_queue_ms = Some(ms(utt_at, st));
@@ -387,9 +426,12 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
                 let v_end = Clock::samples_to_ms(t.true_end_sample);
                 let v_utt = Clock::samples_to_ms(t.closed_sample);
                 t.endpoint_delay_ms = Some(v_utt - v_end);
+                t.timeline.end_of_speech_ms = v_end;
+                t.timeline.closed_ms = v_utt;
                 if let Some((_, _, stt_busy)) = g.stt_span {
                     let start = v_utt.max(stt_free);
                     stt_free = start + stt_busy;
+                    t.timeline.stt_ms = Some([start, stt_free]);
                     t.stt_queue_ms = Some(start - v_utt);
                     if let Some(service) = stt_service {
                         t.stt_ms = Some(service);
@@ -397,6 +439,8 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
                         if let Some((_, _, _, llm_busy)) = g.llm_span {
                             let lstart = v_tr.max(llm_free);
                             llm_free = lstart + llm_busy;
+                            t.timeline.llm_ms = Some([lstart, llm_free]);
+                            t.timeline.first_token_ms = llm_first.map(|f| lstart + f);
                             t.llm_queue_ms = Some(lstart - v_tr);
                             t.llm_ms = Some(llm_busy);
                             if let Some(first) = llm_first {
@@ -424,6 +468,7 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
         Pace::Fast => audio_ms.max(stt_free).max(llm_free),
     };
     let stages = stage_reports(run, &turns, session_ms);
+    let stages = if run.pace == Pace::Fast { with_virtual_waits(stages, &turns) } else { stages };
     let counted: Vec<&TurnReport> = turns.iter().filter(|t| !t.warmup).collect();
     let pick = |f: &dyn Fn(&TurnReport) -> Option<f64>| -> Option<Percentiles> {
         Percentiles::of(&counted.iter().filter_map(|t| f(t)).collect::<Vec<_>>())
@@ -466,6 +511,7 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
         input_errors: run.input_errors.clone(),
         failed: run.outcome.failed.clone(),
         interrupted: run.interrupted,
+        baseline: None,
     }
 }
 
@@ -508,6 +554,22 @@ fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<
             }
         })
         .collect()
+}
+
+/// At fast pace audio arrives faster than real time, so the measured queue
+/// waits of the engine stages say nothing about a live session; report the
+/// virtual-clock waits instead (the VAD's input is never queued in real time).
+fn with_virtual_waits(mut stages: Vec<StageReport>, turns: &[TurnReport]) -> Vec<StageReport> {
+    for s in &mut stages {
+        let waits: Vec<f64> = match s.name.as_str() {
+            "stt" => turns.iter().filter_map(|t| t.stt_queue_ms).collect(),
+            "llm" => turns.iter().filter_map(|t| t.llm_queue_ms).collect(),
+            "vad" => vec![0.0; s.items],
+            _ => continue,
+        };
+        s.queue_wait_ms = Percentiles::of(&waits);
+    }
+    stages
 }
 
 /// The latency terms of a turn, in critical-path order.
@@ -562,6 +624,12 @@ pub fn to_markdown(r: &Report) -> String {
     let _ = writeln!(s, "- **Budget:** {verdict}");
     for c in &r.summary.budget.checks {
         let _ = writeln!(s, "  - {} {} (measured {})", if c.passed { "✓" } else { "✗" }, c.limit, f(c.measured));
+    }
+    if let Some(b) = &r.baseline {
+        let _ = writeln!(s, "- **Against baseline** `{}`: {}", b.path.display(), b.verdict);
+        for c in &b.metrics {
+            let _ = writeln!(s, "  - {}: {:.1} → {:.1} (×{:.2}, {})", c.metric, c.baseline, c.current, c.ratio, c.verdict);
+        }
     }
     let _ = writeln!(s, "\nclock: {} · turns: {} (warm-up {}, errors {}) · audio {:.1} s · session {:.1} s · threads {}/{}/{} · audio_ctx {} · max tokens {}\n",
         r.clock, r.summary.turns, r.summary.warmup_turns, r.summary.errors, r.summary.audio_s, r.summary.session_s,

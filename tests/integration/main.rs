@@ -4,4 +4,6 @@
 
 mod engines;
 mod ggml_guard;
+mod models_cli;
+mod replay;
 mod util;

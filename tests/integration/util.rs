@@ -58,3 +58,51 @@ pub fn read_16k(path: &Path) -> Vec<f32> {
 pub fn threads_each() -> usize {
     (std::thread::available_parallelism().map_or(2, usize::from) / 2).max(1)
 }
+
+/// Inference tests take this lock so that no two run their engines at once:
+/// ggml's spinning threads would oversubscribe the cores and collapse.
+pub fn engine_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Engine settings for tests: the default models, the machine's cores split in two, short answers.
+pub fn settings(max_tokens: u32) -> voxline::settings::EngineSettings {
+    voxline::settings::EngineSettings {
+        whisper_model: whisper_model(),
+        llm_model: llm_model(),
+        threads: voxline::settings::ThreadBudget::split(None, None).unwrap(),
+        audio_ctx: voxline_stt::AudioCtx::Default,
+        stt_gpu: false,
+        n_gpu_layers: 0,
+        max_tokens,
+        n_ctx: 2048,
+        system_prompt: voxline_llm::DEFAULT_SYSTEM_PROMPT.into(),
+        cache_prompt: true,
+        memory: true,
+        sampling: voxline_llm::Sampling::default(),
+    }
+}
+
+/// Loads both engines as pipeline stages.
+pub fn stages(s: &voxline::settings::EngineSettings) -> (voxline_stt::SttStage, voxline_llm::LlmStage) {
+    let stt = voxline_stt::SttEngine::load(s.stt_config()).unwrap();
+    let llm = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
+    (voxline_stt::SttStage::new(stt), voxline_llm::LlmStage::new(llm))
+}
+
+/// Replays files at fast pace through the real engines and builds the report.
+pub fn replay(files: &[&str], max_tokens: u32) -> (voxline::pipeline::RunResult, voxline::report::Report) {
+    let s = settings(max_tokens);
+    let (stt, llm) = stages(&s);
+    let paths: Vec<PathBuf> = files.iter().map(|f| fixture(f)).collect();
+    let inputs = voxline::pipeline::open_inputs(&paths).unwrap();
+    let run = voxline::pipeline::run(inputs, stt, llm, &voxline::pipeline::RunOptions::default(), None).unwrap();
+    let report = voxline::report::build(&run, voxline::report::RunConfig::default(), 0, 0.0);
+    (run, report)
+}
+
+/// The voxline binary built for this test run.
+pub fn voxline_bin() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_voxline"))
+}

