@@ -75,9 +75,13 @@ struct EngineArgs {
     /// CPU threads for the whole pipeline (default: the available cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Of those, threads for whisper (default: half); the LLM gets the rest.
+    /// Of those, threads for whisper with `--cpu-share split` (default: half); the LLM gets the rest.
     #[arg(long)]
     stt_threads: Option<usize>,
+    /// `split`: each engine owns part of the threads and they may run at once;
+    /// `shared`: each engine uses all of them and they take turns (a CPU lease).
+    #[arg(long, default_value = "split")]
+    cpu_share: String,
     /// whisper encoder window: `full` (30 s), `auto`, `auto+PAD`, or a number of positions (50 per second).
     #[arg(long, default_value = "default")]
     audio_ctx: String,
@@ -204,7 +208,7 @@ enum Outcome {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("VOXLINE_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("VOXLINE_LOG").unwrap_or_else(|_| "warn,llama-cpp-2=error,whisper_rs=error".into()))
         .with_writer(std::io::stderr)
         .init();
     match run(cli) {
@@ -306,7 +310,14 @@ fn models(command: ModelsCommand) -> anyhow::Result<Outcome> {
 
 impl EngineArgs {
     fn settings(&self) -> Result<EngineSettings, BadInput> {
-        let threads = ThreadBudget::split(self.threads, self.stt_threads)?;
+        let threads = match self.cpu_share.as_str() {
+            "split" => ThreadBudget::split(self.threads, self.stt_threads)?,
+            "shared" if self.stt_threads.is_some() => {
+                return Err(BadInput("--stt-threads only applies to --cpu-share split; with shared both engines use --threads".into()))
+            }
+            "shared" => ThreadBudget::shared(self.threads)?,
+            other => return Err(BadInput(format!("--cpu-share {other:?}: expected `split` or `shared`"))),
+        };
         let audio_ctx = voxline_stt::AudioCtx::parse(&self.audio_ctx).map_err(BadInput::from_display)?;
         let whisper_model = self.whisper_model.clone().unwrap_or_else(|| fetch::default_path(&self.models_dir, Role::Stt));
         let llm_model = self.llm_model.clone().unwrap_or_else(|| fetch::default_path(&self.models_dir, Role::Llm));
@@ -426,11 +437,12 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     if shutdown.is_requested() {
         return Ok(Outcome::Ok);
     }
-    let opts = RunOptions { pace, vad, events_path: args.events.clone(), console: !args.quiet, ..RunOptions::default() };
+    let opts = RunOptions { pace, vad, events_path: args.events.clone(), console: !args.quiet, cpu_shared: settings.threads.shared, ..RunOptions::default() };
     let result = pipeline::run(inputs, voxline_stt::SttStage::new(stt), voxline_llm::LlmStage::new(llm), &opts, Some(shutdown))?;
     let config = RunConfig {
         pace: args.pace.clone(),
         threads: [settings.threads.total, settings.threads.stt, settings.threads.llm],
+        cpu_share: if settings.threads.shared { "shared".into() } else { "split".into() },
         audio_ctx: settings.audio_ctx.to_string(),
         max_tokens: settings.max_tokens,
         n_ctx: settings.n_ctx,
@@ -508,12 +520,13 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         voxline_core::PipelineEvent::Transcript(t) => progress.set_message(t.text.chars().take(40).collect::<String>()),
         _ => {}
     });
-    let opts = RunOptions { pace, vad, events_path: args.events.clone(), console: false, on_event: Some(hook), ..RunOptions::default() };
+    let opts = RunOptions { pace, vad, events_path: args.events.clone(), console: false, on_event: Some(hook), cpu_shared: settings.threads.shared, ..RunOptions::default() };
     let result = pipeline::run(inputs, voxline_stt::SttStage::new(stt), voxline_llm::LlmStage::new(llm), &opts, Some(shutdown))?;
     bar.finish_and_clear();
     let config = RunConfig {
         pace: args.pace.clone(),
         threads: [settings.threads.total, settings.threads.stt, settings.threads.llm],
+        cpu_share: if settings.threads.shared { "shared".into() } else { "split".into() },
         audio_ctx: settings.audio_ctx.to_string(),
         max_tokens: settings.max_tokens,
         n_ctx: settings.n_ctx,

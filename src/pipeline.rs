@@ -105,6 +105,9 @@ pub struct RunOptions {
     pub queue_capacity: usize,
     /// Called with every event.
     pub on_event: Option<EventHook>,
+    /// The two engines share the cores and take turns on them (one CPU
+    /// lease) instead of each owning a part of them.
+    pub cpu_shared: bool,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -116,13 +119,14 @@ impl std::fmt::Debug for RunOptions {
             .field("events_path", &self.events_path)
             .field("console", &self.console)
             .field("queue_capacity", &self.queue_capacity)
+            .field("cpu_shared", &self.cpu_shared)
             .finish_non_exhaustive()
     }
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        Self { pace: Pace::Fast, vad: VadConfig::default(), gap_ms: 1000, events_path: None, console: false, queue_capacity: 16, on_event: None }
+        Self { pace: Pace::Fast, vad: VadConfig::default(), gap_ms: 1000, events_path: None, console: false, queue_capacity: 16, on_event: None, cpu_shared: false }
     }
 }
 
@@ -156,6 +160,8 @@ pub struct RunResult {
     pub interrupted: bool,
     /// Audio replayed, in 16 kHz samples.
     pub audio_samples: u64,
+    /// Whether the engines shared the cores under one lease.
+    pub cpu_shared: bool,
 }
 
 /// Writes events to the console and an optional JSONL file (atomically:
@@ -271,8 +277,14 @@ where
     let (out_tx, out_rx) = edge::<LlmOut>("responses", 1024, FullPolicy::Block);
     let rt = |e: voxline_core::RuntimeError| RunError::Runtime(e.to_string());
     p.spawn_stage(vad, audio_rx, utt_tx).map_err(rt)?;
-    p.spawn_stage(stt, utt_rx, tr_tx).map_err(rt)?;
-    p.spawn_stage(llm, tr_rx, out_tx).map_err(rt)?;
+    if opts.cpu_shared {
+        let lease = voxline_core::CpuLease::new();
+        p.spawn_stage_leased(stt, utt_rx, tr_tx, lease.clone()).map_err(rt)?;
+        p.spawn_stage_leased(llm, tr_rx, out_tx, lease).map_err(rt)?;
+    } else {
+        p.spawn_stage(stt, utt_rx, tr_tx).map_err(rt)?;
+        p.spawn_stage(llm, tr_rx, out_tx).map_err(rt)?;
+    }
     p.spawn_sink("sink", out_rx, |_| Ok(())).map_err(rt)?;
     let events = p.events();
     let hook = opts.on_event.clone();
@@ -364,5 +376,6 @@ where
         input_errors,
         interrupted: interrupted && shutdown.as_ref().is_some_and(ShutdownHandle::is_requested),
         audio_samples: pos,
+        cpu_shared: opts.cpu_shared,
     })
 }

@@ -232,6 +232,8 @@ pub struct RunConfig {
     pub pace: String,
     /// Threads in all / whisper / LLM.
     pub threads: [usize; 3],
+    /// `split` or `shared` (engines take turns on all threads).
+    pub cpu_share: String,
     /// whisper encoder window policy.
     pub audio_ctx: String,
     /// Max tokens per answer.
@@ -342,7 +344,7 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
     }
 
     let mut turns = Vec::new();
-    let (mut stt_free, mut llm_free) = (0.0f64, 0.0f64);
+    let mut jobs: Vec<SimJob> = Vec::new();
     let audio_ms = Clock::samples_to_ms(run.audio_samples);
     for (n, (id, g)) in by_id.into_iter().enumerate() {
         let Some((u, utt_at)) = g.utt else { continue };
@@ -428,31 +430,23 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
                 t.endpoint_delay_ms = Some(v_utt - v_end);
                 t.timeline.end_of_speech_ms = v_end;
                 t.timeline.closed_ms = v_utt;
-                if let Some((_, _, stt_busy)) = g.stt_span {
-                    let start = v_utt.max(stt_free);
-                    stt_free = start + stt_busy;
-                    t.timeline.stt_ms = Some([start, stt_free]);
-                    t.stt_queue_ms = Some(start - v_utt);
-                    if let Some(service) = stt_service {
-                        t.stt_ms = Some(service);
-                        let v_tr = start + service;
-                        if let Some((_, _, _, llm_busy)) = g.llm_span {
-                            let lstart = v_tr.max(llm_free);
-                            llm_free = lstart + llm_busy;
-                            t.timeline.llm_ms = Some([lstart, llm_free]);
-                            t.timeline.first_token_ms = llm_first.map(|f| lstart + f);
-                            t.llm_queue_ms = Some(lstart - v_tr);
-                            t.llm_ms = Some(llm_busy);
-                            if let Some(first) = llm_first {
-                                t.llm_ttft_ms = Some(lstart - v_tr + first);
-                                t.response_latency_ms = Some(lstart + first - v_end);
-                            }
-                        }
-                    }
-                }
                 t.llm_first_token_ms = llm_first;
+                jobs.push(SimJob {
+                    turn: turns.len(),
+                    ready: v_utt,
+                    stt: g.stt_span.map(|(_, _, busy)| (busy, stt_service)),
+                    llm: g.llm_span.map(|(_, _, _, busy)| (busy, llm_first)),
+                });
             }
         }
+        turns.push(t);
+    }
+
+    let session_ms = match run.pace {
+        Pace::Realtime => clock.ms_since_origin(run.outcome.finished),
+        Pace::Fast => audio_ms.max(simulate(&jobs, run.cpu_shared, &mut turns)),
+    };
+    for t in &mut turns {
         if let Some(s) = t.stt_ms.filter(|s| *s > 0.0) {
             t.stt_rtfx = Some(t.audio_ms / s);
             t.stt_tps = t.stt_tokens.map(|n| f64::from(n) / (s / 1000.0));
@@ -460,13 +454,7 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
         if let (Some(first), Some(n)) = (t.llm_first_token_ms.filter(|f| *f > 0.0), t.llm_prefill_tokens) {
             t.llm_prefill_tps = Some(f64::from(n) / (first / 1000.0));
         }
-        turns.push(t);
     }
-
-    let session_ms = match run.pace {
-        Pace::Realtime => clock.ms_since_origin(run.outcome.finished),
-        Pace::Fast => audio_ms.max(stt_free).max(llm_free),
-    };
     let stages = stage_reports(run, &turns, session_ms);
     let stages = if run.pace == Pace::Fast { with_virtual_waits(stages, &turns) } else { stages };
     let counted: Vec<&TurnReport> = turns.iter().filter(|t| !t.warmup).collect();
@@ -554,6 +542,80 @@ fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<
             }
         })
         .collect()
+}
+
+/// One turn's measured service times, for the virtual clock.
+struct SimJob {
+    /// Index into the turns.
+    turn: usize,
+    /// When the utterance closed (virtual ms).
+    ready: f64,
+    /// STT busy time and its time to the transcript.
+    stt: Option<(f64, Option<f64>)>,
+    /// LLM busy time and its time to the first token.
+    llm: Option<(f64, Option<f64>)>,
+}
+
+/// Replays the measured service times on the virtual clock: utterances
+/// close at their audio time; STT and LLM each serve turns in order. With
+/// `shared` cores (one CPU lease) the two stages are one server that takes
+/// whichever waiting job asked first. Fills each turn's queue waits, TTFT,
+/// response latency and timeline; returns when the last job finished.
+fn simulate(jobs: &[SimJob], shared: bool, turns: &mut [TurnReport]) -> f64 {
+    #[derive(Clone, Copy)]
+    enum Kind {
+        Stt,
+        Llm,
+    }
+    // (ready time, job index, kind) waiting to run
+    let mut pending: Vec<(f64, usize, Kind)> = jobs.iter().enumerate().filter(|(_, j)| j.stt.is_some()).map(|(i, j)| (j.ready, i, Kind::Stt)).collect();
+    let (mut stt_free, mut llm_free, mut end) = (0.0f64, 0.0f64, 0.0f64);
+    while !pending.is_empty() {
+        // the job that can start first; ties go to the one that became ready first
+        let start_of = |(ready, _, kind): &(f64, usize, Kind)| -> f64 {
+            let free = if shared { stt_free.max(llm_free) } else { match kind { Kind::Stt => stt_free, Kind::Llm => llm_free } };
+            ready.max(free)
+        };
+        let (pos, _) = pending
+            .iter()
+            .enumerate()
+            .min_by(|a, b| start_of(a.1).total_cmp(&start_of(b.1)).then(a.1 .0.total_cmp(&b.1 .0)).then(a.1 .1.cmp(&b.1 .1)))
+            .expect("pending is not empty");
+        let job = pending.remove(pos);
+        let start = start_of(&job);
+        let (ready, i, kind) = job;
+        let j = &jobs[i];
+        let t = &mut turns[j.turn];
+        match kind {
+            Kind::Stt => {
+                let (busy, service) = j.stt.unwrap_or_default();
+                stt_free = start + busy;
+                end = end.max(stt_free);
+                t.timeline.stt_ms = Some([start, stt_free]);
+                t.stt_queue_ms = Some(start - ready);
+                if let Some(service) = service {
+                    t.stt_ms = Some(service);
+                    if j.llm.is_some() {
+                        pending.push((start + service, i, Kind::Llm));
+                    }
+                }
+            }
+            Kind::Llm => {
+                let (busy, first) = j.llm.unwrap_or_default();
+                llm_free = start + busy;
+                end = end.max(llm_free);
+                t.timeline.llm_ms = Some([start, llm_free]);
+                t.llm_queue_ms = Some(start - ready);
+                t.llm_ms = Some(busy);
+                if let Some(first) = first {
+                    t.timeline.first_token_ms = Some(start + first);
+                    t.llm_ttft_ms = Some(start - ready + first);
+                    t.response_latency_ms = Some(start + first - t.timeline.end_of_speech_ms);
+                }
+            }
+        }
+    }
+    end
 }
 
 /// At fast pace audio arrives faster than real time, so the measured queue

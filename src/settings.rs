@@ -11,7 +11,9 @@ use crate::BadInput;
 ///
 /// ggml's CPU threads spin while they wait, so two engines whose threads
 /// add up to more than the cores collapse each other's throughput. The
-/// pipeline owns the budget: the engines' thread counts always sum to it.
+/// pipeline owns the budget, in one of two ways: *split* — each engine owns
+/// part of the cores and they may run at once; *shared* — each engine uses
+/// all of them, and a CPU lease makes them take turns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct ThreadBudget {
     /// Threads in all (default: the available cores).
@@ -20,9 +22,23 @@ pub struct ThreadBudget {
     pub stt: usize,
     /// Threads given to llama.cpp.
     pub llm: usize,
+    /// The engines take turns on all `total` threads.
+    pub shared: bool,
 }
 
 impl ThreadBudget {
+    /// All `total` threads (`None` = the available cores) to each engine, one at a time.
+    ///
+    /// # Errors
+    /// [`BadInput`] when `total` is 0.
+    pub fn shared(total: Option<usize>) -> Result<Self, BadInput> {
+        let total = total.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+        if total == 0 {
+            return Err(BadInput("--threads 0: the pipeline needs at least one thread".into()));
+        }
+        Ok(Self { total, stt: total, llm: total, shared: true })
+    }
+
     /// Splits `total` threads (`None` = the available cores): `stt` threads to
     /// whisper if given, otherwise half (rounded down, at least one); the rest to the LLM.
     ///
@@ -36,7 +52,7 @@ impl ThreadBudget {
         }
         if total == 1 {
             // One core: the engines take turns on it (each with one thread).
-            return Ok(Self { total, stt: 1, llm: 1 });
+            return Ok(Self { total, stt: 1, llm: 1, shared: false });
         }
         let stt = stt.unwrap_or((total / 2).max(1));
         if stt == 0 || stt >= total {
@@ -45,7 +61,7 @@ impl ThreadBudget {
                 total - 1
             )));
         }
-        Ok(Self { total, stt, llm: total - stt })
+        Ok(Self { total, stt, llm: total - stt, shared: false })
     }
 }
 
@@ -122,5 +138,8 @@ mod tests {
         assert!(ThreadBudget::split(Some(4), Some(0)).is_err());
         let b = ThreadBudget::split(None, None).unwrap();
         assert_eq!(b.stt + b.llm, b.total.max(2));
+        let b = ThreadBudget::shared(Some(2)).unwrap();
+        assert_eq!((b.stt, b.llm, b.shared), (2, 2, true));
+        assert!(ThreadBudget::shared(Some(0)).is_err());
     }
 }

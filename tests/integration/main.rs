@@ -6,4 +6,5 @@ mod engines;
 mod ggml_guard;
 mod models_cli;
 mod replay;
+mod report;
 mod util;

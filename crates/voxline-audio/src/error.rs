@@ -141,6 +141,10 @@ pub enum AudioError {
         reason: String,
     },
 
+    /// Opening or running a live input device failed.
+    #[error(transparent)]
+    Capture(#[from] crate::capture::CaptureError),
+
     /// A [`crate::VadConfig`] field has an unusable value.
     #[error("invalid VAD setting `{field}`: {reason}")]
     InvalidVadConfig {

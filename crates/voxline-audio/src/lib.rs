@@ -3,16 +3,23 @@
 //!
 //! - [`WavSource`] streams a WAV file as 16 kHz mono `f32` chunks with bounded memory.
 //! - [`StreamResampler`] converts any interleaved `f32` stream (file or live) to 16 kHz mono.
+//! - [`Capture`] records a live input device (cpal) into 16 kHz mono [`AudioFrame`](voxline_core::AudioFrame)s;
+//!   [`list_input_devices`] lists the devices.
 //! - [`Endpointer`] cuts a 16 kHz stream into [`Segment`]s with earshot's detector;
 //!   [`SegmentTracker`] is its detector-independent decision logic.
 #![warn(missing_docs)]
 
+pub mod capture;
 mod error;
 pub mod resample;
 pub mod stage;
 pub mod vad;
 pub mod wav;
 
+pub use capture::{
+    list_input_devices, Capture, CaptureEnd, CaptureError, CaptureFormat, CaptureStats, InputConfigRange,
+    InputDeviceInfo,
+};
 pub use error::AudioError;
 pub use resample::StreamResampler;
 pub use stage::VadStage;
@@ -36,4 +43,5 @@ const _: () = {
     assert_send::<StreamResampler>();
     assert_send::<Endpointer>();
     assert_send::<AudioError>();
+    assert_send::<Capture>();
 };

@@ -89,3 +89,64 @@ impl Stage for VadStage {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture_16k(name: &str) -> Vec<f32> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../audio-fixtures").join(name);
+        let mut src = crate::WavSource::open(&path).unwrap();
+        let mut out = Vec::new();
+        while let Some(c) = src.next_chunk().unwrap() {
+            out.extend_from_slice(&c);
+        }
+        out
+    }
+
+    fn frames(audio: &[f32], offset: u64, clock: &Clock) -> Vec<AudioFrame> {
+        audio
+            .chunks(320)
+            .enumerate()
+            .map(|(i, c)| {
+                let start = offset + (i * 320) as u64;
+                AudioFrame { start_sample: start, samples: c.to_vec(), captured: clock.sample_due(start) }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn numbers_utterances_and_places_them_on_the_stream_clock() {
+        let clock = Clock::start();
+        let audio = fixture_16k("multi_turn.wav");
+        // the stream does not start at 0 (a second file, say): positions follow it
+        let offset = 48_000;
+        let mut stage = VadStage::new(VadConfig::default()).unwrap();
+        let out = voxline_core::drive(&mut stage, frames(&audio, offset, &clock)).unwrap();
+        assert_eq!(out.iter().map(|u| u.id).collect::<Vec<_>>(), vec![1, 2, 3]);
+        for u in &out {
+            assert!(u.start_sample >= offset && u.end_sample > u.start_sample);
+            assert_eq!(u.samples.len() as u64, u.end_sample - u.start_sample);
+            // closed once the 500 ms hangover passed, within a frame or two
+            let delay = u.closed_sample - u.end_sample;
+            assert!((8_000..=8_000 + 2 * 320 + 256).contains(&delay), "closed {delay} samples after the end of speech");
+            // the end's wall time is the instant that sample was due
+            let due = clock.sample_due(u.end_sample);
+            let skew = if u.end_wall > due { u.end_wall - due } else { due - u.end_wall };
+            assert!(skew < Duration::from_millis(1), "{skew:?}");
+        }
+    }
+
+    #[test]
+    fn end_of_stream_closes_an_open_utterance() {
+        let clock = Clock::start();
+        let audio = fixture_16k("q_capital.wav");
+        // cut the file 100 ms after the speech ends: no hangover left to close it
+        let sidecar: serde_json::Value = serde_json::from_slice(&std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../audio-fixtures/q_capital.json")).unwrap()).unwrap();
+        let end = sidecar["turns"][0]["end_sample"].as_u64().unwrap() as usize + 1600;
+        let mut stage = VadStage::new(VadConfig::default()).unwrap();
+        let out = voxline_core::drive(&mut stage, frames(&audio[..end], 0, &clock)).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].closed_sample, end as u64);
+    }
+}

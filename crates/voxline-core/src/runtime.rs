@@ -29,6 +29,28 @@ use crate::stage::{Emitter, Stage, StageError};
 /// The receiving end of the event bus.
 pub type EventReceiver = cb::Receiver<TimedEvent>;
 
+/// A CPU lease shared by stages whose engines use the same cores.
+///
+/// ggml's threads spin, so two engines computing at once on the same cores
+/// collapse each other's throughput. Stages spawned with the same lease
+/// never compute at the same time: the runtime takes the lease after an
+/// item is received and before the stage starts on it, so the time spent
+/// waiting for the cores is recorded as queue wait, not as work.
+#[derive(Debug, Clone, Default)]
+pub struct CpuLease(Arc<Mutex<()>>);
+
+impl CpuLease {
+    /// A new, free lease.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn acquire(&self) -> MutexGuard<'_, ()> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// Where the runtime (and anyone holding a clone) publishes
 /// [`PipelineEvent`]s. Unbounded, so publishing never blocks a stage.
 #[derive(Debug, Clone)]
@@ -268,6 +290,7 @@ impl Pipeline {
             shared: Arc::clone(&self.shared),
             bus: self.bus.clone(),
             publish_messages: self.publish_messages,
+            lease: None,
         }
     }
 
@@ -302,6 +325,27 @@ impl Pipeline {
         self.register_edge(output.stats());
         let name = stage.name().to_owned();
         let ctx = self.context(name.clone());
+        self.spawn(name, move || run_stage(stage, &input, &output, &ctx))
+    }
+
+    /// Like [`spawn_stage`](Self::spawn_stage), but every call of the stage
+    /// holds `lease` (see [`CpuLease`]); the wait for it counts as queue wait.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Spawn`] when the thread cannot be started.
+    pub fn spawn_stage_leased<S: Stage>(
+        &mut self,
+        stage: S,
+        input: EdgeReceiver<S::In>,
+        output: EdgeSender<S::Out>,
+        lease: CpuLease,
+    ) -> Result<(), RuntimeError> {
+        self.register_edge(input.stats());
+        self.register_edge(output.stats());
+        let name = stage.name().to_owned();
+        let mut ctx = self.context(name.clone());
+        ctx.lease = Some(lease);
         self.spawn(name, move || run_stage(stage, &input, &output, &ctx))
     }
 
@@ -400,6 +444,7 @@ struct StageContext {
     shared: Arc<Shared>,
     bus: EventBus,
     publish_messages: bool,
+    lease: Option<CpuLease>,
 }
 
 impl StageContext {
@@ -463,13 +508,15 @@ fn run_stage<S: Stage>(
 ) {
     let bus = ctx.bus_for_messages();
     while let Ok(envelope) = input.recv() {
-        let started = Instant::now();
         let depth = input.len();
+        let lease = ctx.lease.as_ref().map(CpuLease::acquire);
+        let started = Instant::now();
         report_drops(&ctx.bus, &input.stats());
         let id = envelope.item.utterance_id();
         let mut out = Emitter::to_edge(output, bus);
         let result = catch_unwind(AssertUnwindSafe(|| stage.process(envelope.item, &mut out)));
         let finished = Instant::now();
+        drop(lease);
         ctx.shared.record(out.span(
             &ctx.name,
             id,

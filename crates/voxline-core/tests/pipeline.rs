@@ -459,3 +459,51 @@ fn emitted_messages_and_drops_reach_the_event_stream() {
         assert!(v["t_ms"].as_f64().unwrap() >= 0.0);
     }
 }
+
+/// Two stages sharing a CPU lease never run at the same time, and the wait
+/// for the lease is queue wait, not busy time.
+#[test]
+fn leased_stages_never_overlap() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use voxline_core::{edge, Clock, CpuLease, Emitter, FullPolicy, Pipeline, Stage, StageError, Token};
+
+    struct Busy(&'static str, Arc<AtomicUsize>, Arc<AtomicUsize>);
+    impl Stage for Busy {
+        type In = Token;
+        type Out = Token;
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn process(&mut self, t: Token, out: &mut Emitter<'_, Token>) -> Result<(), StageError> {
+            let now = self.1.fetch_add(1, Ordering::SeqCst) + 1;
+            self.2.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            self.1.fetch_sub(1, Ordering::SeqCst);
+            out.emit(t);
+            Ok(())
+        }
+    }
+    let (running, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let lease = CpuLease::new();
+    let mut p = Pipeline::new(Clock::start());
+    let (tx, a_rx) = edge::<Token>("in", 4, FullPolicy::Block);
+    let (a_tx, b_rx) = edge::<Token>("mid", 4, FullPolicy::Block);
+    let (b_tx, out_rx) = edge::<Token>("out", 64, FullPolicy::Block);
+    p.spawn_stage_leased(Busy("a", running.clone(), peak.clone()), a_rx, a_tx, lease.clone()).unwrap();
+    p.spawn_stage_leased(Busy("b", running.clone(), peak.clone()), b_rx, b_tx, lease).unwrap();
+    p.spawn_sink("sink", out_rx, |_| Ok(())).unwrap();
+    for i in 0..10 {
+        tx.send(Token { id: i, index: 0, text: String::new() }).unwrap();
+    }
+    drop(tx);
+    let outcome = p.join();
+    assert_eq!(peak.load(Ordering::SeqCst), 1, "two leased stages ran at once");
+    for s in outcome.spans.iter().filter(|s| s.stage == "a" || s.stage == "b") {
+        if s.kind == voxline_core::SpanKind::Process {
+            assert!(s.busy() < std::time::Duration::from_millis(40), "lease wait counted as busy: {:?}", s.busy());
+        }
+    }
+    let waited: std::time::Duration = outcome.spans.iter().filter(|s| s.stage == "b").map(|s| s.queue_wait()).sum();
+    assert!(waited > std::time::Duration::from_millis(20), "b never waited for the lease");
+}

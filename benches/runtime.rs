@@ -1,0 +1,115 @@
+//! The runtime's own cost: what one message and one token cost to carry
+//! through a stage (channel hop + span recording + event publishing), and
+//! how fast the VAD front end replays audio.
+//!
+//! `cargo bench --bench runtime`
+
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use voxline_core::{edge, Clock, Emitter, FullPolicy, LlmOut, Pipeline, Stage, StageError, Token};
+
+/// Forwards every message unchanged.
+struct Pass;
+
+impl Stage for Pass {
+    type In = LlmOut;
+    type Out = LlmOut;
+    fn name(&self) -> &str {
+        "pass"
+    }
+    fn process(&mut self, m: LlmOut, out: &mut Emitter<'_, LlmOut>) -> Result<(), StageError> {
+        out.emit(m);
+        Ok(())
+    }
+}
+
+/// Emits `n` tokens per input, like an LLM stage streaming an answer.
+struct Fan(u32);
+
+impl Stage for Fan {
+    type In = LlmOut;
+    type Out = LlmOut;
+    fn name(&self) -> &str {
+        "fan"
+    }
+    fn process(&mut self, m: LlmOut, out: &mut Emitter<'_, LlmOut>) -> Result<(), StageError> {
+        let LlmOut::Token(t) = m else { return Ok(()) };
+        for index in 0..self.0 {
+            out.emit(LlmOut::Token(Token { id: t.id, index, text: "tok".into() }));
+        }
+        Ok(())
+    }
+}
+
+/// Time to push `msgs` messages through a pipeline of `stage` into a sink, per message.
+fn through<S: Stage<In = LlmOut, Out = LlmOut>>(stage: S, msgs: u64, publish: bool) -> Duration {
+    let mut p = Pipeline::builder(Clock::start()).publish_messages(publish).build();
+    let (tx, rx) = edge::<LlmOut>("in", 1024, FullPolicy::Block);
+    let (otx, orx) = edge::<LlmOut>("out", 1024, FullPolicy::Block);
+    p.spawn_stage(stage, rx, otx).unwrap();
+    p.spawn_sink("sink", orx, |_| Ok(())).unwrap();
+    let events = p.events();
+    let drain = std::thread::spawn(move || events.iter().count());
+    let t0 = Instant::now();
+    for i in 0..msgs {
+        tx.send(LlmOut::Token(Token { id: i, index: 0, text: "tok".into() })).unwrap();
+    }
+    drop(tx);
+    let _ = p.join();
+    let dt = t0.elapsed();
+    let _ = drain.join();
+    dt
+}
+
+fn runtime(c: &mut Criterion) {
+    let mut g = c.benchmark_group("runtime");
+    g.sample_size(20).measurement_time(Duration::from_secs(5));
+    let n = 20_000u64;
+    g.throughput(Throughput::Elements(n));
+    g.bench_function("message_hop_with_spans", |b| b.iter_custom(|iters| (0..iters).map(|_| through(Pass, n, false)).sum()));
+    g.bench_function("message_hop_with_spans_and_events", |b| b.iter_custom(|iters| (0..iters).map(|_| through(Pass, n, true)).sum()));
+    // 100 inputs × 200 tokens: the per-token cost of a streaming stage
+    g.throughput(Throughput::Elements(100 * 200));
+    g.bench_function("token_stream_with_events", |b| b.iter_custom(|iters| (0..iters).map(|_| through(Fan(200), 100, true)).sum()));
+    g.finish();
+}
+
+fn vad_replay(c: &mut Criterion) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file = root.join("audio-fixtures/multi_turn.wav");
+    let mut audio = Vec::new();
+    let mut src = voxline_audio::WavSource::open(&file).unwrap();
+    while let Some(chunk) = src.next_chunk().unwrap() {
+        audio.extend_from_slice(&chunk);
+    }
+    let mut g = c.benchmark_group("vad");
+    g.sample_size(20);
+    // Throughput in audio samples: criterion's elements/s ÷ 16000 = audio seconds per second.
+    g.throughput(Throughput::Elements(audio.len() as u64));
+    g.bench_function("endpointer_multi_turn", |b| {
+        b.iter(|| {
+            let mut ep = voxline_audio::Endpointer::new(voxline_audio::VadConfig::default()).unwrap();
+            let mut n = 0;
+            for chunk in audio.chunks(320) {
+                n += ep.push(chunk).len();
+            }
+            n + usize::from(ep.finish().is_some())
+        });
+    });
+    g.bench_function("wav_read_resample_44k_stereo", |b| {
+        let f = root.join("audio-fixtures/q_capital_44k_stereo.wav");
+        b.iter(|| {
+            let mut src = voxline_audio::WavSource::open(&f).unwrap();
+            let mut n = 0;
+            while let Some(c) = src.next_chunk().unwrap() {
+                n += c.len();
+            }
+            n
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, runtime, vad_replay);
+criterion_main!(benches);
