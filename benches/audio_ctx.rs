@@ -14,18 +14,32 @@ use voxline_stt::{word_error_rate, AudioCtx, SttConfig, SttEngine};
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let models = std::env::var_os("VOXLINE_MODELS_DIR").map_or_else(|| root.join("models"), Into::into);
-    let threads = std::env::var("VOXLINE_BENCH_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
+    let models =
+        std::env::var_os("VOXLINE_MODELS_DIR").map_or_else(|| root.join("models"), Into::into);
+    let threads = std::env::var("VOXLINE_BENCH_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
     let model = models.join(voxline_models::registry::WHISPER_TINY_EN.file);
-    let mut stt = SttEngine::load(SttConfig::new(&model, threads)).expect("whisper model (run `voxline models fetch`)");
-    let policies = ["full", "auto+32", "auto+64", "auto+128", "auto+256", "256", "384", "512", "768"];
+    let mut stt = SttEngine::load(SttConfig::new(&model, threads))
+        .expect("whisper model (run `voxline models fetch`)");
+    let policies = [
+        "full", "auto+32", "auto+64", "auto+128", "auto+256", "256", "384", "512", "768",
+    ];
     // (policy, file) -> (errors, words, ms, audio_ms)
     let mut rows: Vec<(String, String, f64, f64, f64)> = Vec::new();
-    let mut fixtures: Vec<_> = std::fs::read_dir(root.join("audio-fixtures")).unwrap().filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "wav")).collect();
+    let mut fixtures: Vec<_> = std::fs::read_dir(root.join("audio-fixtures"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wav"))
+        .collect();
     fixtures.sort();
     let mut clips = Vec::new();
     for f in &fixtures {
-        let Ok(Some(sc)) = voxline::sidecar::Sidecar::load_for(f) else { continue };
+        let Ok(Some(sc)) = voxline::sidecar::Sidecar::load_for(f) else {
+            continue;
+        };
         let mut src = voxline_audio::WavSource::open(f).unwrap();
         let mut audio = Vec::new();
         while let Ok(Some(c)) = src.next_chunk() {
@@ -34,7 +48,11 @@ fn main() {
         for (i, t) in sc.turns.iter().enumerate() {
             let s = sc.to_16k(t.start_sample).saturating_sub(3200) as usize;
             let e = (sc.to_16k(t.end_sample) as usize + 3200).min(audio.len());
-            clips.push((format!("{}#{i}", f.file_name().unwrap().to_string_lossy()), t.text.clone(), audio[s..e].to_vec()));
+            clips.push((
+                format!("{}#{i}", f.file_name().unwrap().to_string_lossy()),
+                t.text.clone(),
+                audio[s..e].to_vec(),
+            ));
         }
     }
     // warm-up
@@ -49,17 +67,30 @@ fn main() {
             if wer > 0.0 {
                 eprintln!("{p:>8} {name}: {:?} (expected {text:?})", out.text);
             }
-            rows.push((p.to_string(), name.clone(), wer, ms, audio.len() as f64 / 16.0));
+            rows.push((
+                p.to_string(),
+                name.clone(),
+                wer,
+                ms,
+                audio.len() as f64 / 16.0,
+            ));
         }
     }
     let full_ms: f64 = rows.iter().filter(|r| r.0 == "full").map(|r| r.3).sum();
-    println!("whisper tiny.en, {threads} threads, {} clips from the fixtures\n", clips.len());
+    println!(
+        "whisper tiny.en, {threads} threads, {} clips from the fixtures\n",
+        clips.len()
+    );
     println!("| audio_ctx | mean WER | clips with errors | STT ms (sum) | speed vs full |\n|---|---|---|---|---|");
     for p in policies {
         let r: Vec<_> = rows.iter().filter(|r| r.0 == p).collect();
         let wer = r.iter().map(|r| r.2).sum::<f64>() / r.len() as f64;
         let bad = r.iter().filter(|r| r.2 > 0.0).count();
         let ms: f64 = r.iter().map(|r| r.3).sum();
-        println!("| {p} | {wer:.3} | {bad}/{} | {ms:.0} | {:.2}× |", r.len(), full_ms / ms);
+        println!(
+            "| {p} | {wer:.3} | {bad}/{} | {ms:.0} | {:.2}× |",
+            r.len(),
+            full_ms / ms
+        );
     }
 }

@@ -22,9 +22,13 @@ struct Setup {
 
 fn setup() -> Setup {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let models = std::env::var_os("VOXLINE_MODELS_DIR").map_or_else(|| root.join("models"), Into::into);
-    let total = std::env::var("VOXLINE_BENCH_THREADS").ok().and_then(|t| t.parse().ok());
-    let mut src = voxline_audio::WavSource::open(&root.join("audio-fixtures/q_capital.wav")).unwrap();
+    let models =
+        std::env::var_os("VOXLINE_MODELS_DIR").map_or_else(|| root.join("models"), Into::into);
+    let total = std::env::var("VOXLINE_BENCH_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok());
+    let mut src =
+        voxline_audio::WavSource::open(&root.join("audio-fixtures/q_capital.wav")).unwrap();
     let mut audio = Vec::new();
     while let Some(c) = src.next_chunk().unwrap() {
         audio.extend_from_slice(&c);
@@ -54,23 +58,42 @@ fn decode_time(e: &mut LlmEngine) -> (Duration, u64) {
         true
     })
     .unwrap();
-    (stamps.last().unwrap().duration_since(stamps[0]), stamps.len() as u64 - 1)
+    (
+        stamps.last().unwrap().duration_since(stamps[0]),
+        stamps.len() as u64 - 1,
+    )
 }
 
 fn raw_engines(c: &mut Criterion) {
     let s = setup();
     let mut g = c.benchmark_group("raw");
-    g.sample_size(10).measurement_time(Duration::from_secs(15)).warm_up_time(Duration::from_secs(2));
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(15))
+        .warm_up_time(Duration::from_secs(2));
 
     let mut stt = SttEngine::load(SttConfig::new(&s.whisper, s.budget.stt)).unwrap();
     g.throughput(Throughput::Elements(s.audio.len() as u64));
-    g.bench_function(format!("whisper_q_capital_{}t", s.budget.stt), |b| b.iter(|| stt.transcribe(&s.audio).unwrap()));
+    g.bench_function(format!("whisper_q_capital_{}t", s.budget.stt), |b| {
+        b.iter(|| stt.transcribe(&s.audio).unwrap())
+    });
 
     // prefill: the whole prompt evaluated (no cache), one token sampled
     let mut e = llm(&s, s.budget.llm, 1, false);
-    let n_prompt = u64::from(e.respond("Tell me about the history of Paris.", &mut |_| true).unwrap().n_prefill_tokens);
+    let n_prompt = u64::from(
+        e.respond("Tell me about the history of Paris.", &mut |_| true)
+            .unwrap()
+            .n_prefill_tokens,
+    );
     g.throughput(Throughput::Elements(n_prompt));
-    g.bench_function(format!("llama_prefill_{n_prompt}tok_{}t", s.budget.llm), |b| b.iter(|| e.respond("Tell me about the history of Paris.", &mut |_| true).unwrap()));
+    g.bench_function(
+        format!("llama_prefill_{n_prompt}tok_{}t", s.budget.llm),
+        |b| {
+            b.iter(|| {
+                e.respond("Tell me about the history of Paris.", &mut |_| true)
+                    .unwrap()
+            })
+        },
+    );
 
     let mut e = llm(&s, s.budget.llm, 33, true);
     g.throughput(Throughput::Elements(32));
@@ -93,9 +116,14 @@ fn contention(c: &mut Criterion) {
     let s = setup();
     let cores = s.budget.total;
     let mut g = c.benchmark_group("contention");
-    g.sample_size(10).measurement_time(Duration::from_secs(20)).warm_up_time(Duration::from_secs(1));
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(20))
+        .warm_up_time(Duration::from_secs(1));
     g.throughput(Throughput::Elements(32));
-    for (name, stt_threads, llm_threads) in [("split", s.budget.stt, s.budget.llm), ("oversubscribed", cores, cores)] {
+    for (name, stt_threads, llm_threads) in [
+        ("split", s.budget.stt, s.budget.llm),
+        ("oversubscribed", cores, cores),
+    ] {
         let stop = Arc::new(AtomicBool::new(false));
         let bg = {
             let (stop, path, audio) = (stop.clone(), s.whisper.clone(), s.audio.clone());
@@ -107,21 +135,104 @@ fn contention(c: &mut Criterion) {
             })
         };
         let mut e = llm(&s, llm_threads, 33, true);
-        g.bench_function(format!("llama_decode_with_whisper_running_{name}_{stt_threads}+{llm_threads}t_on_{cores}"), |b| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let (d, n) = decode_time(&mut e);
-                    total += d.mul_f64(32.0 / n.max(1) as f64);
-                }
-                total
-            });
-        });
+        g.bench_function(
+            format!(
+                "llama_decode_with_whisper_running_{name}_{stt_threads}+{llm_threads}t_on_{cores}"
+            ),
+            |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let (d, n) = decode_time(&mut e);
+                        total += d.mul_f64(32.0 / n.max(1) as f64);
+                    }
+                    total
+                });
+            },
+        );
         stop.store(true, Ordering::Relaxed);
         bg.join().unwrap();
     }
     g.finish();
 }
 
-criterion_group!(benches, raw_engines, contention);
+/// The same utterance and answer through the whole pipeline and through the
+/// bare engines, in one run: the pipeline's overhead as a ratio.
+fn pipeline_vs_raw(c: &mut Criterion) {
+    let s = setup();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file = root.join("audio-fixtures/q_capital.wav");
+    // the utterance exactly as the VAD cuts it
+    let mut ep = voxline_audio::Endpointer::new(voxline_audio::VadConfig::default()).unwrap();
+    let mut segs = ep.push(&s.audio);
+    segs.extend(ep.finish());
+    let utterance = segs.remove(0).samples;
+    let settings = voxline::settings::EngineSettings {
+        whisper_model: s.whisper.clone(),
+        llm_model: s.llm.clone(),
+        threads: s.budget,
+        audio_ctx: voxline_stt::AudioCtx::Default,
+        stt_gpu: false,
+        n_gpu_layers: 0,
+        max_tokens: 33,
+        n_ctx: 2048,
+        system_prompt: "You are a helpful assistant. Answer in detail.".into(),
+        cache_prompt: true,
+        memory: false,
+        sampling: voxline_llm::Sampling::default(),
+    };
+    let mut g = c.benchmark_group("pipeline_vs_raw");
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(20))
+        .warm_up_time(Duration::from_secs(1));
+
+    let mut stt = SttEngine::load(settings.stt_config()).unwrap();
+    g.bench_function("stt_raw", |b| {
+        b.iter(|| stt.transcribe(&utterance).unwrap())
+    });
+    drop(stt);
+    let mut e = LlmEngine::load(settings.llm_config()).unwrap();
+    g.bench_function("decode_32tok_raw", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    let mut stamps = Vec::new();
+                    e.respond("What is the capital of France?", &mut |_| {
+                        stamps.push(Instant::now());
+                        true
+                    })
+                    .unwrap();
+                    stamps
+                        .last()
+                        .unwrap()
+                        .duration_since(stamps[0])
+                        .mul_f64(32.0 / (stamps.len() - 1).max(1) as f64)
+                })
+                .sum()
+        });
+    });
+    drop(e);
+
+    // One pipeline run per sample; each yields its STT time and its decode time.
+    let run_once = || {
+        let stt = voxline_stt::SttStage::new(SttEngine::load(settings.stt_config()).unwrap());
+        let llm = voxline_llm::LlmStage::new(LlmEngine::load(settings.llm_config()).unwrap());
+        let inputs = voxline::pipeline::open_inputs(&[file.clone()]).unwrap();
+        let run = voxline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();
+        let r = voxline::report::build(&run, voxline::report::RunConfig::default(), 0, 0.0);
+        let t = &r.turns[0];
+        let stt_ms = t.stt_ms.unwrap();
+        let decode = Duration::from_secs_f64(32.0 / t.llm_decode_tps.unwrap());
+        (Duration::from_secs_f64(stt_ms / 1000.0), decode)
+    };
+    g.bench_function("stt_in_pipeline", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| run_once().0).sum())
+    });
+    g.bench_function("decode_32tok_in_pipeline", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| run_once().1).sum())
+    });
+    g.finish();
+}
+
+criterion_group!(benches, raw_engines, contention, pipeline_vs_raw);
 criterion_main!(benches);

@@ -36,7 +36,11 @@ impl Stage for Fan {
     fn process(&mut self, m: LlmOut, out: &mut Emitter<'_, LlmOut>) -> Result<(), StageError> {
         let LlmOut::Token(t) = m else { return Ok(()) };
         for index in 0..self.0 {
-            out.emit(LlmOut::Token(Token { id: t.id, index, text: "tok".into() }));
+            out.emit(LlmOut::Token(Token {
+                id: t.id,
+                index,
+                text: "tok".into(),
+            }));
         }
         Ok(())
     }
@@ -44,7 +48,9 @@ impl Stage for Fan {
 
 /// Time to push `msgs` messages through a pipeline of `stage` into a sink, per message.
 fn through<S: Stage<In = LlmOut, Out = LlmOut>>(stage: S, msgs: u64, publish: bool) -> Duration {
-    let mut p = Pipeline::builder(Clock::start()).publish_messages(publish).build();
+    let mut p = Pipeline::builder(Clock::start())
+        .publish_messages(publish)
+        .build();
     let (tx, rx) = edge::<LlmOut>("in", 1024, FullPolicy::Block);
     let (otx, orx) = edge::<LlmOut>("out", 1024, FullPolicy::Block);
     p.spawn_stage(stage, rx, otx).unwrap();
@@ -53,7 +59,12 @@ fn through<S: Stage<In = LlmOut, Out = LlmOut>>(stage: S, msgs: u64, publish: bo
     let drain = std::thread::spawn(move || events.iter().count());
     let t0 = Instant::now();
     for i in 0..msgs {
-        tx.send(LlmOut::Token(Token { id: i, index: 0, text: "tok".into() })).unwrap();
+        tx.send(LlmOut::Token(Token {
+            id: i,
+            index: 0,
+            text: "tok".into(),
+        }))
+        .unwrap();
     }
     drop(tx);
     let _ = p.join();
@@ -67,11 +78,17 @@ fn runtime(c: &mut Criterion) {
     g.sample_size(20).measurement_time(Duration::from_secs(5));
     let n = 20_000u64;
     g.throughput(Throughput::Elements(n));
-    g.bench_function("message_hop_with_spans", |b| b.iter_custom(|iters| (0..iters).map(|_| through(Pass, n, false)).sum()));
-    g.bench_function("message_hop_with_spans_and_events", |b| b.iter_custom(|iters| (0..iters).map(|_| through(Pass, n, true)).sum()));
+    g.bench_function("message_hop_with_spans", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| through(Pass, n, false)).sum())
+    });
+    g.bench_function("message_hop_with_spans_and_events", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| through(Pass, n, true)).sum())
+    });
     // 100 inputs × 200 tokens: the per-token cost of a streaming stage
     g.throughput(Throughput::Elements(100 * 200));
-    g.bench_function("token_stream_with_events", |b| b.iter_custom(|iters| (0..iters).map(|_| through(Fan(200), 100, true)).sum()));
+    g.bench_function("token_stream_with_events", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| through(Fan(200), 100, true)).sum())
+    });
     g.finish();
 }
 
@@ -89,7 +106,8 @@ fn vad_replay(c: &mut Criterion) {
     g.throughput(Throughput::Elements(audio.len() as u64));
     g.bench_function("endpointer_multi_turn", |b| {
         b.iter(|| {
-            let mut ep = voxline_audio::Endpointer::new(voxline_audio::VadConfig::default()).unwrap();
+            let mut ep =
+                voxline_audio::Endpointer::new(voxline_audio::VadConfig::default()).unwrap();
             let mut n = 0;
             for chunk in audio.chunks(320) {
                 n += ep.push(chunk).len();

@@ -17,7 +17,8 @@ use crate::BadInput;
 pub fn to_csv(r: &Report) -> String {
     let mut s = String::from("id,warmup,file,transcript,expected,wer,response_chars,endpoint_delay_ms,stt_queue_ms,stt_ms,stt_rtfx,stt_tokens,llm_queue_ms,llm_ttft_ms,llm_first_token_ms,llm_prefill_tokens,llm_prefill_tps,llm_generated_tokens,llm_decode_tps,response_latency_ms,error\n");
     let f = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.3}"));
-    let q = |v: Option<&str>| v.map_or(String::new(), |x| format!("\"{}\"", x.replace('"', "\"\"")));
+    let q =
+        |v: Option<&str>| v.map_or(String::new(), |x| format!("\"{}\"", x.replace('"', "\"\"")));
     for t in &r.turns {
         let _ = writeln!(
             s,
@@ -37,9 +38,11 @@ pub fn to_csv(r: &Report) -> String {
             f(t.llm_queue_ms),
             f(t.llm_ttft_ms),
             f(t.llm_first_token_ms),
-            t.llm_prefill_tokens.map_or(String::new(), |n| n.to_string()),
+            t.llm_prefill_tokens
+                .map_or(String::new(), |n| n.to_string()),
             f(t.llm_prefill_tps),
-            t.llm_generated_tokens.map_or(String::new(), |n| n.to_string()),
+            t.llm_generated_tokens
+                .map_or(String::new(), |n| n.to_string()),
             f(t.llm_decode_tps),
             f(t.response_latency_ms),
             q(t.error.as_deref()),
@@ -58,7 +61,12 @@ pub fn timeline_svg(r: &Report, path: &Path) -> Result<(), String> {
     let end = r
         .turns
         .iter()
-        .map(|t| t.timeline.llm_ms.map_or(t.timeline.closed_ms, |l| l[1]).max(t.timeline.stt_ms.map_or(0.0, |s| s[1])))
+        .map(|t| {
+            t.timeline
+                .llm_ms
+                .map_or(t.timeline.closed_ms, |l| l[1])
+                .max(t.timeline.stt_ms.map_or(0.0, |s| s[1]))
+        })
         .fold(r.summary.audio_s * 1000.0, f64::max)
         .max(1.0);
     let bottleneck = r.summary.bottleneck.throughput.clone().unwrap_or_default();
@@ -67,7 +75,11 @@ pub fn timeline_svg(r: &Report, path: &Path) -> Result<(), String> {
     let title = format!(
         "voxline timeline ({} clock) — throughput bottleneck: {} · latency bottleneck: {}",
         r.clock,
-        if bottleneck.is_empty() { "–" } else { &bottleneck },
+        if bottleneck.is_empty() {
+            "–"
+        } else {
+            &bottleneck
+        },
         r.summary.bottleneck.latency.as_deref().unwrap_or("–")
     );
     let mut chart = ChartBuilder::on(&root)
@@ -75,14 +87,17 @@ pub fn timeline_svg(r: &Report, path: &Path) -> Result<(), String> {
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(80)
-        .build_cartesian_2d(0.0..end / 1000.0, 0.0..rows.len() as f64)
+        .build_cartesian_2d(0.0..end / 1000.0, (0..rows.len()).into_segmented())
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
         .disable_y_mesh()
         .x_desc("seconds")
         .y_labels(rows.len())
-        .y_label_formatter(&|y| rows.get(*y as usize).map_or(String::new(), |s| (*s).to_string()))
+        .y_label_formatter(&|y| match y {
+            SegmentValue::CenterOf(i) => rows.get(*i).map_or(String::new(), |s| (*s).to_string()),
+            _ => String::new(),
+        })
         .draw()
         .map_err(|e| e.to_string())?;
     let colour = |row: &str| {
@@ -112,8 +127,13 @@ pub fn timeline_svg(r: &Report, path: &Path) -> Result<(), String> {
     }
     chart
         .draw_series(bars.into_iter().map(|(row, a, b)| {
-            let y = row as f64;
-            Rectangle::new([(a / 1000.0, y + 0.15), (b.max(a + 1.0) / 1000.0, y + 0.85)], colour(rows[row]).filled())
+            Rectangle::new(
+                [
+                    (a / 1000.0, SegmentValue::Exact(row)),
+                    (b.max(a + 1.0) / 1000.0, SegmentValue::Exact(row + 1)),
+                ],
+                colour(rows[row]).mix(0.85).filled(),
+            )
         }))
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())?;
@@ -208,9 +228,21 @@ fn lookup(v: &serde_json::Value, path: &str) -> Option<f64> {
 /// # Errors
 /// [`BadInput`] when the baseline is unreadable, not a report, or of another schema version.
 pub fn load_baseline(baseline_path: &Path) -> Result<serde_json::Value, BadInput> {
-    let text = std::fs::read(baseline_path).map_err(|e| BadInput(format!("{}: cannot read the baseline ({e})", baseline_path.display())))?;
-    let base: serde_json::Value = serde_json::from_slice(&text).map_err(|e| BadInput(format!("{}: not a voxline report.json ({e})", baseline_path.display())))?;
-    let version = base.get("schema_version").and_then(serde_json::Value::as_u64);
+    let text = std::fs::read(baseline_path).map_err(|e| {
+        BadInput(format!(
+            "{}: cannot read the baseline ({e})",
+            baseline_path.display()
+        ))
+    })?;
+    let base: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
+        BadInput(format!(
+            "{}: not a voxline report.json ({e})",
+            baseline_path.display()
+        ))
+    })?;
+    let version = base
+        .get("schema_version")
+        .and_then(serde_json::Value::as_u64);
     if version != Some(u64::from(crate::report::SCHEMA_VERSION)) {
         return Err(BadInput(format!(
             "{}: report schema version {version:?}, this voxline writes {}; re-run the baseline with this version",
@@ -226,15 +258,48 @@ pub fn load_baseline(baseline_path: &Path) -> Result<serde_json::Value, BadInput
 /// more than 5 %, `improved` when none got worse and one got better, else
 /// `unchanged`.
 #[must_use]
-pub fn compare_values(cur: &serde_json::Value, base: &serde_json::Value) -> (Vec<Comparison>, String) {
+pub fn compare_values(
+    cur: &serde_json::Value,
+    base: &serde_json::Value,
+) -> (Vec<Comparison>, String) {
     let mut out = Vec::new();
     for (metric, higher_better) in COMPARED {
-        let (Some(b), Some(c)) = (lookup(base, metric), lookup(cur, metric)) else { continue };
-        let ratio = if b == 0.0 { if c == 0.0 { 1.0 } else { f64::INFINITY } } else { c / b };
-        let better = if higher_better { ratio > 1.05 } else { ratio < 0.95 };
-        let worse = if higher_better { ratio < 0.95 } else { ratio > 1.05 };
-        let verdict = if better { "better" } else if worse { "worse" } else { "same" };
-        out.push(Comparison { metric: metric.into(), baseline: b, current: c, ratio, verdict: verdict.into() });
+        let (Some(b), Some(c)) = (lookup(base, metric), lookup(cur, metric)) else {
+            continue;
+        };
+        let ratio = if b == 0.0 {
+            if c == 0.0 {
+                1.0
+            } else {
+                f64::INFINITY
+            }
+        } else {
+            c / b
+        };
+        let better = if higher_better {
+            ratio > 1.05
+        } else {
+            ratio < 0.95
+        };
+        let worse = if higher_better {
+            ratio < 0.95
+        } else {
+            ratio > 1.05
+        };
+        let verdict = if better {
+            "better"
+        } else if worse {
+            "worse"
+        } else {
+            "same"
+        };
+        out.push(Comparison {
+            metric: metric.into(),
+            baseline: b,
+            current: c,
+            ratio,
+            verdict: verdict.into(),
+        });
     }
     let overall = if out.iter().any(|c| c.verdict == "worse") {
         "regressed"

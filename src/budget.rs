@@ -87,7 +87,8 @@ impl Budget {
     /// # Errors
     /// [`BadInput`] naming the file and the problem (unreadable, invalid TOML, unknown key, no limits).
     pub fn load(path: &Path) -> Result<Self, BadInput> {
-        let text = std::fs::read_to_string(path).map_err(|e| BadInput(format!("{}: cannot read the budget ({e})", path.display())))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| BadInput(format!("{}: cannot read the budget ({e})", path.display())))?;
         Self::parse(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))
     }
 
@@ -96,7 +97,8 @@ impl Budget {
     /// # Errors
     /// A message saying what is wrong.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let b: Self = toml::from_str(text).map_err(|e| format!("invalid budget: {}", e.message()))?;
+        let b: Self =
+            toml::from_str(text).map_err(|e| format!("invalid budget: {}", e.message()))?;
         if b == Self::default() {
             return Err("the budget sets no limits; see the README for its keys".into());
         }
@@ -108,7 +110,10 @@ impl Budget {
     pub fn evaluate(&self, r: &Report) -> BudgetResult {
         let mut checks = Vec::new();
         let s = &r.summary;
-        let pct = |checks: &mut Vec<BudgetCheck>, name: &str, lim: &Option<PercentileLimits>, got: Option<Percentiles>| {
+        let pct = |checks: &mut Vec<BudgetCheck>,
+                   name: &str,
+                   lim: &Option<PercentileLimits>,
+                   got: Option<Percentiles>| {
             let Some(l) = lim else { return };
             for (q, limit, v) in [
                 ("p50", l.p50, got.map(|p| p.p50)),
@@ -117,39 +122,83 @@ impl Budget {
                 ("p99", l.p99, got.map(|p| p.p99)),
             ] {
                 if let Some(limit) = limit {
-                    checks.push(BudgetCheck { limit: format!("{name}.{q} <= {limit}"), measured: v, passed: v.is_some_and(|v| v <= limit) });
+                    checks.push(BudgetCheck {
+                        limit: format!("{name}.{q} <= {limit}"),
+                        measured: v,
+                        passed: v.is_some_and(|v| v <= limit),
+                    });
                 }
             }
         };
-        pct(&mut checks, "response_latency_ms", &self.response_latency_ms, s.response_latency_ms);
-        pct(&mut checks, "endpoint_delay_ms", &self.endpoint_delay_ms, s.endpoint_delay_ms);
+        pct(
+            &mut checks,
+            "response_latency_ms",
+            &self.response_latency_ms,
+            s.response_latency_ms,
+        );
+        pct(
+            &mut checks,
+            "endpoint_delay_ms",
+            &self.endpoint_delay_ms,
+            s.endpoint_delay_ms,
+        );
         pct(&mut checks, "stt_ms", &self.stt_ms, s.stt_ms);
         pct(&mut checks, "llm_ttft_ms", &self.llm_ttft_ms, s.llm_ttft_ms);
         if let Some(m) = &self.min {
             for (name, limit, v) in [
-                ("llm_decode_tps", m.llm_decode_tps, s.llm_decode_tps.map(|p| p.p50)),
-                ("llm_prefill_tps", m.llm_prefill_tps, s.llm_prefill_tps.map(|p| p.p50)),
+                (
+                    "llm_decode_tps",
+                    m.llm_decode_tps,
+                    s.llm_decode_tps.map(|p| p.p50),
+                ),
+                (
+                    "llm_prefill_tps",
+                    m.llm_prefill_tps,
+                    s.llm_prefill_tps.map(|p| p.p50),
+                ),
                 ("stt_rtfx", m.stt_rtfx, s.stt_rtfx.map(|p| p.p50)),
             ] {
                 if let Some(limit) = limit {
-                    checks.push(BudgetCheck { limit: format!("{name}.p50 >= {limit}"), measured: v, passed: v.is_some_and(|v| v >= limit) });
+                    checks.push(BudgetCheck {
+                        limit: format!("{name}.p50 >= {limit}"),
+                        measured: v,
+                        passed: v.is_some_and(|v| v >= limit),
+                    });
                 }
             }
         }
         if let Some(m) = &self.max {
             if let Some(limit) = m.dropped {
-                checks.push(BudgetCheck { limit: format!("dropped <= {limit}"), measured: Some(s.dropped as f64), passed: s.dropped <= limit });
+                checks.push(BudgetCheck {
+                    limit: format!("dropped <= {limit}"),
+                    measured: Some(s.dropped as f64),
+                    passed: s.dropped <= limit,
+                });
             }
             if let Some(limit) = m.errors {
-                let errors = s.errors as u64 + r.input_errors.len() as u64 + u64::from(r.failed.is_some());
-                checks.push(BudgetCheck { limit: format!("errors <= {limit}"), measured: Some(errors as f64), passed: errors <= limit });
+                let errors =
+                    s.errors as u64 + r.input_errors.len() as u64 + u64::from(r.failed.is_some());
+                checks.push(BudgetCheck {
+                    limit: format!("errors <= {limit}"),
+                    measured: Some(errors as f64),
+                    passed: errors <= limit,
+                });
             }
             if let Some(limit) = m.wer {
-                checks.push(BudgetCheck { limit: format!("wer <= {limit}"), measured: s.wer, passed: s.wer.is_some_and(|w| w <= limit) });
+                checks.push(BudgetCheck {
+                    limit: format!("wer <= {limit}"),
+                    measured: s.wer,
+                    passed: s.wer.is_some_and(|w| w <= limit),
+                });
             }
         }
         let violations: Vec<BudgetCheck> = checks.iter().filter(|c| !c.passed).cloned().collect();
-        BudgetResult { given: true, passed: violations.is_empty(), checks, violations }
+        BudgetResult {
+            given: true,
+            passed: violations.is_empty(),
+            checks,
+            violations,
+        }
     }
 }
 
@@ -160,21 +209,34 @@ mod tests {
 
     fn report(latencies: &[f64], dropped: u64) -> Report {
         Report {
-            summary: Summary { response_latency_ms: Percentiles::of(latencies), dropped, ..Default::default() },
+            summary: Summary {
+                response_latency_ms: Percentiles::of(latencies),
+                dropped,
+                ..Default::default()
+            },
             ..Default::default()
         }
     }
 
     #[test]
     fn passes_and_fails_with_the_measured_values() {
-        let b = Budget::parse("[response_latency_ms]\np50 = 1000\np95 = 2000\n[max]\ndropped = 0\n").unwrap();
+        let b =
+            Budget::parse("[response_latency_ms]\np50 = 1000\np95 = 2000\n[max]\ndropped = 0\n")
+                .unwrap();
         let ok = b.evaluate(&report(&[500.0, 900.0, 1500.0], 0));
         assert!(ok.passed, "{ok:?}");
         assert_eq!(ok.checks.len(), 3);
         let bad = b.evaluate(&report(&[1500.0, 1600.0, 2500.0], 2));
         assert!(!bad.passed);
         let names: Vec<&str> = bad.violations.iter().map(|v| v.limit.as_str()).collect();
-        assert_eq!(names, vec!["response_latency_ms.p50 <= 1000", "response_latency_ms.p95 <= 2000", "dropped <= 0"]);
+        assert_eq!(
+            names,
+            vec![
+                "response_latency_ms.p50 <= 1000",
+                "response_latency_ms.p95 <= 2000",
+                "dropped <= 0"
+            ]
+        );
         assert!((bad.violations[0].measured.unwrap() - 1600.0).abs() < 1.0);
         // nothing measured → a limit cannot pass
         let none = b.evaluate(&report(&[], 0));
@@ -184,9 +246,13 @@ mod tests {
 
     #[test]
     fn rejects_typos_and_empty_budgets() {
-        assert!(Budget::parse("[response_latency]\np50 = 1").unwrap_err().contains("unknown field"));
+        assert!(Budget::parse("[response_latency]\np50 = 1")
+            .unwrap_err()
+            .contains("unknown field"));
         assert!(Budget::parse("[min]\nllm_decode_tps = \"fast\"").is_err());
         assert!(Budget::parse("").unwrap_err().contains("no limits"));
-        assert!(Budget::parse("[max\n").unwrap_err().starts_with("invalid budget"));
+        assert!(Budget::parse("[max\n")
+            .unwrap_err()
+            .starts_with("invalid budget"));
     }
 }

@@ -20,7 +20,11 @@ use voxline_models::fetch::{self, FetchEvent, FetchOptions, FileState};
 use voxline_models::registry::{self, Role};
 
 #[derive(Parser)]
-#[command(name = "voxline", version, about = "A streaming voice assistant, measured stage by stage against a real-time budget")]
+#[command(
+    name = "voxline",
+    version,
+    about = "A streaming voice assistant, measured stage by stage against a real-time budget"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -208,7 +212,10 @@ enum Outcome {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("VOXLINE_LOG").unwrap_or_else(|_| "warn,llama-cpp-2=error,whisper_rs=error".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VOXLINE_LOG")
+                .unwrap_or_else(|_| "warn,llama-cpp-2=error,whisper_rs=error".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     match run(cli) {
@@ -228,10 +235,22 @@ fn main() -> ExitCode {
 fn is_bad_input(e: &(dyn std::error::Error + 'static)) -> bool {
     e.downcast_ref::<BadInput>().is_some()
         || e.downcast_ref::<voxline_models::ModelError>().is_some()
-        || matches!(e.downcast_ref::<voxline_stt::SttError>(), Some(voxline_stt::SttError::Model(_) | voxline_stt::SttError::Load { .. } | voxline_stt::SttError::Config(_)))
+        || matches!(
+            e.downcast_ref::<voxline_stt::SttError>(),
+            Some(
+                voxline_stt::SttError::Model(_)
+                    | voxline_stt::SttError::Load { .. }
+                    | voxline_stt::SttError::Config(_)
+            )
+        )
         || matches!(
             e.downcast_ref::<voxline_llm::LlmError>(),
-            Some(voxline_llm::LlmError::Model(_) | voxline_llm::LlmError::Load { .. } | voxline_llm::LlmError::Template { .. } | voxline_llm::LlmError::Config(_))
+            Some(
+                voxline_llm::LlmError::Model(_)
+                    | voxline_llm::LlmError::Load { .. }
+                    | voxline_llm::LlmError::Template { .. }
+                    | voxline_llm::LlmError::Config(_)
+            )
         )
 }
 
@@ -248,24 +267,34 @@ fn models(command: ModelsCommand) -> anyhow::Result<Outcome> {
         ModelsCommand::Fetch { dir } => {
             let bar = indicatif::ProgressBar::new_spinner();
             bar.set_style(
-                indicatif::ProgressStyle::with_template("{spinner} {prefix:.bold} {msg} {wide_bar} {percent:>3}%").unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} {prefix:.bold} {msg} {wide_bar} {percent:>3}%",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
             );
             bar.enable_steady_tick(std::time::Duration::from_millis(120));
-            let results = fetch::fetch(&FetchOptions::new(&dir), &registry::PINNED, &mut |ev| match ev {
-                FetchEvent::Step { file, what } => {
-                    bar.set_prefix(file);
-                    bar.set_message(what);
-                    bar.set_length(1);
-                    bar.set_position(0);
-                }
-                FetchEvent::Progress { done, total } => {
-                    bar.set_length(total.max(1));
-                    bar.set_position(done);
-                }
-                FetchEvent::Done { .. } => {}
-            });
+            let results =
+                fetch::fetch(
+                    &FetchOptions::new(&dir),
+                    &registry::PINNED,
+                    &mut |ev| match ev {
+                        FetchEvent::Step { file, what } => {
+                            bar.set_prefix(file);
+                            bar.set_message(what);
+                            bar.set_length(1);
+                            bar.set_position(0);
+                        }
+                        FetchEvent::Progress { done, total } => {
+                            bar.set_length(total.max(1));
+                            bar.set_position(done);
+                        }
+                        FetchEvent::Done { .. } => {}
+                    },
+                );
             bar.finish_and_clear();
-            for (m, action) in results.map_err(|e| anyhow::Error::new(BadInput::from_display(&e)).context("models fetch failed"))? {
+            for (m, action) in results.map_err(|e| {
+                anyhow::Error::new(BadInput::from_display(&e)).context("models fetch failed")
+            })? {
                 let what = match action {
                     fetch::FetchAction::Verified => "verified, nothing to do",
                     fetch::FetchAction::Installed => "installed",
@@ -276,13 +305,28 @@ fn models(command: ModelsCommand) -> anyhow::Result<Outcome> {
             Ok(Outcome::Ok)
         }
         ModelsCommand::List { dir } => {
-            let Some(manifest) = fetch::Manifest::load(&dir).map_err(BadInput::from_display)? else {
-                println!("no models installed in {}; run `voxline models fetch --dir {}`", dir.display(), dir.display());
+            let Some(manifest) = fetch::Manifest::load(&dir).map_err(BadInput::from_display)?
+            else {
+                println!(
+                    "no models installed in {}; run `voxline models fetch --dir {}`",
+                    dir.display(),
+                    dir.display()
+                );
                 return Ok(Outcome::Ok);
             };
-            println!("{:<4} {:<36} {:>10}  {:<28} licence", "role", "file", "MB", "source");
+            println!(
+                "{:<4} {:<36} {:>10}  {:<28} licence",
+                "role", "file", "MB", "source"
+            );
             for m in manifest.models {
-                println!("{:<4} {:<36} {:>10.1}  {:<28} {}", m.role, m.file, m.bytes as f64 / 1e6, format!("{}=={}", m.source_package, m.source_version), m.licence);
+                println!(
+                    "{:<4} {:<36} {:>10.1}  {:<28} {}",
+                    m.role,
+                    m.file,
+                    m.bytes as f64 / 1e6,
+                    format!("{}=={}", m.source_package, m.source_version),
+                    m.licence
+                );
             }
             Ok(Outcome::Ok)
         }
@@ -303,7 +347,11 @@ fn models(command: ModelsCommand) -> anyhow::Result<Outcome> {
                     }
                 }
             }
-            Ok(if bad == 0 { Outcome::Ok } else { Outcome::BadInputSeen })
+            Ok(if bad == 0 {
+                Outcome::Ok
+            } else {
+                Outcome::BadInputSeen
+            })
         }
     }
 }
@@ -318,17 +366,33 @@ impl EngineArgs {
             "shared" => ThreadBudget::shared(self.threads)?,
             other => return Err(BadInput(format!("--cpu-share {other:?}: expected `split` or `shared`"))),
         };
-        let audio_ctx = voxline_stt::AudioCtx::parse(&self.audio_ctx).map_err(BadInput::from_display)?;
-        let whisper_model = self.whisper_model.clone().unwrap_or_else(|| fetch::default_path(&self.models_dir, Role::Stt));
-        let llm_model = self.llm_model.clone().unwrap_or_else(|| fetch::default_path(&self.models_dir, Role::Llm));
-        for (path, flag, role) in [(&whisper_model, "--whisper-model", Role::Stt), (&llm_model, "--llm-model", Role::Llm)] {
+        let audio_ctx =
+            voxline_stt::AudioCtx::parse(&self.audio_ctx).map_err(BadInput::from_display)?;
+        let whisper_model = self
+            .whisper_model
+            .clone()
+            .unwrap_or_else(|| fetch::default_path(&self.models_dir, Role::Stt));
+        let llm_model = self
+            .llm_model
+            .clone()
+            .unwrap_or_else(|| fetch::default_path(&self.models_dir, Role::Llm));
+        for (path, flag, role) in [
+            (&whisper_model, "--whisper-model", Role::Stt),
+            (&llm_model, "--llm-model", Role::Llm),
+        ] {
             if !path.is_file() {
                 let hint = if path.starts_with(&self.models_dir) {
-                    format!("run `voxline models fetch --dir {}` or pass {flag}", self.models_dir.display())
+                    format!(
+                        "run `voxline models fetch --dir {}` or pass {flag}",
+                        self.models_dir.display()
+                    )
                 } else {
                     format!("check the path given to {flag}")
                 };
-                return Err(BadInput(format!("{}: no such {role} model file — {hint}", path.display())));
+                return Err(BadInput(format!(
+                    "{}: no such {role} model file — {hint}",
+                    path.display()
+                )));
             }
             let check = match role {
                 Role::Stt => voxline_models::kind::check_whisper_model(path),
@@ -348,7 +412,11 @@ impl EngineArgs {
             system_prompt: self.system_prompt.clone(),
             cache_prompt: !self.no_prompt_cache,
             memory: !self.no_memory,
-            sampling: voxline_llm::Sampling { temperature: self.temperature, seed: self.seed, ..Default::default() },
+            sampling: voxline_llm::Sampling {
+                temperature: self.temperature,
+                seed: self.seed,
+                ..Default::default()
+            },
         })
     }
 }
@@ -369,24 +437,33 @@ impl VadArgs {
 
 /// Fails early when an output file could not be written (its directory is missing or read-only).
 fn check_writable(path: &Path, flag: &str) -> Result<(), BadInput> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let probe = pipeline::partial_path(path);
     match std::fs::File::create(&probe) {
         Ok(_) => {
             let _ = std::fs::remove_file(&probe);
             Ok(())
         }
-        Err(e) => Err(BadInput(format!("{}: cannot write here ({e}); give {flag} a path in a writable directory (now {})", path.display(), dir.display()))),
+        Err(e) => Err(BadInput(format!(
+            "{}: cannot write here ({e}); give {flag} a path in a writable directory (now {})",
+            path.display(),
+            dir.display()
+        ))),
     }
 }
 
 /// Writes a file atomically (temporary name, then rename).
 fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let tmp = pipeline::partial_path(path);
-    std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path)).with_context(|| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("writing {}", path.display())
-    })
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .with_context(|| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("writing {}", path.display())
+        })
 }
 
 /// Ctrl-C and SIGTERM request an orderly stop (tokio, at the edge).
@@ -421,7 +498,10 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     let settings = args.engine.settings()?;
     let vad = args.vad.config()?;
     let budget = args.budget.as_deref().map(Budget::load).transpose()?;
-    for (p, flag) in [(&args.report_json, "--report-json"), (&args.events, "--events")] {
+    for (p, flag) in [
+        (&args.report_json, "--report-json"),
+        (&args.events, "--events"),
+    ] {
         if let Some(p) = p {
             check_writable(p, flag)?;
         }
@@ -431,18 +511,41 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     install_signal_handler(shutdown.clone());
 
     let t0 = Instant::now();
-    let stt = voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
-    let llm = voxline_llm::LlmEngine::load(settings.llm_config()).context("loading the language model")?;
+    let stt =
+        voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
+    let llm = voxline_llm::LlmEngine::load(settings.llm_config())
+        .context("loading the language model")?;
     let model_load_ms = t0.elapsed().as_secs_f64() * 1000.0;
     if shutdown.is_requested() {
         return Ok(Outcome::Ok);
     }
-    let opts = RunOptions { pace, vad, events_path: args.events.clone(), console: !args.quiet, cpu_shared: settings.threads.shared, ..RunOptions::default() };
-    let result = pipeline::run(inputs, voxline_stt::SttStage::new(stt), voxline_llm::LlmStage::new(llm), &opts, Some(shutdown))?;
+    let opts = RunOptions {
+        pace,
+        vad,
+        events_path: args.events.clone(),
+        console: !args.quiet,
+        cpu_shared: settings.threads.shared,
+        ..RunOptions::default()
+    };
+    let result = pipeline::run(
+        inputs,
+        voxline_stt::SttStage::new(stt),
+        voxline_llm::LlmStage::new(llm),
+        &opts,
+        Some(shutdown),
+    )?;
     let config = RunConfig {
         pace: args.pace.clone(),
-        threads: [settings.threads.total, settings.threads.stt, settings.threads.llm],
-        cpu_share: if settings.threads.shared { "shared".into() } else { "split".into() },
+        threads: [
+            settings.threads.total,
+            settings.threads.stt,
+            settings.threads.llm,
+        ],
+        cpu_share: if settings.threads.shared {
+            "shared".into()
+        } else {
+            "split".into()
+        },
         audio_ctx: settings.audio_ctx.to_string(),
         max_tokens: settings.max_tokens,
         n_ctx: settings.n_ctx,
@@ -466,11 +569,19 @@ fn collect_wavs(items: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
     let mut out = Vec::new();
     for item in items {
         if item.is_dir() {
-            let rd = std::fs::read_dir(item).map_err(|e| BadInput(format!("{}: {e}", item.display())))?;
-            let mut wavs: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("wav"))).collect();
+            let rd = std::fs::read_dir(item)
+                .map_err(|e| BadInput(format!("{}: {e}", item.display())))?;
+            let mut wavs: Vec<PathBuf> = rd
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("wav")))
+                .collect();
             wavs.sort();
             if wavs.is_empty() {
-                return Err(BadInput(format!("{}: no .wav files in this directory", item.display())));
+                return Err(BadInput(format!(
+                    "{}: no .wav files in this directory",
+                    item.display()
+                )));
             }
             out.extend(wavs);
         } else {
@@ -489,10 +600,20 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         return Err(BadInput("--repeat 0: play the fixtures at least once".into()).into());
     }
     let files = collect_wavs(&args.fixtures)?;
-    let all: Vec<PathBuf> = (0..args.repeat).flat_map(|_| files.iter().cloned()).collect();
+    let all: Vec<PathBuf> = (0..args.repeat)
+        .flat_map(|_| files.iter().cloned())
+        .collect();
     let inputs = pipeline::open_inputs(&all)?;
-    let expected_turns: usize = inputs.iter().map(|i| i.sidecar.as_ref().map_or(1, |s| s.turns.len())).sum();
-    std::fs::create_dir_all(&args.out).map_err(|e| BadInput(format!("{}: cannot create the output directory ({e})", args.out.display())))?;
+    let expected_turns: usize = inputs
+        .iter()
+        .map(|i| i.sidecar.as_ref().map_or(1, |s| s.turns.len()))
+        .sum();
+    std::fs::create_dir_all(&args.out).map_err(|e| {
+        BadInput(format!(
+            "{}: cannot create the output directory ({e})",
+            args.out.display()
+        ))
+    })?;
     check_writable(&args.out.join("report.json"), "--out")?;
     for (p, flag) in [(&args.trace, "--trace"), (&args.events, "--events")] {
         if let Some(p) = p {
@@ -500,33 +621,71 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         }
     }
     // Fail on a bad baseline before spending minutes on the run.
-    let baseline = args.baseline.as_deref().map(|b| voxline::bench::load_baseline(b).map(|v| (b.to_path_buf(), v))).transpose()?;
+    let baseline = args
+        .baseline
+        .as_deref()
+        .map(|b| voxline::bench::load_baseline(b).map(|v| (b.to_path_buf(), v)))
+        .transpose()?;
     let shutdown = ShutdownHandle::new();
     install_signal_handler(shutdown.clone());
 
     let bar = indicatif::ProgressBar::new(expected_turns as u64);
-    bar.set_style(indicatif::ProgressStyle::with_template("{spinner} loading models {elapsed}").unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} loading models {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
     let t0 = Instant::now();
-    let stt = voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
-    let llm = voxline_llm::LlmEngine::load(settings.llm_config()).context("loading the language model")?;
+    let stt =
+        voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
+    let llm = voxline_llm::LlmEngine::load(settings.llm_config())
+        .context("loading the language model")?;
     let model_load_ms = t0.elapsed().as_secs_f64() * 1000.0;
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {bar:40} {pos}/{len} turns {elapsed} (eta {eta}) {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {bar:40} {pos}/{len} turns {elapsed} (eta {eta}) {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let progress = bar.clone();
-    let hook: pipeline::EventHook = std::sync::Arc::new(move |ev: &voxline_core::PipelineEvent| match ev {
-        voxline_core::PipelineEvent::TurnComplete(_) | voxline_core::PipelineEvent::TurnError(_) => progress.inc(1),
-        voxline_core::PipelineEvent::Transcript(t) => progress.set_message(t.text.chars().take(40).collect::<String>()),
-        _ => {}
-    });
-    let opts = RunOptions { pace, vad, events_path: args.events.clone(), console: false, on_event: Some(hook), cpu_shared: settings.threads.shared, ..RunOptions::default() };
-    let result = pipeline::run(inputs, voxline_stt::SttStage::new(stt), voxline_llm::LlmStage::new(llm), &opts, Some(shutdown))?;
+    let hook: pipeline::EventHook =
+        std::sync::Arc::new(move |ev: &voxline_core::PipelineEvent| match ev {
+            voxline_core::PipelineEvent::TurnComplete(_)
+            | voxline_core::PipelineEvent::TurnError(_) => progress.inc(1),
+            voxline_core::PipelineEvent::Transcript(t) => {
+                progress.set_message(t.text.chars().take(40).collect::<String>())
+            }
+            _ => {}
+        });
+    let opts = RunOptions {
+        pace,
+        vad,
+        events_path: args.events.clone(),
+        console: false,
+        on_event: Some(hook),
+        cpu_shared: settings.threads.shared,
+        ..RunOptions::default()
+    };
+    let result = pipeline::run(
+        inputs,
+        voxline_stt::SttStage::new(stt),
+        voxline_llm::LlmStage::new(llm),
+        &opts,
+        Some(shutdown),
+    )?;
     bar.finish_and_clear();
     let config = RunConfig {
         pace: args.pace.clone(),
-        threads: [settings.threads.total, settings.threads.stt, settings.threads.llm],
-        cpu_share: if settings.threads.shared { "shared".into() } else { "split".into() },
+        threads: [
+            settings.threads.total,
+            settings.threads.stt,
+            settings.threads.llm,
+        ],
+        cpu_share: if settings.threads.shared {
+            "shared".into()
+        } else {
+            "split".into()
+        },
         audio_ctx: settings.audio_ctx.to_string(),
         max_tokens: settings.max_tokens,
         n_ctx: settings.n_ctx,
@@ -543,14 +702,28 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     }
     if let Some((path, base)) = &baseline {
         let (metrics, verdict) = voxline::bench::compare_values(&serde_json::to_value(&rep)?, base);
-        rep.baseline = Some(report::BaselineResult { path: path.clone(), verdict, metrics });
+        rep.baseline = Some(report::BaselineResult {
+            path: path.clone(),
+            verdict,
+            metrics,
+        });
     }
-    write_atomic(&args.out.join("report.json"), &serde_json::to_vec_pretty(&rep)?)?;
-    write_atomic(&args.out.join("report.md"), report::to_markdown(&rep).as_bytes())?;
-    write_atomic(&args.out.join("report.csv"), voxline::bench::to_csv(&rep).as_bytes())?;
+    write_atomic(
+        &args.out.join("report.json"),
+        &serde_json::to_vec_pretty(&rep)?,
+    )?;
+    write_atomic(
+        &args.out.join("report.md"),
+        report::to_markdown(&rep).as_bytes(),
+    )?;
+    write_atomic(
+        &args.out.join("report.csv"),
+        voxline::bench::to_csv(&rep).as_bytes(),
+    )?;
     let svg = args.out.join("timeline.svg");
     let tmp = pipeline::partial_path(&svg);
-    voxline::bench::timeline_svg(&rep, &tmp).map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
+    voxline::bench::timeline_svg(&rep, &tmp)
+        .map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
     std::fs::rename(&tmp, &svg).with_context(|| format!("writing {}", svg.display()))?;
     if let Some(t) = &args.trace {
         write_atomic(t, voxline::bench::chrome_trace(&result).as_bytes())?;
@@ -559,15 +732,24 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     if let Some(b) = &rep.baseline {
         eprintln!("voxline: against {}: {}", b.path.display(), b.verdict);
         for c in &b.metrics {
-            eprintln!("voxline:   {:<34} {:>10.1} → {:>10.1}  ×{:.2}  {}", c.metric, c.baseline, c.current, c.ratio, c.verdict);
+            eprintln!(
+                "voxline:   {:<34} {:>10.1} → {:>10.1}  ×{:.2}  {}",
+                c.metric, c.baseline, c.current, c.ratio, c.verdict
+            );
         }
     }
-    eprintln!("voxline: wrote {}/report.{{json,md,csv}} and timeline.svg", args.out.display());
+    eprintln!(
+        "voxline: wrote {}/report.{{json,md,csv}} and timeline.svg",
+        args.out.display()
+    );
     Ok(outcome_of(&rep))
 }
 
 fn file_name(p: &Path) -> String {
-    p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
+    p.file_name().map_or_else(
+        || p.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 fn finish_report(rep: &Report, json: Option<&Path>, quiet: bool) -> anyhow::Result<()> {
@@ -581,9 +763,15 @@ fn finish_report(rep: &Report, json: Option<&Path>, quiet: bool) -> anyhow::Resu
         eprintln!("voxline: the pipeline failed: {f}");
     }
     let s = &rep.summary;
-    let mut line = format!("{} turns, {} answered, {} errors", s.turns, s.completed, s.errors);
+    let mut line = format!(
+        "{} turns, {} answered, {} errors",
+        s.turns, s.completed, s.errors
+    );
     if let Some(p) = s.response_latency_ms {
-        line.push_str(&format!("; response latency p50 {:.0} ms, p95 {:.0} ms (n={})", p.p50, p.p95, p.n));
+        line.push_str(&format!(
+            "; response latency p50 {:.0} ms, p95 {:.0} ms (n={})",
+            p.p50, p.p95, p.n
+        ));
     }
     if !quiet || s.budget.given {
         eprintln!("voxline: {line}");
@@ -592,7 +780,11 @@ fn finish_report(rep: &Report, json: Option<&Path>, quiet: bool) -> anyhow::Resu
         }
     }
     for v in &s.budget.violations {
-        eprintln!("voxline: budget broken: {} (measured {})", v.limit, v.measured.map_or("nothing".into(), |m| format!("{m:.1}")));
+        eprintln!(
+            "voxline: budget broken: {} (measured {})",
+            v.limit,
+            v.measured.map_or("nothing".into(), |m| format!("{m:.1}"))
+        );
     }
     Ok(())
 }

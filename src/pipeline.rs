@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use voxline_audio::{VadConfig, VadStage, WavSource};
 use voxline_core::{
-    edge, AudioFrame, Clock, FullPolicy, LlmOut, Pipeline, PipelineEvent, RunOutcome, ShutdownHandle, Stage, TimedEvent,
-    Transcript, Utterance,
+    edge, AudioFrame, Clock, FullPolicy, LlmOut, Pipeline, PipelineEvent, RunOutcome,
+    ShutdownHandle, Stage, TimedEvent, Transcript, Utterance,
 };
 
 use crate::sidecar::Sidecar;
@@ -34,7 +34,9 @@ impl std::str::FromStr for Pace {
         match s {
             "realtime" => Ok(Self::Realtime),
             "fast" => Ok(Self::Fast),
-            _ => Err(BadInput(format!("--pace {s:?}: expected `realtime` or `fast`"))),
+            _ => Err(BadInput(format!(
+                "--pace {s:?}: expected `realtime` or `fast`"
+            ))),
         }
     }
 }
@@ -50,7 +52,9 @@ pub struct Input {
 
 impl std::fmt::Debug for Input {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Input").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("Input")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -73,14 +77,20 @@ pub struct InputSpan {
 /// [`BadInput`] naming the first file that cannot be replayed (or whose sidecar is malformed).
 pub fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>, BadInput> {
     if paths.is_empty() {
-        return Err(BadInput("no input files: give one or more WAV files".into()));
+        return Err(BadInput(
+            "no input files: give one or more WAV files".into(),
+        ));
     }
     paths
         .iter()
         .map(|p| {
             let source = WavSource::open(p).map_err(BadInput::from_display)?;
             let sidecar = Sidecar::load_for(p)?;
-            Ok(Input { path: p.clone(), sidecar, source })
+            Ok(Input {
+                path: p.clone(),
+                sidecar,
+                source,
+            })
         })
         .collect()
 }
@@ -126,7 +136,16 @@ impl std::fmt::Debug for RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        Self { pace: Pace::Fast, vad: VadConfig::default(), gap_ms: 1000, events_path: None, console: false, queue_capacity: 16, on_event: None, cpu_shared: false }
+        Self {
+            pace: Pace::Fast,
+            vad: VadConfig::default(),
+            gap_ms: 1000,
+            events_path: None,
+            console: false,
+            queue_capacity: 16,
+            on_event: None,
+            cpu_shared: false,
+        }
     }
 }
 
@@ -181,12 +200,23 @@ impl EventSink {
             None => None,
             Some(p) => {
                 let tmp = partial_path(p);
-                let f = std::fs::File::create(&tmp)
-                    .map_err(|e| BadInput(format!("{}: cannot write the event log ({e}); choose a writable path for --events", p.display())))?;
+                let f = std::fs::File::create(&tmp).map_err(|e| {
+                    BadInput(format!(
+                        "{}: cannot write the event log ({e}); choose a writable path for --events",
+                        p.display()
+                    ))
+                })?;
                 Some((p.to_path_buf(), tmp, std::io::BufWriter::new(f)))
             }
         };
-        Ok(Self { clock, console, file, events: Vec::new(), transcript_of: Default::default(), write_error: None })
+        Ok(Self {
+            clock,
+            console,
+            file,
+            events: Vec::new(),
+            transcript_of: Default::default(),
+            write_error: None,
+        })
     }
 
     fn handle(&mut self, ev: TimedEvent) {
@@ -221,7 +251,9 @@ impl EventSink {
                     let _ = writeln!(out);
                     eprintln!("[{}] error in {}: {}", e.id, e.stage, e.message);
                 }
-                PipelineEvent::StageFailed { stage, message } => eprintln!("stage {stage} failed: {message}"),
+                PipelineEvent::StageFailed { stage, message } => {
+                    eprintln!("stage {stage} failed: {message}")
+                }
                 PipelineEvent::StageError { stage, message } => eprintln!("{stage}: {message}"),
                 _ => {}
             }
@@ -232,12 +264,16 @@ impl EventSink {
     /// Finishes the event log; returns the events and any write error.
     fn finish(mut self) -> (Vec<TimedEvent>, Option<String>) {
         if let Some((path, tmp, w)) = self.file.take() {
-            let done = w.into_inner().map_err(|e| e.to_string()).and_then(|f| f.sync_all().map_err(|e| e.to_string()));
+            let done = w
+                .into_inner()
+                .map_err(|e| e.to_string())
+                .and_then(|f| f.sync_all().map_err(|e| e.to_string()));
             match done.and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| e.to_string())) {
                 Ok(()) => {}
                 Err(e) => {
                     let _ = std::fs::remove_file(&tmp);
-                    self.write_error.get_or_insert(format!("{}: {e}", path.display()));
+                    self.write_error
+                        .get_or_insert(format!("{}: {e}", path.display()));
                 }
             }
         }
@@ -248,7 +284,10 @@ impl EventSink {
 /// The temporary name a file is written under before it is renamed into place.
 #[must_use]
 pub fn partial_path(p: &Path) -> PathBuf {
-    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     p.with_file_name(format!(".{name}.partial-{}", std::process::id()))
 }
 
@@ -261,7 +300,13 @@ pub fn partial_path(p: &Path) -> PathBuf {
 /// # Errors
 /// [`RunError::BadInput`] for an invalid VAD configuration or an unwritable
 /// event log, [`RunError::Runtime`] when a thread cannot start.
-pub fn run<S, L>(inputs: Vec<Input>, stt: S, llm: L, opts: &RunOptions, shutdown: Option<ShutdownHandle>) -> Result<RunResult, RunError>
+pub fn run<S, L>(
+    inputs: Vec<Input>,
+    stt: S,
+    llm: L,
+    opts: &RunOptions,
+    shutdown: Option<ShutdownHandle>,
+) -> Result<RunResult, RunError>
 where
     S: Stage<In = Utterance, Out = Transcript>,
     L: Stage<In = Transcript, Out = LlmOut>,
@@ -279,8 +324,10 @@ where
     p.spawn_stage(vad, audio_rx, utt_tx).map_err(rt)?;
     if opts.cpu_shared {
         let lease = voxline_core::CpuLease::new();
-        p.spawn_stage_leased(stt, utt_rx, tr_tx, lease.clone()).map_err(rt)?;
-        p.spawn_stage_leased(llm, tr_rx, out_tx, lease).map_err(rt)?;
+        p.spawn_stage_leased(stt, utt_rx, tr_tx, lease.clone())
+            .map_err(rt)?;
+        p.spawn_stage_leased(llm, tr_rx, out_tx, lease)
+            .map_err(rt)?;
     } else {
         p.spawn_stage(stt, utt_rx, tr_tx).map_err(rt)?;
         p.spawn_stage(llm, tr_rx, out_tx).map_err(rt)?;
@@ -303,7 +350,9 @@ where
         .map_err(|e| RunError::Runtime(e.to_string()))?;
 
     // The source runs on this thread.
-    let stop = |s: &Option<ShutdownHandle>| s.as_ref().is_some_and(ShutdownHandle::is_requested) || internal_stop.is_requested();
+    let stop = |s: &Option<ShutdownHandle>| {
+        s.as_ref().is_some_and(ShutdownHandle::is_requested) || internal_stop.is_requested()
+    };
     let mut pos: u64 = 0;
     let mut spans = Vec::new();
     let mut input_errors = Vec::new();
@@ -320,7 +369,13 @@ where
             }
             Pace::Fast => Instant::now(),
         };
-        audio_tx.send(AudioFrame { start_sample: pos, samples: frame_samples, captured }).is_ok()
+        audio_tx
+            .send(AudioFrame {
+                start_sample: pos,
+                samples: frame_samples,
+                captured,
+            })
+            .is_ok()
     };
     let gap = u64::from(opts.gap_ms) * 16;
     'files: for (i, mut input) in inputs.into_iter().enumerate() {
@@ -340,7 +395,12 @@ where
         loop {
             if stop(&shutdown) {
                 interrupted = true;
-                spans.push(InputSpan { path: input.path.clone(), sidecar: input.sidecar.take(), start, end: pos });
+                spans.push(InputSpan {
+                    path: input.path.clone(),
+                    sidecar: input.sidecar.take(),
+                    start,
+                    end: pos,
+                });
                 break 'files;
             }
             match input.source.next_chunk() {
@@ -359,11 +419,18 @@ where
                 }
             }
         }
-        spans.push(InputSpan { path: input.path, sidecar: input.sidecar, start, end: pos });
+        spans.push(InputSpan {
+            path: input.path,
+            sidecar: input.sidecar,
+            start,
+            end: pos,
+        });
     }
     drop(audio_tx);
     let outcome = p.join();
-    let (events, write_error) = sink_thread.join().unwrap_or_else(|_| (Vec::new(), Some("the event sink panicked".into())));
+    let (events, write_error) = sink_thread
+        .join()
+        .unwrap_or_else(|_| (Vec::new(), Some("the event sink panicked".into())));
     if let Some(e) = write_error {
         input_errors.push(format!("event log: {e}"));
     }

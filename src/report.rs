@@ -20,7 +20,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use serde::Serialize;
-use voxline_core::{Clock, EdgeStatsSnapshot, PipelineEvent, SpanKind, StopReason, Transcript, TurnComplete, UtteranceInfo};
+use voxline_core::{
+    Clock, EdgeStatsSnapshot, PipelineEvent, SpanKind, StopReason, Transcript, TurnComplete,
+    UtteranceInfo,
+};
 
 use crate::pipeline::{Pace, RunResult};
 use crate::stats::Percentiles;
@@ -324,21 +327,36 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
     for ev in &run.events {
         match &ev.event {
             PipelineEvent::Utterance(u) => by_id.entry(u.id).or_default().utt = Some((*u, ev.at)),
-            PipelineEvent::Transcript(t) => by_id.entry(t.id).or_default().transcript = Some((t.clone(), ev.at)),
+            PipelineEvent::Transcript(t) => {
+                by_id.entry(t.id).or_default().transcript = Some((t.clone(), ev.at))
+            }
             PipelineEvent::Token(t) => by_id.entry(t.id).or_default().tokens.push(ev.at),
             PipelineEvent::TurnComplete(c) => by_id.entry(c.id).or_default().done = Some(c.clone()),
             PipelineEvent::TurnError(e) => {
-                by_id.entry(e.id).or_default().error.get_or_insert(format!("{}: {}", e.stage, e.message));
+                by_id
+                    .entry(e.id)
+                    .or_default()
+                    .error
+                    .get_or_insert(format!("{}: {}", e.stage, e.message));
             }
             _ => {}
         }
     }
     for s in &run.outcome.spans {
-        let (Some(id), SpanKind::Process) = (s.utterance, s.kind) else { continue };
+        let (Some(id), SpanKind::Process) = (s.utterance, s.kind) else {
+            continue;
+        };
         let busy = s.elapsed().as_secs_f64() * 1000.0;
         match s.stage.as_str() {
             "stt" => by_id.entry(id).or_default().stt_span = Some((s.started, s.finished, busy)),
-            "llm" => by_id.entry(id).or_default().llm_span = Some((s.started, s.first_emit.unwrap_or(s.finished), s.finished, busy)),
+            "llm" => {
+                by_id.entry(id).or_default().llm_span = Some((
+                    s.started,
+                    s.first_emit.unwrap_or(s.finished),
+                    s.finished,
+                    busy,
+                ))
+            }
             _ => {}
         }
     }
@@ -348,17 +366,32 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
     let audio_ms = Clock::samples_to_ms(run.audio_samples);
     for (n, (id, g)) in by_id.into_iter().enumerate() {
         let Some((u, utt_at)) = g.utt else { continue };
-        let mut t = TurnReport { id, warmup: n < warmup, start_sample: u.start_sample, end_sample: u.end_sample, closed_sample: u.closed_sample, audio_ms: u.duration_ms(), ..Default::default() };
+        let mut t = TurnReport {
+            id,
+            warmup: n < warmup,
+            start_sample: u.start_sample,
+            end_sample: u.end_sample,
+            closed_sample: u.closed_sample,
+            audio_ms: u.duration_ms(),
+            ..Default::default()
+        };
         // Truth from the sidecar: the spoken turn overlapping this utterance most.
         t.true_end_sample = u.end_sample;
-        if let Some(input) = run.inputs.iter().find(|i| u.end_sample > i.start && u.start_sample < i.end.max(i.start + 1)) {
+        if let Some(input) = run
+            .inputs
+            .iter()
+            .find(|i| u.end_sample > i.start && u.start_sample < i.end.max(i.start + 1))
+        {
             t.file = Some(input.path.clone());
             if let Some(sc) = &input.sidecar {
                 let best = sc
                     .turns
                     .iter()
                     .map(|st| {
-                        let (s, e) = (input.start + sc.to_16k(st.start_sample), input.start + sc.to_16k(st.end_sample));
+                        let (s, e) = (
+                            input.start + sc.to_16k(st.start_sample),
+                            input.start + sc.to_16k(st.end_sample),
+                        );
                         let overlap = e.min(u.end_sample).saturating_sub(s.max(u.start_sample));
                         (overlap, st, e)
                     })
@@ -396,8 +429,14 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
         }
 
         // The latency terms, on the wall clock or the virtual one.
-        let stt_service = g.stt_span.zip(g.transcript.as_ref()).map(|((st, _, _), (_, tr_at))| ms(st, *tr_at));
-        let llm_first = g.llm_span.filter(|_| !g.tokens.is_empty()).map(|(st, _, _, _)| ms(st, g.tokens[0]));
+        let stt_service = g
+            .stt_span
+            .zip(g.transcript.as_ref())
+            .map(|((st, _, _), (_, tr_at))| ms(st, *tr_at));
+        let llm_first = g
+            .llm_span
+            .filter(|_| !g.tokens.is_empty())
+            .map(|(st, _, _, _)| ms(st, g.tokens[0]));
         match run.pace {
             Pace::Realtime => {
                 let t_end = clock.sample_due(t.true_end_sample);
@@ -451,12 +490,19 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
             t.stt_rtfx = Some(t.audio_ms / s);
             t.stt_tps = t.stt_tokens.map(|n| f64::from(n) / (s / 1000.0));
         }
-        if let (Some(first), Some(n)) = (t.llm_first_token_ms.filter(|f| *f > 0.0), t.llm_prefill_tokens) {
+        if let (Some(first), Some(n)) = (
+            t.llm_first_token_ms.filter(|f| *f > 0.0),
+            t.llm_prefill_tokens,
+        ) {
             t.llm_prefill_tps = Some(f64::from(n) / (first / 1000.0));
         }
     }
     let stages = stage_reports(run, &turns, session_ms);
-    let stages = if run.pace == Pace::Fast { with_virtual_waits(stages, &turns) } else { stages };
+    let stages = if run.pace == Pace::Fast {
+        with_virtual_waits(stages, &turns)
+    } else {
+        stages
+    };
     let counted: Vec<&TurnReport> = turns.iter().filter(|t| !t.warmup).collect();
     let pick = |f: &dyn Fn(&TurnReport) -> Option<f64>| -> Option<Percentiles> {
         Percentiles::of(&counted.iter().filter_map(|t| f(t)).collect::<Vec<_>>())
@@ -481,7 +527,11 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
         ..Default::default()
     };
     summary.bottleneck = bottleneck(&stages, &counted);
-    summary.budget = BudgetResult { given: false, passed: true, ..Default::default() };
+    summary.budget = BudgetResult {
+        given: false,
+        passed: true,
+        ..Default::default()
+    };
     let first_latency = turns.first().and_then(|t| t.response_latency_ms);
     Report {
         schema_version: SCHEMA_VERSION,
@@ -492,7 +542,10 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
         },
         config,
         summary,
-        cold_start: ColdStart { model_load_ms, first_turn_response_latency_ms: first_latency },
+        cold_start: ColdStart {
+            model_load_ms,
+            first_turn_response_latency_ms: first_latency,
+        },
         turns,
         stages,
         edges: run.outcome.edges.clone(),
@@ -519,21 +572,52 @@ fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<
     names
         .into_iter()
         .map(|name| {
-            let spans: Vec<_> = run.outcome.spans.iter().filter(|s| s.stage == name).collect();
+            let spans: Vec<_> = run
+                .outcome
+                .spans
+                .iter()
+                .filter(|s| s.stage == name)
+                .collect();
             let busy_ms: f64 = spans.iter().map(|s| s.busy().as_secs_f64() * 1000.0).sum();
-            let waits: Vec<f64> = spans.iter().filter(|s| s.kind == SpanKind::Process).map(|s| s.queue_wait().as_secs_f64() * 1000.0).collect();
+            let waits: Vec<f64> = spans
+                .iter()
+                .filter(|s| s.kind == SpanKind::Process)
+                .map(|s| s.queue_wait().as_secs_f64() * 1000.0)
+                .collect();
             let tokens: Option<u64> = match name.as_str() {
-                "stt" => Some(turns.iter().filter_map(|t| t.stt_tokens).map(u64::from).sum()),
-                "llm" => Some(turns.iter().filter_map(|t| t.llm_generated_tokens).map(u64::from).sum()),
+                "stt" => Some(
+                    turns
+                        .iter()
+                        .filter_map(|t| t.stt_tokens)
+                        .map(u64::from)
+                        .sum(),
+                ),
+                "llm" => Some(
+                    turns
+                        .iter()
+                        .filter_map(|t| t.llm_generated_tokens)
+                        .map(u64::from)
+                        .sum(),
+                ),
                 _ => None,
             };
-            let edge = run.outcome.edges.iter().find(|e| e.name == input_edge(&name));
+            let edge = run
+                .outcome
+                .edges
+                .iter()
+                .find(|e| e.name == input_edge(&name));
             StageReport {
                 items: spans.iter().filter(|s| s.kind == SpanKind::Process).count(),
                 busy_ms,
-                utilization: if session_ms > 0.0 { busy_ms / session_ms } else { 0.0 },
+                utilization: if session_ms > 0.0 {
+                    busy_ms / session_ms
+                } else {
+                    0.0
+                },
                 tokens,
-                tokens_per_s: tokens.filter(|_| busy_ms > 0.0).map(|n| n as f64 / (busy_ms / 1000.0)),
+                tokens_per_s: tokens
+                    .filter(|_| busy_ms > 0.0)
+                    .map(|n| n as f64 / (busy_ms / 1000.0)),
                 queue_wait_ms: Percentiles::of(&waits),
                 queue_max_depth: edge.map_or(0, |e| e.max_depth),
                 queue_capacity: edge.map_or(0, |e| e.capacity),
@@ -568,18 +652,35 @@ fn simulate(jobs: &[SimJob], shared: bool, turns: &mut [TurnReport]) -> f64 {
         Llm,
     }
     // (ready time, job index, kind) waiting to run
-    let mut pending: Vec<(f64, usize, Kind)> = jobs.iter().enumerate().filter(|(_, j)| j.stt.is_some()).map(|(i, j)| (j.ready, i, Kind::Stt)).collect();
+    let mut pending: Vec<(f64, usize, Kind)> = jobs
+        .iter()
+        .enumerate()
+        .filter(|(_, j)| j.stt.is_some())
+        .map(|(i, j)| (j.ready, i, Kind::Stt))
+        .collect();
     let (mut stt_free, mut llm_free, mut end) = (0.0f64, 0.0f64, 0.0f64);
     while !pending.is_empty() {
         // the job that can start first; ties go to the one that became ready first
         let start_of = |(ready, _, kind): &(f64, usize, Kind)| -> f64 {
-            let free = if shared { stt_free.max(llm_free) } else { match kind { Kind::Stt => stt_free, Kind::Llm => llm_free } };
+            let free = if shared {
+                stt_free.max(llm_free)
+            } else {
+                match kind {
+                    Kind::Stt => stt_free,
+                    Kind::Llm => llm_free,
+                }
+            };
             ready.max(free)
         };
         let (pos, _) = pending
             .iter()
             .enumerate()
-            .min_by(|a, b| start_of(a.1).total_cmp(&start_of(b.1)).then(a.1 .0.total_cmp(&b.1 .0)).then(a.1 .1.cmp(&b.1 .1)))
+            .min_by(|a, b| {
+                start_of(a.1)
+                    .total_cmp(&start_of(b.1))
+                    .then(a.1 .0.total_cmp(&b.1 .0))
+                    .then(a.1 .1.cmp(&b.1 .1))
+            })
             .expect("pending is not empty");
         let job = pending.remove(pos);
         let start = start_of(&job);
@@ -623,32 +724,75 @@ fn simulate(jobs: &[SimJob], shared: bool, turns: &mut [TurnReport]) -> f64 {
 /// virtual-clock waits instead (the VAD's input is never queued in real time).
 fn with_virtual_waits(mut stages: Vec<StageReport>, turns: &[TurnReport]) -> Vec<StageReport> {
     for s in &mut stages {
-        let waits: Vec<f64> = match s.name.as_str() {
-            "stt" => turns.iter().filter_map(|t| t.stt_queue_ms).collect(),
-            "llm" => turns.iter().filter_map(|t| t.llm_queue_ms).collect(),
-            "vad" => vec![0.0; s.items],
+        // (arrival, start) of every item on the virtual clock
+        let items: Vec<(f64, f64)> = match s.name.as_str() {
+            "stt" => turns
+                .iter()
+                .filter_map(|t| Some((t.timeline.closed_ms, t.timeline.stt_ms?[0])))
+                .collect(),
+            "llm" => turns
+                .iter()
+                .filter_map(|t| {
+                    Some((
+                        t.timeline.llm_ms?[0] - t.llm_queue_ms?,
+                        t.timeline.llm_ms?[0],
+                    ))
+                })
+                .collect(),
+            "vad" => {
+                s.queue_wait_ms = Percentiles::of(&vec![0.0; s.items]);
+                s.queue_max_depth = 0;
+                continue;
+            }
             _ => continue,
         };
-        s.queue_wait_ms = Percentiles::of(&waits);
+        s.queue_wait_ms = Percentiles::of(&items.iter().map(|(a, b)| b - a).collect::<Vec<_>>());
+        // deepest queue: items arrived and not yet started, at each arrival
+        s.queue_max_depth = items
+            .iter()
+            .map(|(t, _)| items.iter().filter(|(a, b)| a <= t && b > t).count())
+            .max()
+            .unwrap_or(0);
     }
     stages
 }
 
 /// The latency terms of a turn, in critical-path order.
-const TERMS: [&str; 5] = ["endpoint", "stt_queue", "stt", "llm_queue", "llm_first_token"];
+const TERMS: [&str; 5] = [
+    "endpoint",
+    "stt_queue",
+    "stt",
+    "llm_queue",
+    "llm_first_token",
+];
 
 fn terms(t: &TurnReport) -> Option<[f64; 5]> {
-    Some([t.endpoint_delay_ms?, t.stt_queue_ms?, t.stt_ms?, t.llm_queue_ms?, t.llm_first_token_ms?])
+    Some([
+        t.endpoint_delay_ms?,
+        t.stt_queue_ms?,
+        t.stt_ms?,
+        t.llm_queue_ms?,
+        t.llm_first_token_ms?,
+    ])
 }
 
 fn bottleneck(stages: &[StageReport], turns: &[&TurnReport]) -> Bottleneck {
     let mut b = Bottleneck::default();
     let mut reasons = Vec::new();
-    let busiest = stages.iter().filter(|s| s.name != "sink").max_by(|a, b| a.utilization.total_cmp(&b.utilization));
+    let busiest = stages
+        .iter()
+        .filter(|s| s.name != "sink")
+        .max_by(|a, b| a.utilization.total_cmp(&b.utilization));
     if let Some(s) = busiest {
         b.throughput = Some(s.name.clone());
-        let verdict = if s.utilization > 1.0 { "cannot keep up with real time" } else { "is the busiest stage" };
-        let wait = s.queue_wait_ms.map_or(String::new(), |q| format!(", queue wait p95 {:.0} ms", q.p95));
+        let verdict = if s.utilization > 1.0 {
+            "cannot keep up with real time"
+        } else {
+            "is the busiest stage"
+        };
+        let wait = s.queue_wait_ms.map_or(String::new(), |q| {
+            format!(", queue wait p95 {:.0} ms", q.p95)
+        });
         reasons.push(format!(
             "throughput: {} {verdict} (utilisation {:.2}, busy {:.0} ms; input queue peaked at {}/{}{wait})",
             s.name, s.utilization, s.busy_ms, s.queue_max_depth, s.queue_capacity
@@ -657,7 +801,9 @@ fn bottleneck(stages: &[StageReport], turns: &[&TurnReport]) -> Bottleneck {
     let all: Vec<[f64; 5]> = turns.iter().filter_map(|t| terms(t)).collect();
     if !all.is_empty() {
         let n = all.len() as f64;
-        let means: Vec<f64> = (0..5).map(|i| all.iter().map(|a| a[i]).sum::<f64>() / n).collect();
+        let means: Vec<f64> = (0..5)
+            .map(|i| all.iter().map(|a| a[i]).sum::<f64>() / n)
+            .collect();
         let total: f64 = means.iter().sum();
         for (name, m) in TERMS.iter().zip(&means) {
             b.latency_terms_ms.insert((*name).to_string(), *m);
@@ -679,24 +825,56 @@ pub fn to_markdown(r: &Report) -> String {
     let mut s = String::new();
     let f = |v: Option<f64>| v.map_or("–".to_string(), |x| format!("{x:.1}"));
     let _ = writeln!(s, "# voxline report\n");
-    let _ = writeln!(s, "- **Throughput bottleneck:** {}", r.summary.bottleneck.throughput.as_deref().unwrap_or("–"));
-    let _ = writeln!(s, "- **Latency bottleneck:** {}", r.summary.bottleneck.latency.as_deref().unwrap_or("–"));
+    let _ = writeln!(
+        s,
+        "- **Throughput bottleneck:** {}",
+        r.summary.bottleneck.throughput.as_deref().unwrap_or("–")
+    );
+    let _ = writeln!(
+        s,
+        "- **Latency bottleneck:** {}",
+        r.summary.bottleneck.latency.as_deref().unwrap_or("–")
+    );
     let _ = writeln!(s, "- **Why:** {}", r.summary.bottleneck.reason);
-    let verdict = if !r.summary.budget.given { "no budget given" } else if r.summary.budget.passed { "PASS" } else { "FAIL" };
+    let verdict = if !r.summary.budget.given {
+        "no budget given"
+    } else if r.summary.budget.passed {
+        "PASS"
+    } else {
+        "FAIL"
+    };
     let _ = writeln!(s, "- **Budget:** {verdict}");
     for c in &r.summary.budget.checks {
-        let _ = writeln!(s, "  - {} {} (measured {})", if c.passed { "✓" } else { "✗" }, c.limit, f(c.measured));
+        let _ = writeln!(
+            s,
+            "  - {} {} (measured {})",
+            if c.passed { "✓" } else { "✗" },
+            c.limit,
+            f(c.measured)
+        );
     }
     if let Some(b) = &r.baseline {
-        let _ = writeln!(s, "- **Against baseline** `{}`: {}", b.path.display(), b.verdict);
+        let _ = writeln!(
+            s,
+            "- **Against baseline** `{}`: {}",
+            b.path.display(),
+            b.verdict
+        );
         for c in &b.metrics {
-            let _ = writeln!(s, "  - {}: {:.1} → {:.1} (×{:.2}, {})", c.metric, c.baseline, c.current, c.ratio, c.verdict);
+            let _ = writeln!(
+                s,
+                "  - {}: {:.1} → {:.1} (×{:.2}, {})",
+                c.metric, c.baseline, c.current, c.ratio, c.verdict
+            );
         }
     }
     let _ = writeln!(s, "\nclock: {} · turns: {} (warm-up {}, errors {}) · audio {:.1} s · session {:.1} s · threads {}/{}/{} · audio_ctx {} · max tokens {}\n",
         r.clock, r.summary.turns, r.summary.warmup_turns, r.summary.errors, r.summary.audio_s, r.summary.session_s,
         r.config.threads[0], r.config.threads[1], r.config.threads[2], r.config.audio_ctx, r.config.max_tokens);
-    let _ = writeln!(s, "| metric | p50 | p90 | p95 | p99 | n |\n|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "| metric | p50 | p90 | p95 | p99 | n |\n|---|---|---|---|---|---|"
+    );
     for (name, p) in [
         ("response latency ms", r.summary.response_latency_ms),
         ("endpoint delay ms", r.summary.endpoint_delay_ms),
@@ -707,20 +885,59 @@ pub fn to_markdown(r: &Report) -> String {
         ("LLM decode tok/s", r.summary.llm_decode_tps),
     ] {
         if let Some(p) = p {
-            let _ = writeln!(s, "| {name} | {:.1} | {:.1} | {:.1} | {:.1}{} | {} |", p.p50, p.p90, p.p95, p.p99, if p.p99_meaningful { "" } else { "*" }, p.n);
+            let _ = writeln!(
+                s,
+                "| {name} | {:.1} | {:.1} | {:.1} | {:.1}{} | {} |",
+                p.p50,
+                p.p90,
+                p.p95,
+                p.p99,
+                if p.p99_meaningful { "" } else { "*" },
+                p.n
+            );
         }
     }
-    let _ = writeln!(s, "\n\\* p99 of fewer than 100 turns is close to the maximum.\n");
+    let _ = writeln!(
+        s,
+        "\n\\* p99 of fewer than 100 turns is close to the maximum.\n"
+    );
     let _ = writeln!(s, "| stage | items | busy ms | utilisation | tokens/s | queue wait p95 ms | max queue | dropped |\n|---|---|---|---|---|---|---|---|");
     for st in &r.stages {
-        let _ = writeln!(s, "| {} | {} | {:.0} | {:.3} | {} | {} | {}/{} | {} |", st.name, st.items, st.busy_ms, st.utilization,
-            f(st.tokens_per_s), f(st.queue_wait_ms.map(|q| q.p95)), st.queue_max_depth, st.queue_capacity, st.dropped);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.0} | {:.3} | {} | {} | {}/{} | {} |",
+            st.name,
+            st.items,
+            st.busy_ms,
+            st.utilization,
+            f(st.tokens_per_s),
+            f(st.queue_wait_ms.map(|q| q.p95)),
+            st.queue_max_depth,
+            st.queue_capacity,
+            st.dropped
+        );
     }
     let _ = writeln!(s, "\n| turn | transcript | WER | endpoint | stt queue | stt | llm queue | first token | response latency | decode tok/s |\n|---|---|---|---|---|---|---|---|---|---|");
     for t in &r.turns {
-        let _ = writeln!(s, "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |", t.id, if t.warmup { " (warm-up)" } else { "" },
-            t.transcript.as_deref().or(t.error.as_deref()).unwrap_or("").replace('|', "/"), f(t.wer),
-            f(t.endpoint_delay_ms), f(t.stt_queue_ms), f(t.stt_ms), f(t.llm_queue_ms), f(t.llm_first_token_ms), f(t.response_latency_ms), f(t.llm_decode_tps));
+        let _ = writeln!(
+            s,
+            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            t.id,
+            if t.warmup { " (warm-up)" } else { "" },
+            t.transcript
+                .as_deref()
+                .or(t.error.as_deref())
+                .unwrap_or("")
+                .replace('|', "/"),
+            f(t.wer),
+            f(t.endpoint_delay_ms),
+            f(t.stt_queue_ms),
+            f(t.stt_ms),
+            f(t.llm_queue_ms),
+            f(t.llm_first_token_ms),
+            f(t.response_latency_ms),
+            f(t.llm_decode_tps)
+        );
     }
     s
 }

@@ -32,11 +32,19 @@ impl ThreadBudget {
     /// # Errors
     /// [`BadInput`] when `total` is 0.
     pub fn shared(total: Option<usize>) -> Result<Self, BadInput> {
-        let total = total.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+        let total =
+            total.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
         if total == 0 {
-            return Err(BadInput("--threads 0: the pipeline needs at least one thread".into()));
+            return Err(BadInput(
+                "--threads 0: the pipeline needs at least one thread".into(),
+            ));
         }
-        Ok(Self { total, stt: total, llm: total, shared: true })
+        Ok(Self {
+            total,
+            stt: total,
+            llm: total,
+            shared: true,
+        })
     }
 
     /// Splits `total` threads (`None` = the available cores): `stt` threads to
@@ -48,11 +56,18 @@ impl ThreadBudget {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let total = total.unwrap_or(cores);
         if total == 0 {
-            return Err(BadInput("--threads 0: the pipeline needs at least one thread".into()));
+            return Err(BadInput(
+                "--threads 0: the pipeline needs at least one thread".into(),
+            ));
         }
         if total == 1 {
             // One core: the engines take turns on it (each with one thread).
-            return Ok(Self { total, stt: 1, llm: 1, shared: false });
+            return Ok(Self {
+                total,
+                stt: 1,
+                llm: 1,
+                shared: false,
+            });
         }
         let stt = stt.unwrap_or((total / 2).max(1));
         if stt == 0 || stt >= total {
@@ -61,7 +76,12 @@ impl ThreadBudget {
                 total - 1
             )));
         }
-        Ok(Self { total, stt, llm: total - stt, shared: false })
+        Ok(Self {
+            total,
+            stt,
+            llm: total - stt,
+            shared: false,
+        })
     }
 }
 

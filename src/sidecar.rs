@@ -40,7 +40,9 @@ impl Sidecar {
     pub fn load_for(wav: &Path) -> Result<Option<Self>, BadInput> {
         let path = Self::path_for(wav);
         match std::fs::read(&path) {
-            Ok(bytes) => Self::parse(&bytes).map(Some).map_err(|e| BadInput(format!("{}: {e}", path.display()))),
+            Ok(bytes) => Self::parse(&bytes)
+                .map(Some)
+                .map_err(|e| BadInput(format!("{}: {e}", path.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(BadInput(format!("{}: {e}", path.display()))),
         }
@@ -52,14 +54,18 @@ impl Sidecar {
     /// A message saying what is wrong: invalid JSON, a 0 Hz rate, a turn
     /// ending before it starts, or turns out of order.
     pub fn parse(bytes: &[u8]) -> Result<Self, String> {
-        let s: Self = serde_json::from_slice(bytes).map_err(|e| format!("invalid sidecar JSON ({e})"))?;
+        let s: Self =
+            serde_json::from_slice(bytes).map_err(|e| format!("invalid sidecar JSON ({e})"))?;
         if s.sample_rate == 0 {
             return Err("sidecar sample_rate is 0".into());
         }
         let mut prev_end = 0;
         for (i, t) in s.turns.iter().enumerate() {
             if t.end_sample <= t.start_sample {
-                return Err(format!("sidecar turn {i} ends at {} before it starts at {}", t.end_sample, t.start_sample));
+                return Err(format!(
+                    "sidecar turn {i} ends at {} before it starts at {}",
+                    t.end_sample, t.start_sample
+                ));
             }
             if t.start_sample < prev_end {
                 return Err(format!("sidecar turn {i} overlaps the turn before it"));
@@ -72,7 +78,8 @@ impl Sidecar {
     /// Converts a position at the file's rate to 16 kHz.
     #[must_use]
     pub fn to_16k(&self, sample: u64) -> u64 {
-        ((u128::from(sample) * 16_000 + u128::from(self.sample_rate) / 2) / u128::from(self.sample_rate)) as u64
+        ((u128::from(sample) * 16_000 + u128::from(self.sample_rate) / 2)
+            / u128::from(self.sample_rate)) as u64
     }
 }
 
@@ -85,9 +92,14 @@ mod tests {
         let s = Sidecar::parse(br#"{"sample_rate":44100,"turns":[{"text":"hi","start_sample":22050,"end_sample":44100}],"extra":1}"#).unwrap();
         assert_eq!(s.to_16k(22050), 8000);
         assert_eq!(s.to_16k(44100), 16000);
-        assert!(Sidecar::parse(b"{").unwrap_err().contains("invalid sidecar JSON"));
+        assert!(Sidecar::parse(b"{")
+            .unwrap_err()
+            .contains("invalid sidecar JSON"));
         assert!(Sidecar::parse(br#"{"sample_rate":0,"turns":[]}"#).is_err());
-        assert!(Sidecar::parse(br#"{"sample_rate":16000,"turns":[{"text":"a","start_sample":5,"end_sample":5}]}"#).is_err());
+        assert!(Sidecar::parse(
+            br#"{"sample_rate":16000,"turns":[{"text":"a","start_sample":5,"end_sample":5}]}"#
+        )
+        .is_err());
         assert!(Sidecar::parse(br#"{"sample_rate":16000,"turns":[{"text":"a","start_sample":0,"end_sample":9},{"text":"b","start_sample":5,"end_sample":12}]}"#).is_err());
     }
 }

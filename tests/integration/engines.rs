@@ -12,7 +12,11 @@ fn whisper_then_llama_in_one_process() {
     let t = stt.transcribe(&audio).unwrap();
     let expected = &util::expected_texts("q_capital.wav")[0];
     let wer = word_error_rate(expected, &t.text);
-    assert!(wer <= 0.1, "transcript {:?} vs {expected:?}: WER {wer}", t.text);
+    assert!(
+        wer <= 0.1,
+        "transcript {:?} vs {expected:?}: WER {wer}",
+        t.text
+    );
     assert!(t.n_tokens >= 5, "{t:?}");
 
     let mut config = LlmConfig::new(util::llm_model(), threads);
@@ -26,7 +30,12 @@ fn whisper_then_llama_in_one_process() {
             true
         })
         .unwrap();
-    assert!(r.n_sampled >= 16, "only {} tokens: {:?}", r.n_sampled, r.text);
+    assert!(
+        r.n_sampled >= 16,
+        "only {} tokens: {:?}",
+        r.n_sampled,
+        r.text
+    );
     assert_eq!(pieces.concat().trim(), r.text);
     // The engine's own counters agree with ours: every sampled token but the
     // last was evaluated one at a time; the prompt tail was evaluated in a batch.

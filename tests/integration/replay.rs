@@ -12,17 +12,34 @@ fn single_question_is_transcribed_and_answered() {
     assert!(run.outcome.failed.is_none());
     assert_eq!(report.turns.len(), 1, "{:#?}", report.turns);
     let t = &report.turns[0];
-    assert!(t.wer.unwrap() <= MAX_WER, "{:?} vs {:?}", t.transcript, t.expected);
+    assert!(
+        t.wer.unwrap() <= MAX_WER,
+        "{:?} vs {:?}",
+        t.transcript,
+        t.expected
+    );
     assert!(!t.response.as_deref().unwrap_or("").is_empty());
     // tokens streamed are the answer, in order
-    let streamed: String = run.events.iter().filter_map(|e| match &e.event {
-        PipelineEvent::Token(tok) if tok.id == t.id => Some(tok.text.clone()),
-        _ => None,
-    }).collect();
+    let streamed: String = run
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            PipelineEvent::Token(tok) if tok.id == t.id => Some(tok.text.clone()),
+            _ => None,
+        })
+        .collect();
     assert_eq!(streamed.trim(), t.response.as_deref().unwrap());
     // the response latency is the sum of its parts
-    let parts = t.endpoint_delay_ms.unwrap() + t.stt_queue_ms.unwrap() + t.stt_ms.unwrap() + t.llm_queue_ms.unwrap() + t.llm_first_token_ms.unwrap();
-    assert!((parts - t.response_latency_ms.unwrap()).abs() < 0.01, "{parts} vs {:?}", t.response_latency_ms);
+    let parts = t.endpoint_delay_ms.unwrap()
+        + t.stt_queue_ms.unwrap()
+        + t.stt_ms.unwrap()
+        + t.llm_queue_ms.unwrap()
+        + t.llm_first_token_ms.unwrap();
+    assert!(
+        (parts - t.response_latency_ms.unwrap()).abs() < 0.01,
+        "{parts} vs {:?}",
+        t.response_latency_ms
+    );
     // the endpoint delay is about the hangover (500 ms) past the true end of speech
     let ep = t.endpoint_delay_ms.unwrap();
     assert!((350.0..=800.0).contains(&ep), "endpoint delay {ep}");
@@ -36,17 +53,31 @@ fn multi_turn_gives_each_turn_in_order() {
     let expected = util::expected_texts("multi_turn.wav");
     assert_eq!(report.turns.len(), expected.len(), "{:#?}", report.turns);
     for (t, e) in report.turns.iter().zip(&expected) {
-        assert_eq!(t.expected.as_deref(), Some(e.as_str()), "turn {} matched to the wrong sidecar turn", t.id);
-        assert!(t.wer.unwrap() <= MAX_WER, "turn {}: {:?} vs {e:?}", t.id, t.transcript);
+        assert_eq!(
+            t.expected.as_deref(),
+            Some(e.as_str()),
+            "turn {} matched to the wrong sidecar turn",
+            t.id
+        );
+        assert!(
+            t.wer.unwrap() <= MAX_WER,
+            "turn {}: {:?} vs {e:?}",
+            t.id,
+            t.transcript
+        );
         assert!(t.response.is_some() && t.error.is_none());
     }
     let ids: Vec<u64> = report.turns.iter().map(|t| t.id).collect();
     assert_eq!(ids, (1..=expected.len() as u64).collect::<Vec<_>>());
     // turn-complete events come in utterance order
-    let done: Vec<u64> = run.events.iter().filter_map(|e| match &e.event {
-        PipelineEvent::TurnComplete(c) => Some(c.id),
-        _ => None,
-    }).collect();
+    let done: Vec<u64> = run
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            PipelineEvent::TurnComplete(c) => Some(c.id),
+            _ => None,
+        })
+        .collect();
     assert_eq!(done, ids);
 }
 
@@ -55,10 +86,26 @@ fn every_format_variant_gives_the_same_transcript() {
     let _g = util::engine_lock();
     let s = util::settings(1);
     let mut stt = voxline_stt::SttEngine::load(s.stt_config()).unwrap();
-    let reference = stt.transcribe(&util::read_16k(&util::fixture("q_capital.wav"))).unwrap().text;
-    assert!(voxline_stt::word_error_rate(&util::expected_texts("q_capital.wav")[0], &reference) <= MAX_WER, "{reference}");
-    for v in ["q_capital_44k_stereo.wav", "q_capital_48k_f32.wav", "q_capital_8k.wav", "q_capital_24bit.wav", "q_capital_noisy.wav"] {
-        let text = stt.transcribe(&util::read_16k(&util::fixture(v))).unwrap().text;
+    let reference = stt
+        .transcribe(&util::read_16k(&util::fixture("q_capital.wav")))
+        .unwrap()
+        .text;
+    assert!(
+        voxline_stt::word_error_rate(&util::expected_texts("q_capital.wav")[0], &reference)
+            <= MAX_WER,
+        "{reference}"
+    );
+    for v in [
+        "q_capital_44k_stereo.wav",
+        "q_capital_48k_f32.wav",
+        "q_capital_8k.wav",
+        "q_capital_24bit.wav",
+        "q_capital_noisy.wav",
+    ] {
+        let text = stt
+            .transcribe(&util::read_16k(&util::fixture(v)))
+            .unwrap()
+            .text;
         let wer = voxline_stt::word_error_rate(&reference, &text);
         assert!(wer <= MAX_WER, "{v}: {text:?} vs {reference:?}");
     }
@@ -84,7 +131,11 @@ impl<S: Stage> Stage for Slow<S> {
     fn name(&self) -> &str {
         self.0.name()
     }
-    fn process(&mut self, input: S::In, out: &mut voxline_core::Emitter<'_, S::Out>) -> Result<(), voxline_core::StageError> {
+    fn process(
+        &mut self,
+        input: S::In,
+        out: &mut voxline_core::Emitter<'_, S::Out>,
+    ) -> Result<(), voxline_core::StageError> {
         std::thread::sleep(self.1);
         self.0.process(input, out)
     }
@@ -95,15 +146,32 @@ fn a_slow_llm_loses_nothing_and_queues_stay_bounded() {
     let _g = util::engine_lock();
     let s = util::settings(4);
     let (stt, llm) = util::stages(&s);
-    let files: Vec<_> = ["multi_turn.wav", "q_tea.wav", "q_weather.wav", "q_moon.wav"].iter().map(|f| util::fixture(f)).collect();
+    let files: Vec<_> = ["multi_turn.wav", "q_tea.wav", "q_weather.wav", "q_moon.wav"]
+        .iter()
+        .map(|f| util::fixture(f))
+        .collect();
     let inputs = voxline::pipeline::open_inputs(&files).unwrap();
-    let opts = voxline::pipeline::RunOptions { queue_capacity: 1, ..Default::default() };
-    let run = voxline::pipeline::run(inputs, stt, Slow(llm, std::time::Duration::from_millis(3000)), &opts, None).unwrap();
+    let opts = voxline::pipeline::RunOptions {
+        queue_capacity: 1,
+        ..Default::default()
+    };
+    let run = voxline::pipeline::run(
+        inputs,
+        stt,
+        Slow(llm, std::time::Duration::from_millis(3000)),
+        &opts,
+        None,
+    )
+    .unwrap();
     assert!(run.outcome.failed.is_none());
-    let utterances: Vec<u64> = run.events.iter().filter_map(|e| match &e.event {
-        PipelineEvent::Utterance(u) => Some(u.id),
-        _ => None,
-    }).collect();
+    let utterances: Vec<u64> = run
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            PipelineEvent::Utterance(u) => Some(u.id),
+            _ => None,
+        })
+        .collect();
     assert_eq!(utterances.len(), 6, "3 + 1 + 1 + 1 questions");
     for id in &utterances {
         let ended = run.events.iter().any(|e| match &e.event {
@@ -111,14 +179,28 @@ fn a_slow_llm_loses_nothing_and_queues_stay_bounded() {
             PipelineEvent::TurnError(t) => t.id == *id,
             _ => false,
         });
-        assert!(ended, "utterance {id} never reached turn-complete or an error");
+        assert!(
+            ended,
+            "utterance {id} never reached turn-complete or an error"
+        );
     }
     for e in &run.outcome.edges {
-        assert!(e.max_depth <= e.capacity, "{}: depth {} > capacity {}", e.name, e.max_depth, e.capacity);
+        assert!(
+            e.max_depth <= e.capacity,
+            "{}: depth {} > capacity {}",
+            e.name,
+            e.max_depth,
+            e.capacity
+        );
         assert_eq!(e.dropped, 0, "{}", e.name);
     }
     // the transcripts queue really was full at some point: the test exercised backpressure
-    let tq = run.outcome.edges.iter().find(|e| e.name == "transcripts").unwrap();
+    let tq = run
+        .outcome
+        .edges
+        .iter()
+        .find(|e| e.name == "transcripts")
+        .unwrap();
     assert_eq!(tq.max_depth, tq.capacity, "{tq:?}");
     let _ = LlmOut::Token; // the LLM output type is what the sink drained
 }

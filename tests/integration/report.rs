@@ -4,14 +4,21 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::util;
-use voxline_core::{Emitter, LlmEngineTimings, LlmOut, Stage, StageError, StopReason, Token, Transcript, TurnComplete, Utterance};
+use voxline_core::{
+    Emitter, LlmEngineTimings, LlmOut, Stage, StageError, StopReason, Token, Transcript,
+    TurnComplete, Utterance,
+};
 
 /// Every key path in a JSON value, arrays written as `[]`.
 fn paths(v: &serde_json::Value, prefix: &str, out: &mut BTreeSet<String>) {
     match v {
         serde_json::Value::Object(m) => {
             for (k, v) in m {
-                let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                let p = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
                 out.insert(p.clone());
                 paths(v, &p, out);
             }
@@ -31,38 +38,88 @@ fn report_json_matches_the_golden_schema_and_budgets_set_the_exit_code() {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.json");
     let pass = dir.path().join("pass.toml");
-    std::fs::write(&pass, "[response_latency_ms]\np50 = 60000\n[max]\nerrors = 0\ndropped = 0\n").unwrap();
+    std::fs::write(
+        &pass,
+        "[response_latency_ms]\np50 = 60000\n[max]\nerrors = 0\ndropped = 0\n",
+    )
+    .unwrap();
     let out = util::voxline_bin()
-        .args(["replay", util::fixture("q_capital.wav").to_str().unwrap(), "--pace", "fast", "--quiet", "--max-tokens", "8"])
-        .arg("--report-json").arg(&report)
-        .arg("--budget").arg(&pass)
+        .args([
+            "replay",
+            util::fixture("q_capital.wav").to_str().unwrap(),
+            "--pace",
+            "fast",
+            "--quiet",
+            "--max-tokens",
+            "8",
+        ])
+        .arg("--report-json")
+        .arg(&report)
+        .arg("--budget")
+        .arg(&pass)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let mut got = BTreeSet::new();
     paths(&v, "", &mut got);
     let golden_path = util::root().join("tests/golden/report_schema.txt");
     if std::env::var_os("VOXLINE_BLESS").is_some() {
-        std::fs::write(&golden_path, got.iter().cloned().collect::<Vec<_>>().join("\n") + "\n").unwrap();
+        std::fs::write(
+            &golden_path,
+            got.iter().cloned().collect::<Vec<_>>().join("\n") + "\n",
+        )
+        .unwrap();
     }
-    let golden: BTreeSet<String> = std::fs::read_to_string(&golden_path).unwrap().lines().map(str::to_string).collect();
+    let golden: BTreeSet<String> = std::fs::read_to_string(&golden_path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
     let missing: Vec<_> = golden.difference(&got).collect();
     let extra: Vec<_> = got.difference(&golden).collect();
     assert!(missing.is_empty() && extra.is_empty(), "report schema changed (bump SCHEMA_VERSION if a field changed meaning, then VOXLINE_BLESS=1): missing {missing:?}, new {extra:?}");
     // the fields the issue names are there, with values
     assert_eq!(v["schema_version"], 1);
     let t = &v["turns"][0];
-    for k in ["id", "transcript", "response", "endpoint_delay_ms", "stt_ms", "stt_rtfx", "llm_ttft_ms", "llm_prefill_tps", "llm_decode_tps", "response_latency_ms"] {
+    for k in [
+        "id",
+        "transcript",
+        "response",
+        "endpoint_delay_ms",
+        "stt_ms",
+        "stt_rtfx",
+        "llm_ttft_ms",
+        "llm_prefill_tps",
+        "llm_decode_tps",
+        "response_latency_ms",
+    ] {
         assert!(!t[k].is_null(), "turns[0].{k} is null: {t}");
     }
     for k in ["p50", "p90", "p95", "p99", "n"] {
         assert!(v["summary"]["response_latency_ms"][k].is_number(), "{k}");
     }
-    assert!(v["summary"]["bottleneck"]["throughput"].is_string() && v["summary"]["bottleneck"]["latency"].is_string());
-    assert!(!v["summary"]["bottleneck"]["reason"].as_str().unwrap().is_empty());
+    assert!(
+        v["summary"]["bottleneck"]["throughput"].is_string()
+            && v["summary"]["bottleneck"]["latency"].is_string()
+    );
+    assert!(!v["summary"]["bottleneck"]["reason"]
+        .as_str()
+        .unwrap()
+        .is_empty());
     assert_eq!(v["summary"]["budget"]["passed"], true);
-    assert_eq!(v["summary"]["budget"]["violations"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        v["summary"]["budget"]["violations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
     for s in v["stages"].as_array().unwrap() {
         for k in ["name", "utilization", "busy_ms", "items", "dropped"] {
             assert!(!s[k].is_null(), "stage {k}");
@@ -71,16 +128,33 @@ fn report_json_matches_the_golden_schema_and_budgets_set_the_exit_code() {
 
     // an impossible budget: exit 1, the report lists the violation with its measured value
     let fail = dir.path().join("fail.toml");
-    std::fs::write(&fail, "[response_latency_ms]\np50 = 1\n[min]\nllm_decode_tps = 1000000\n").unwrap();
+    std::fs::write(
+        &fail,
+        "[response_latency_ms]\np50 = 1\n[min]\nllm_decode_tps = 1000000\n",
+    )
+    .unwrap();
     let out = util::voxline_bin()
-        .args(["replay", util::fixture("q_capital.wav").to_str().unwrap(), "--pace", "fast", "--quiet", "--max-tokens", "8"])
-        .arg("--report-json").arg(&report)
-        .arg("--budget").arg(&fail)
+        .args([
+            "replay",
+            util::fixture("q_capital.wav").to_str().unwrap(),
+            "--pace",
+            "fast",
+            "--quiet",
+            "--max-tokens",
+            "8",
+        ])
+        .arg("--report-json")
+        .arg(&report)
+        .arg("--budget")
+        .arg(&fail)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("budget broken: response_latency_ms.p50 <= 1"), "{err}");
+    assert!(
+        err.contains("budget broken: response_latency_ms.p50 <= 1"),
+        "{err}"
+    );
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let violations = v["summary"]["budget"]["violations"].as_array().unwrap();
     assert_eq!(violations.len(), 2, "{violations:?}");
@@ -91,14 +165,23 @@ fn report_json_matches_the_golden_schema_and_budgets_set_the_exit_code() {
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[response_latency]\np50 = 1\n").unwrap();
     let out = util::voxline_bin()
-        .args(["replay", util::fixture("q_capital.wav").to_str().unwrap(), "--quiet"])
-        .arg("--report-json").arg(&report)
-        .arg("--budget").arg(&bad)
+        .args([
+            "replay",
+            util::fixture("q_capital.wav").to_str().unwrap(),
+            "--quiet",
+        ])
+        .arg("--report-json")
+        .arg(&report)
+        .arg("--budget")
+        .arg(&bad)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("bad.toml") && err.contains("unknown field"), "{err}");
+    assert!(
+        err.contains("bad.toml") && err.contains("unknown field"),
+        "{err}"
+    );
     assert!(!report.exists());
 }
 
@@ -111,15 +194,32 @@ impl Stage for FixedStt {
     fn name(&self) -> &str {
         "stt"
     }
-    fn process(&mut self, u: Utterance, out: &mut Emitter<'_, Transcript>) -> Result<(), StageError> {
+    fn process(
+        &mut self,
+        u: Utterance,
+        out: &mut Emitter<'_, Transcript>,
+    ) -> Result<(), StageError> {
         std::thread::sleep(self.0);
-        out.emit(Transcript { id: u.id, text: "hello".into(), n_tokens: 1, audio_ms: u.duration_ms(), start_sample: u.start_sample, end_sample: u.end_sample, end_wall: u.end_wall, engine: Default::default() });
+        out.emit(Transcript {
+            id: u.id,
+            text: "hello".into(),
+            n_tokens: 1,
+            audio_ms: u.duration_ms(),
+            start_sample: u.start_sample,
+            end_sample: u.end_sample,
+            end_wall: u.end_wall,
+            engine: Default::default(),
+        });
         Ok(())
     }
 }
 
 /// An LLM stand-in with a known first-token time and per-token cost.
-struct FixedLlm { first: Duration, per_token: Duration, tokens: u32 }
+struct FixedLlm {
+    first: Duration,
+    per_token: Duration,
+    tokens: u32,
+}
 
 impl Stage for FixedLlm {
     type In = Transcript;
@@ -133,42 +233,109 @@ impl Stage for FixedLlm {
             if index > 0 {
                 std::thread::sleep(self.per_token);
             }
-            out.emit(LlmOut::Token(Token { id: t.id, index, text: "x".into() }));
+            out.emit(LlmOut::Token(Token {
+                id: t.id,
+                index,
+                text: "x".into(),
+            }));
         }
-        out.emit(LlmOut::Done(TurnComplete { id: t.id, transcript: t.text, response: "x".repeat(self.tokens as usize), n_prompt_tokens: 10, n_generated: self.tokens, engine: LlmEngineTimings { n_prefill_tokens: 10, n_decode_tokens: self.tokens - 1 }, stop: StopReason::MaxTokens }));
+        out.emit(LlmOut::Done(TurnComplete {
+            id: t.id,
+            transcript: t.text,
+            response: "x".repeat(self.tokens as usize),
+            n_prompt_tokens: 10,
+            n_generated: self.tokens,
+            engine: LlmEngineTimings {
+                n_prefill_tokens: 10,
+                n_decode_tokens: self.tokens - 1,
+            },
+            stop: StopReason::MaxTokens,
+        }));
         Ok(())
     }
 }
 
-fn synthetic(stt: Duration, first: Duration, per_token: Duration, tokens: u32) -> voxline::report::Report {
-    let files: Vec<_> = ["multi_turn.wav", "q_tea.wav"].iter().map(|f| util::fixture(f)).collect();
+fn synthetic(
+    stt: Duration,
+    first: Duration,
+    per_token: Duration,
+    tokens: u32,
+) -> voxline::report::Report {
+    let files: Vec<_> = ["multi_turn.wav", "q_tea.wav"]
+        .iter()
+        .map(|f| util::fixture(f))
+        .collect();
     let inputs = voxline::pipeline::open_inputs(&files).unwrap();
-    let run = voxline::pipeline::run(inputs, FixedStt(stt), FixedLlm { first, per_token, tokens }, &Default::default(), None).unwrap();
+    let run = voxline::pipeline::run(
+        inputs,
+        FixedStt(stt),
+        FixedLlm {
+            first,
+            per_token,
+            tokens,
+        },
+        &Default::default(),
+        None,
+    )
+    .unwrap();
     voxline::report::build(&run, voxline::report::RunConfig::default(), 0, 0.0)
 }
 
 #[test]
 fn the_slow_stage_is_named_the_bottleneck() {
     // STT slow: it is both the busiest stage and the largest latency term.
-    let r = synthetic(Duration::from_millis(900), Duration::from_millis(20), Duration::from_millis(2), 11);
+    let r = synthetic(
+        Duration::from_millis(900),
+        Duration::from_millis(20),
+        Duration::from_millis(2),
+        11,
+    );
     assert_eq!(r.turns.len(), 4);
-    assert_eq!(r.summary.bottleneck.throughput.as_deref(), Some("stt"), "{}", r.summary.bottleneck.reason);
-    assert_eq!(r.summary.bottleneck.latency.as_deref(), Some("stt"), "{}", r.summary.bottleneck.reason);
+    assert_eq!(
+        r.summary.bottleneck.throughput.as_deref(),
+        Some("stt"),
+        "{}",
+        r.summary.bottleneck.reason
+    );
+    assert_eq!(
+        r.summary.bottleneck.latency.as_deref(),
+        Some("stt"),
+        "{}",
+        r.summary.bottleneck.reason
+    );
     // the measured STT time is the known cost (sleep granularity aside)
     let stt = r.summary.stt_ms.unwrap();
     assert!((900.0..1000.0).contains(&stt.p50), "{stt:?}");
 
     // LLM slow: a 1.5 s first token, then 5 more at 300 ms each → llm busiest,
     // and its first token (or the queue behind it) dominates latency.
-    let r = synthetic(Duration::from_millis(50), Duration::from_millis(1500), Duration::from_millis(300), 6);
-    assert_eq!(r.summary.bottleneck.throughput.as_deref(), Some("llm"), "{}", r.summary.bottleneck.reason);
+    let r = synthetic(
+        Duration::from_millis(50),
+        Duration::from_millis(1500),
+        Duration::from_millis(300),
+        6,
+    );
+    assert_eq!(
+        r.summary.bottleneck.throughput.as_deref(),
+        Some("llm"),
+        "{}",
+        r.summary.bottleneck.reason
+    );
     let latency = r.summary.bottleneck.latency.clone().unwrap();
-    assert!(latency == "llm_queue" || latency == "llm_first_token", "{}", r.summary.bottleneck.reason);
+    assert!(
+        latency == "llm_queue" || latency == "llm_first_token",
+        "{}",
+        r.summary.bottleneck.reason
+    );
     // decode tokens/s is (n − 1) / (t_last − t_first): 5 gaps of ~300 ms
     let tps = r.summary.llm_decode_tps.unwrap().p50;
     assert!((3.0..3.4).contains(&tps), "{tps}");
     for t in &r.turns {
-        let parts = t.endpoint_delay_ms.unwrap() + t.stt_queue_ms.unwrap() + t.stt_ms.unwrap() + t.llm_queue_ms.unwrap() + t.llm_first_token_ms.unwrap();
+        let parts = t.endpoint_delay_ms.unwrap()
+            + t.stt_queue_ms.unwrap()
+            + t.stt_ms.unwrap()
+            + t.llm_queue_ms.unwrap()
+            + t.llm_first_token_ms.unwrap();
         assert!((parts - t.response_latency_ms.unwrap()).abs() < 0.01);
     }
 }

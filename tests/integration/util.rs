@@ -14,7 +14,11 @@ pub fn models_dir() -> PathBuf {
 
 fn model(file: &str) -> PathBuf {
     let p = models_dir().join(file);
-    assert!(p.is_file(), "{} is missing: run `cargo run --release -- models fetch` first", p.display());
+    assert!(
+        p.is_file(),
+        "{} is missing: run `cargo run --release -- models fetch` first",
+        p.display()
+    );
     p
 }
 
@@ -36,12 +40,18 @@ pub fn fixture(name: &str) -> PathBuf {
 /// A fixture's sidecar JSON.
 pub fn sidecar(name: &str) -> serde_json::Value {
     let p = fixture(name).with_extension("json");
-    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
+    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap()
 }
 
 /// The expected transcripts of a fixture, in order.
 pub fn expected_texts(name: &str) -> Vec<String> {
-    sidecar(name)["turns"].as_array().unwrap().iter().map(|t| t["text"].as_str().unwrap().to_string()).collect()
+    sidecar(name)["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["text"].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// Reads a whole fixture as 16 kHz mono through the replay reader.
@@ -63,7 +73,8 @@ pub fn threads_each() -> usize {
 /// ggml's spinning threads would oversubscribe the cores and collapse.
 pub fn engine_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Engine settings for tests: the default models, the machine's cores split in two, short answers.
@@ -85,19 +96,34 @@ pub fn settings(max_tokens: u32) -> voxline::settings::EngineSettings {
 }
 
 /// Loads both engines as pipeline stages.
-pub fn stages(s: &voxline::settings::EngineSettings) -> (voxline_stt::SttStage, voxline_llm::LlmStage) {
+pub fn stages(
+    s: &voxline::settings::EngineSettings,
+) -> (voxline_stt::SttStage, voxline_llm::LlmStage) {
     let stt = voxline_stt::SttEngine::load(s.stt_config()).unwrap();
     let llm = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
-    (voxline_stt::SttStage::new(stt), voxline_llm::LlmStage::new(llm))
+    (
+        voxline_stt::SttStage::new(stt),
+        voxline_llm::LlmStage::new(llm),
+    )
 }
 
 /// Replays files at fast pace through the real engines and builds the report.
-pub fn replay(files: &[&str], max_tokens: u32) -> (voxline::pipeline::RunResult, voxline::report::Report) {
+pub fn replay(
+    files: &[&str],
+    max_tokens: u32,
+) -> (voxline::pipeline::RunResult, voxline::report::Report) {
     let s = settings(max_tokens);
     let (stt, llm) = stages(&s);
     let paths: Vec<PathBuf> = files.iter().map(|f| fixture(f)).collect();
     let inputs = voxline::pipeline::open_inputs(&paths).unwrap();
-    let run = voxline::pipeline::run(inputs, stt, llm, &voxline::pipeline::RunOptions::default(), None).unwrap();
+    let run = voxline::pipeline::run(
+        inputs,
+        stt,
+        llm,
+        &voxline::pipeline::RunOptions::default(),
+        None,
+    )
+    .unwrap();
     let report = voxline::report::build(&run, voxline::report::RunConfig::default(), 0, 0.0);
     (run, report)
 }

@@ -101,7 +101,9 @@ pub enum CaptureError {
     },
 
     /// The device's configuration cannot be captured from.
-    #[error("input device `{device}` has no usable input configuration: {reason}; pick another device")]
+    #[error(
+        "input device `{device}` has no usable input configuration: {reason}; pick another device"
+    )]
     UnsupportedConfig {
         /// The device.
         device: String,
@@ -110,7 +112,9 @@ pub enum CaptureError {
     },
 
     /// The stream was opened but failed to start or run.
-    #[error("the input stream of `{device}` failed: {reason}; check the device and restart the capture")]
+    #[error(
+        "the input stream of `{device}` failed: {reason}; check the device and restart the capture"
+    )]
     Stream {
         /// The device.
         device: String,
@@ -219,6 +223,9 @@ pub struct CaptureStats {
     pub samples_sent: u64,
     /// [`AudioFrame`]s sent to the output edge.
     pub frames_sent: u64,
+    /// The 16 kHz stream position just past everything the device delivered,
+    /// dropped audio included: where the next sample would have been.
+    pub end_sample: u64,
     /// Non-fatal stream errors reported by the host (at most 16 kept).
     pub stream_errors: Vec<String>,
     /// Why the capture ended.
@@ -330,6 +337,7 @@ fn ring(
         clock,
         samples_sent: 0,
         frames_sent: 0,
+        gap_frames: 0,
     };
     Ok((writer, drainer))
 }
@@ -366,17 +374,22 @@ struct Drainer {
     clock: Clock,
     samples_sent: u64,
     frames_sent: u64,
+    /// Dropped device frames already accounted for as gaps.
+    gap_frames: u64,
 }
 
 impl Drainer {
-    /// Processes every block in the ring; returns whether there was any.
+    /// Processes the blocks in the ring now (not those arriving meanwhile, so
+    /// that a fast device cannot keep it busy forever); returns whether there
+    /// were any.
     fn drain(&mut self, out: &EdgeSender<AudioFrame>) -> Result<bool, DrainStop> {
-        let mut any = false;
-        while let Ok(block) = self.blocks.pop() {
-            any = true;
+        let queued = self.blocks.slots();
+        for _ in 0..queued {
+            let Ok(block) = self.blocks.pop() else { break };
             if block.gap_before > 0 {
                 self.end_run(out)?;
                 self.run_base += rate_convert(block.gap_before, self.rate);
+                self.gap_frames += block.gap_before;
             }
             let n = block.frames * self.channels;
             let chunk = self
@@ -391,7 +404,20 @@ impl Drainer {
             self.last_arrival = Some(block.arrived);
             self.emit(out)?;
         }
-        Ok(any)
+        Ok(queued > 0)
+    }
+
+    /// The stream position after the last emitted sample plus the frames
+    /// dropped after the last block (`dropped_total` counts all drops).
+    fn end_sample(&self, dropped_total: u64) -> u64 {
+        let trailing = dropped_total.saturating_sub(self.gap_frames);
+        self.run_base + self.run_out + rate_convert(trailing, self.rate)
+    }
+
+    /// Processes blocks until the ring is empty (once the stream is stopped).
+    fn drain_all(&mut self, out: &EdgeSender<AudioFrame>) -> Result<(), DrainStop> {
+        while self.drain(out)? {}
+        Ok(())
     }
 
     /// Flushes the resampler and emits the tail of the current run; the next
@@ -717,6 +743,7 @@ impl Capture {
                 overruns: self.counters.overruns.load(Ordering::Relaxed),
                 samples_sent: 0,
                 frames_sent: 0,
+                end_sample: 0,
                 stream_errors: Vec::new(),
                 end: CaptureEnd::Internal {
                     reason: "the capture thread panicked".to_owned(),
@@ -824,9 +851,12 @@ impl Consumer {
             if end.is_some() {
                 break;
             }
+            if stopping {
+                end = Some(CaptureEnd::Stopped);
+                break;
+            }
             match self.drainer.drain(&self.out) {
                 Ok(true) => {}
-                Ok(false) if stopping => end = Some(CaptureEnd::Stopped),
                 Ok(false) => thread::sleep(POLL_INTERVAL),
                 Err(stop) => end = Some(stop_reason(stop)),
             }
@@ -840,18 +870,20 @@ impl Consumer {
         if end != CaptureEnd::OutputDisconnected {
             let tail = self
                 .drainer
-                .drain(&self.out)
-                .and_then(|_| self.drainer.end_run(&self.out));
+                .drain_all(&self.out)
+                .and_then(|()| self.drainer.end_run(&self.out));
             if let (Err(stop), CaptureEnd::Stopped) = (tail, &end) {
                 end = stop_reason(stop);
             }
         }
+        let dropped = self.counters.dropped.load(Ordering::Relaxed);
         CaptureStats {
             frames_captured: self.counters.captured.load(Ordering::Relaxed),
-            frames_dropped_in_ring: self.counters.dropped.load(Ordering::Relaxed),
+            frames_dropped_in_ring: dropped,
             overruns: self.counters.overruns.load(Ordering::Relaxed),
             samples_sent: self.drainer.samples_sent,
             frames_sent: self.drainer.frames_sent,
+            end_sample: self.drainer.end_sample(dropped),
             stream_errors: kept,
             end,
         }
@@ -931,11 +963,22 @@ mod tests {
         let frames = collect(&rx);
         let total: usize = frames.iter().map(|f| f.samples.len()).sum();
         // 60 + 40 frames at 100 Hz kept, plus the 60-frame gap skipped.
-        assert_eq!(total, rate_convert(60, 100) as usize + rate_convert(40, 100) as usize);
+        assert_eq!(
+            total,
+            rate_convert(60, 100) as usize + rate_convert(40, 100) as usize
+        );
         let last = frames.last().unwrap();
         assert_eq!(
             last.end_sample(),
             rate_convert(60, 100) + rate_convert(60, 100) + rate_convert(40, 100)
+        );
+        // Drops after the last block count towards the end of the stream.
+        w.write(&[0.5f32; 500][..], now); // 250 frames: more than the whole ring
+        let dropped = counters.dropped.load(Ordering::Relaxed);
+        assert_eq!(dropped, 60 + 250);
+        assert_eq!(
+            d.end_sample(dropped),
+            last.end_sample() + rate_convert(250, 100)
         );
     }
 
@@ -1000,7 +1043,10 @@ mod tests {
         };
         let msg = e.to_string();
         assert!(msg.contains("`usb mic`"), "{msg}");
-        assert!(msg.contains("default, hw:CARD=0,DEV=0 (HDA Intel)"), "{msg}");
+        assert!(
+            msg.contains("default, hw:CARD=0,DEV=0 (HDA Intel)"),
+            "{msg}"
+        );
         let none = CaptureError::DeviceNotFound {
             name: "x".into(),
             available: vec![],

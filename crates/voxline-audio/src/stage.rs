@@ -22,7 +22,9 @@ pub struct VadStage {
 
 impl std::fmt::Debug for VadStage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VadStage").field("next_id", &self.next_id).finish_non_exhaustive()
+        f.debug_struct("VadStage")
+            .field("next_id", &self.next_id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -32,12 +34,19 @@ impl VadStage {
     /// # Errors
     /// [`AudioError::InvalidVadConfig`] for an invalid configuration.
     pub fn new(config: VadConfig) -> Result<Self, AudioError> {
-        Ok(Self { endpointer: Endpointer::new(config)?, next_id: 1, last: None, origin: None })
+        Ok(Self {
+            endpointer: Endpointer::new(config)?,
+            next_id: 1,
+            last: None,
+            origin: None,
+        })
     }
 
     fn wall_of(&self, sample: u64) -> Instant {
         match self.last {
-            Some((pos, at)) if sample <= pos => at.checked_sub(Clock::samples_to_duration(pos - sample)).unwrap_or(at),
+            Some((pos, at)) if sample <= pos => at
+                .checked_sub(Clock::samples_to_duration(pos - sample))
+                .unwrap_or(at),
             Some((pos, at)) => at + Clock::samples_to_duration(sample - pos),
             None => Instant::now(),
         }
@@ -68,11 +77,21 @@ impl Stage for VadStage {
         "vad"
     }
 
-    fn process(&mut self, frame: AudioFrame, out: &mut Emitter<'_, Utterance>) -> Result<(), StageError> {
+    fn process(
+        &mut self,
+        frame: AudioFrame,
+        out: &mut Emitter<'_, Utterance>,
+    ) -> Result<(), StageError> {
         let origin = *self.origin.get_or_insert(frame.start_sample);
         let end = frame.end_sample();
         // The capture instant of the frame's end, for extrapolating end-of-speech times.
-        self.last = Some((end, frame.captured + Duration::from_secs_f64(frame.samples.len() as f64 / f64::from(voxline_core::SAMPLE_RATE))));
+        self.last = Some((
+            end,
+            frame.captured
+                + Duration::from_secs_f64(
+                    frame.samples.len() as f64 / f64::from(voxline_core::SAMPLE_RATE),
+                ),
+        ));
         let segments = self.endpointer.push(&frame.samples);
         let closed = self.endpointer.position() + origin;
         for seg in segments {
@@ -95,7 +114,9 @@ mod tests {
     use super::*;
 
     fn fixture_16k(name: &str) -> Vec<f32> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../audio-fixtures").join(name);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../audio-fixtures")
+            .join(name);
         let mut src = crate::WavSource::open(&path).unwrap();
         let mut out = Vec::new();
         while let Some(c) = src.next_chunk().unwrap() {
@@ -110,7 +131,11 @@ mod tests {
             .enumerate()
             .map(|(i, c)| {
                 let start = offset + (i * 320) as u64;
-                AudioFrame { start_sample: start, samples: c.to_vec(), captured: clock.sample_due(start) }
+                AudioFrame {
+                    start_sample: start,
+                    samples: c.to_vec(),
+                    captured: clock.sample_due(start),
+                }
             })
             .collect()
     }
@@ -129,10 +154,17 @@ mod tests {
             assert_eq!(u.samples.len() as u64, u.end_sample - u.start_sample);
             // closed once the 500 ms hangover passed, within a frame or two
             let delay = u.closed_sample - u.end_sample;
-            assert!((8_000..=8_000 + 2 * 320 + 256).contains(&delay), "closed {delay} samples after the end of speech");
+            assert!(
+                (8_000..=8_000 + 2 * 320 + 256).contains(&delay),
+                "closed {delay} samples after the end of speech"
+            );
             // the end's wall time is the instant that sample was due
             let due = clock.sample_due(u.end_sample);
-            let skew = if u.end_wall > due { u.end_wall - due } else { due - u.end_wall };
+            let skew = if u.end_wall > due {
+                u.end_wall - due
+            } else {
+                due - u.end_wall
+            };
             assert!(skew < Duration::from_millis(1), "{skew:?}");
         }
     }
@@ -142,7 +174,14 @@ mod tests {
         let clock = Clock::start();
         let audio = fixture_16k("q_capital.wav");
         // cut the file 100 ms after the speech ends: no hangover left to close it
-        let sidecar: serde_json::Value = serde_json::from_slice(&std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../audio-fixtures/q_capital.json")).unwrap()).unwrap();
+        let sidecar: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../audio-fixtures/q_capital.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
         let end = sidecar["turns"][0]["end_sample"].as_u64().unwrap() as usize + 1600;
         let mut stage = VadStage::new(VadConfig::default()).unwrap();
         let out = voxline_core::drive(&mut stage, frames(&audio[..end], 0, &clock)).unwrap();

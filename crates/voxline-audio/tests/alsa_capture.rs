@@ -1,30 +1,33 @@
 //! Live capture through the real cpal → ALSA path, without sound hardware.
 //!
-//! ALSA's `file` plugin can act as a capture device that reads its samples
-//! from a file. The test writes a `.asoundrc` into a temporary `HOME` that
-//! defines `voxtest`: a `plug` device (so cpal may open it in whatever
-//! format it prefers) over a `file` device reading raw 16 kHz mono `S16_LE`
-//! from a named pipe. A writer thread feeds `q_capital.wav`'s samples into
-//! the pipe, then silence, paced at about four times real time: ALSA's
-//! `null` slave would otherwise deliver as fast as the pipe can be read,
-//! which no live device does.
+//! ALSA's `file` plugin over its `null` plugin is a capture device that reads
+//! its samples from a raw file. The test writes a `.asoundrc` defining such a
+//! device, `voxtest`, into a temporary `HOME`, asks cpal which configuration
+//! it will open it in, writes a speech fixture in exactly that format (ALSA's
+//! own format and rate conversion over the `file` plugin loses samples, so
+//! none is used), and captures it.
+//!
+//! Pacing: the `null` plugin delivers as fast as it is read, far faster than
+//! real time, and after the file's end it delivers silence forever. The
+//! capture ring holds `RING_SECONDS` (10 s) of audio, so the first 10 s
+//! (the 3 s fixture and the silence after it) always fit; only silence after
+//! that may be dropped. The test checks that no drop falls inside the part
+//! it compares and that every dropped frame appears as a skip in the stream
+//! positions.
 //!
 //! alsa-lib reads `$HOME/.asoundrc` once per process, so this file holds a
 //! single test that sets `HOME` before any ALSA call (cargo runs each
 //! integration-test file as its own process).
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use voxline_audio::capture::RING_SECONDS;
 use voxline_audio::{
-    list_input_devices, AudioError, Capture, CaptureEnd, CaptureError, Endpointer, VadConfig,
+    list_input_devices, AudioError, Capture, CaptureEnd, CaptureError, Endpointer,
+    InputConfigRange, VadConfig, WavSource,
 };
 use voxline_core::{edge, AudioFrame, Clock, FullPolicy};
 
@@ -32,8 +35,6 @@ use voxline_core::{edge, AudioFrame, Clock, FullPolicy};
 const TOLERANCE: u64 = 2_400;
 /// The endpointer's default pre-roll, 200 ms.
 const PRE_ROLL: u64 = 3_200;
-/// Bytes of 16 kHz mono S16 per 20 ms.
-const CHUNK_BYTES: usize = 640;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -41,65 +42,89 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn asoundrc(fifo: &Path) -> String {
+fn asoundrc(raw: &Path) -> String {
     format!(
-        r#"pcm.voxfile {{
+        r#"pcm.voxtest {{
     type file
     slave.pcm null
     file "/dev/null"
     infile "{}"
     format "raw"
-    hint.show off
-}}
-pcm.voxtest {{
-    type plug
-    slave {{
-        pcm voxfile
-        format S16_LE
-        rate 16000
-        channels 1
-    }}
     hint {{
         show on
         description "voxline test input"
     }}
 }}
 "#,
-        fifo.display()
+        raw.display()
     )
 }
 
-/// Opens the pipe for reading and writing: this never blocks, and while the
-/// handle lives, ALSA's opening and closing of the reading end neither blocks
-/// nor breaks the writer.
-fn open_pipe(fifo: &Path) -> File {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(fifo)
-        .expect("open the pipe")
+/// The recording of "What is the capital of France?" at `rate` Hz.
+fn fixture_at(rate: u32) -> &'static str {
+    match rate {
+        16_000 => "q_capital.wav",
+        44_100 => "q_capital_44k_stereo.wav",
+        48_000 => "q_capital_48k_f32.wav",
+        other => panic!("cpal chose {other} Hz for the test device; add a fixture at that rate"),
+    }
 }
 
-/// Writes `pcm` into the pipe in 20 ms pieces every 5 ms, then silence until
-/// `stop`.
-fn feed(mut pipe: File, pcm: Vec<u8>, stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
-    thread::spawn(move || {
-        let silence = [0u8; CHUNK_BYTES];
-        let pieces = pcm.chunks(CHUNK_BYTES).chain(std::iter::repeat(&silence[..]));
-        for piece in pieces {
-            if stop.load(Ordering::Acquire) || pipe.write_all(piece).is_err() {
-                break;
-            }
-            thread::sleep(Duration::from_millis(5));
+/// The fixture's audio as raw little-endian interleaved samples in `config`:
+/// each frame is the mean of the fixture's channels, repeated on every
+/// device channel.
+fn raw_pcm(config: &InputConfigRange) -> Vec<u8> {
+    let mut reader = hound::WavReader::open(fixture(fixture_at(config.min_sample_rate))).unwrap();
+    let spec = reader.spec();
+    let samples: Vec<f32> = match spec.sample_format {
+        hound::SampleFormat::Float => reader.samples::<f32>().map(Result::unwrap).collect(),
+        hound::SampleFormat::Int => {
+            let scale = 2f32.powi(i32::from(spec.bits_per_sample) - 1);
+            reader
+                .samples::<i32>()
+                .map(|s| s.unwrap() as f32 / scale)
+                .collect()
         }
-    })
+    };
+    let mono = samples
+        .chunks_exact(usize::from(spec.channels))
+        .map(|f| f.iter().sum::<f32>() / f.len() as f32);
+    let mut raw = Vec::new();
+    for s in mono {
+        for _ in 0..config.channels {
+            match config.sample_format.as_str() {
+                "f32" => raw.extend_from_slice(&s.to_le_bytes()),
+                "i16" => raw.extend_from_slice(&((s * 32_768.0).round() as i16).to_le_bytes()),
+                "i32" => {
+                    raw.extend_from_slice(&((f64::from(s) * 2_147_483_648.0) as i32).to_le_bytes())
+                }
+                other => {
+                    panic!("cpal chose sample format {other} for the test device; encode it here")
+                }
+            }
+        }
+    }
+    raw
 }
 
-fn correlation(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
-    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
+/// The fixture decoded by the crate's own file path: what capture must yield.
+fn expected(rate: u32) -> Vec<f32> {
+    let mut src = WavSource::open(&fixture(fixture_at(rate))).unwrap();
+    let mut out = Vec::new();
+    while let Some(chunk) = src.next_chunk().unwrap() {
+        out.extend(chunk);
+    }
+    out
+}
+
+/// True `(start, end)` of the fixture's one turn at 16 kHz.
+fn truth(rate: u32) -> (u64, u64) {
+    let sidecar = fixture(fixture_at(rate)).with_extension("json");
+    let json: Value = serde_json::from_str(&fs::read_to_string(sidecar).unwrap()).unwrap();
+    let to16k =
+        |v: &Value| (v.as_u64().unwrap() as f64 * 16_000.0 / f64::from(rate)).round() as u64;
+    let turn = &json["turns"][0];
+    (to16k(&turn["start_sample"]), to16k(&turn["end_sample"]))
 }
 
 fn rms(x: &[f32]) -> f64 {
@@ -108,28 +133,11 @@ fn rms(x: &[f32]) -> f64 {
 
 #[test]
 fn captures_a_file_backed_alsa_device() {
-    // The fixture's samples as raw S16_LE and as f32.
-    let mut reader = hound::WavReader::open(fixture("q_capital.wav")).unwrap();
-    assert_eq!(reader.spec().sample_rate, 16_000);
-    assert_eq!(reader.spec().channels, 1);
-    let ints: Vec<i16> = reader.samples::<i16>().map(Result::unwrap).collect();
-    let truth: Vec<f32> = ints.iter().map(|&s| f32::from(s) / 32_768.0).collect();
-    let pcm: Vec<u8> = ints.iter().flat_map(|s| s.to_le_bytes()).collect();
-    let sidecar: Value =
-        serde_json::from_str(&fs::read_to_string(fixture("q_capital.json")).unwrap()).unwrap();
-    let turn = &sidecar["turns"][0];
-    let (true_start, true_end) = (
-        turn["start_sample"].as_u64().unwrap(),
-        turn["end_sample"].as_u64().unwrap(),
-    );
-
     let home = tempfile::tempdir().unwrap();
-    let fifo = home.path().join("voxtest.pipe");
-    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
-    assert!(made.success(), "mkfifo failed");
-    // ALSA opens the pipe whenever it opens the device; with no writer that open would block.
-    let pipe = open_pipe(&fifo);
-    fs::write(home.path().join(".asoundrc"), asoundrc(&fifo)).unwrap();
+    let raw = home.path().join("voxtest.raw");
+    // ALSA opens the file whenever it opens the device: it must exist first.
+    fs::write(&raw, b"").unwrap();
+    fs::write(home.path().join(".asoundrc"), asoundrc(&raw)).unwrap();
     std::env::set_var("HOME", home.path());
 
     // (a) The device is listed, under its ALSA name and its description.
@@ -147,7 +155,7 @@ fn captures_a_file_backed_alsa_device() {
             .any(|c| c.min_sample_rate <= 16_000 && 16_000 <= c.max_sample_rate),
         "{voxtest:?}"
     );
-    assert!(voxtest.default_config.is_some());
+    let config = voxtest.default_config.clone().expect("a default config");
 
     // A wrong name fails with the list of devices that do exist.
     let (tx, _rx) = edge::<AudioFrame>("audio", 8, FullPolicy::DropOldest);
@@ -160,91 +168,105 @@ fn captures_a_file_backed_alsa_device() {
         other => panic!("expected DeviceNotFound, got {other:?}"),
     }
 
-    // (b) Capture the fixture and compare.
-    let (tx, rx) = edge::<AudioFrame>("audio", 4_096, FullPolicy::DropOldest);
-    let clock = Clock::start();
-    let capture = Capture::start(Some("voxtest"), tx, clock).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(capture.format().device_id, "voxtest");
-    let capture_format = capture.format().clone();
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = feed(pipe, pcm, Arc::clone(&stop));
+    // (b) Capture the fixture, written in the device's own format.
+    fs::write(&raw, raw_pcm(&config)).unwrap();
+    let want = expected(config.min_sample_rate);
+    // The fixture plus one second of the silence after it.
+    let span = want.len() + 16_000;
+    assert!(span < RING_SECONDS as usize * 16_000);
 
-    // Everything of the file plus one second of the silence after it.
-    let want = truth.len() + 16_000;
+    let (tx, rx) = edge::<AudioFrame>("audio", 1 << 16, FullPolicy::DropOldest);
+    let capture =
+        Capture::start(Some("voxtest"), tx, Clock::start()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(capture.format().device_id, "voxtest");
+    assert_eq!(capture.format().sample_rate, config.min_sample_rate);
+    assert_eq!(capture.format().channels, config.channels);
+
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut frames = Vec::new();
-    let mut got = 0;
-    while got < want {
-        assert!(
-            Instant::now() < deadline,
-            "only {got} of {want} samples arrived"
-        );
+    let mut frames: Vec<AudioFrame> = Vec::new();
+    while frames.last().map_or(0, AudioFrame::end_sample) < span as u64 {
+        assert!(Instant::now() < deadline, "the capture stalled");
         if let Ok(env) = rx.recv_timeout(Duration::from_millis(100)) {
-            let received = Instant::now();
-            assert!(env.item.captured <= received, "captured in the future");
-            got += env.item.samples.len();
+            assert!(
+                env.item.captured <= Instant::now(),
+                "captured in the future"
+            );
             frames.push(env.item);
         }
     }
     let stats = capture.stop();
-    stop.store(true, Ordering::Release);
-    writer.join().unwrap();
     frames.extend(rx.try_iter().map(|e| e.item));
 
     assert_eq!(stats.end, CaptureEnd::Stopped, "{stats:?}");
-    assert_eq!(stats.frames_dropped_in_ring, 0, "{stats:?}");
     assert_eq!(rx.stats().dropped(), 0);
     assert!(stats.frames_captured > 0);
-    let sent: usize = frames.iter().map(|f| f.samples.len()).sum();
-    assert_eq!(stats.samples_sent, sent as u64);
+    let sent: u64 = frames.iter().map(|f| f.samples.len() as u64).sum();
+    assert_eq!(stats.samples_sent, sent);
     assert_eq!(stats.frames_sent, frames.len() as u64);
-    // Positions are contiguous from 0.
+
+    // Positions: contiguous except where the ring dropped audio, where they
+    // skip ahead by the dropped duration; never inside the compared span.
     let mut next = 0;
+    let mut skipped = 0;
+    let mut gaps = 0;
     for f in &frames {
-        assert_eq!(f.start_sample, next);
+        assert!(f.start_sample >= next, "positions went backwards");
+        if f.start_sample > next {
+            assert!(
+                next >= span as u64,
+                "audio dropped at {next}, inside the fixture"
+            );
+            skipped += f.start_sample - next;
+            gaps += 1;
+        }
         next = f.end_sample();
     }
-    let audio: Vec<f32> = frames.iter().flat_map(|f| f.samples.iter().copied()).collect();
-    assert!(audio.len() >= want);
-
-    // The same samples, within a millisecond of the same place (ALSA's plug
-    // layer may have converted rate and format on the way).
-    let n = truth.len();
-    eprintln!("DEBUG format {:?} stats {:?} len {}", capture_format, stats, audio.len());
-    let fnz = |x: &[f32]| x.iter().position(|s| s.abs() > 0.01);
-    eprintln!("DEBUG first loud truth {:?} audio {:?}", fnz(&truth), fnz(&audio));
-    eprintln!("DEBUG audio[0..20] {:?}", &audio[..20]);
-    let t0 = fnz(&truth).unwrap(); eprintln!("DEBUG truth[t0..] {:?}", &truth[t0..t0+10]);
-    let lnz = |x: &[f32]| x.iter().rposition(|s| s.abs() > 0.01);
-    eprintln!("DEBUG last loud truth {:?} audio {:?}", lnz(&truth), lnz(&audio));
-    let a0 = fnz(&audio).unwrap(); eprintln!("DEBUG audio[a0..] {:?}", &audio[a0..a0+10]);
-    let (lag, corr) = (0..=16usize)
-        .map(|lag| (lag, correlation(&truth[..n - 16], &audio[lag..lag + n - 16])))
-        .max_by(|a, b| a.1.total_cmp(&b.1))
-        .unwrap();
-    assert!(corr > 0.95, "best correlation {corr} at lag {lag}");
-    let (r_truth, r_audio) = (rms(&truth), rms(&audio[lag..lag + n]));
+    // Every dropped frame shows: as a skip, or after the last frame.
+    assert!(stats.end_sample >= next);
+    skipped += stats.end_sample - next;
+    let dropped_16k =
+        stats.frames_dropped_in_ring as f64 * 16_000.0 / f64::from(config.min_sample_rate);
     assert!(
-        (r_audio / r_truth - 1.0).abs() < 0.1,
-        "rms {r_audio} vs {r_truth}"
+        (skipped as f64 - dropped_16k).abs() <= f64::from(gaps) + 1.0,
+        "skipped {skipped} samples for {} dropped frames",
+        stats.frames_dropped_in_ring
     );
-    // After the file comes silence: the speech is as long as the file's.
-    assert!(rms(&audio[n + 400..want]) < 1e-3, "not silent after the file");
+
+    // The same samples as decoding the file, then silence.
+    let audio: Vec<f32> = frames
+        .iter()
+        .flat_map(|f| f.samples.iter().copied())
+        .take(span)
+        .collect();
+    assert_eq!(audio.len(), span);
+    let n = want.len();
+    let worst = want
+        .iter()
+        .zip(&audio)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst < 1e-3, "largest difference {worst}");
+    assert!((rms(&audio[..n]) / rms(&want) - 1.0).abs() < 0.01);
+    assert!(rms(&audio[n..]) < 1e-4, "not silent after the fixture");
 
     // (c) One utterance, where the sidecar says.
+    let (true_start, true_end) = truth(config.min_sample_rate);
     let mut ep = Endpointer::new(VadConfig::default()).unwrap();
     let mut segments = ep.push(&audio);
     segments.extend(ep.finish());
-    assert_eq!(segments.len(), 1, "{:?}", segments.iter().map(|s| (s.start_sample, s.end_sample)).collect::<Vec<_>>());
-    let seg = &segments[0];
-    let onset = seg.start_sample + PRE_ROLL;
+    let bounds: Vec<(u64, u64)> = segments
+        .iter()
+        .map(|s| (s.start_sample, s.end_sample))
+        .collect();
+    assert_eq!(segments.len(), 1, "{bounds:?}");
+    let onset = segments[0].start_sample + PRE_ROLL;
     assert!(
         onset.abs_diff(true_start) <= TOLERANCE,
         "onset {onset} vs {true_start}"
     );
+    let end = segments[0].end_sample;
     assert!(
-        seg.end_sample.abs_diff(true_end) <= TOLERANCE,
-        "end {} vs {true_end}",
-        seg.end_sample
+        end.abs_diff(true_end) <= TOLERANCE,
+        "end {end} vs {true_end}"
     );
 }

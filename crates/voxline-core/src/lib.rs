@@ -62,7 +62,8 @@ pub use message::{
     TimedEvent, Token, Transcript, TurnComplete, TurnError, Utterance, UtteranceId, UtteranceInfo,
 };
 pub use runtime::{
-    CpuLease, EventBus, EventReceiver, Pipeline, PipelineBuilder, RunOutcome, RuntimeError, ShutdownHandle,
+    CpuLease, EventBus, EventReceiver, Pipeline, PipelineBuilder, RunOutcome, RuntimeError,
+    ShutdownHandle,
 };
 pub use span::{Span, SpanKind, SpanRecord};
 pub use stage::{drive, Emitter, Stage, StageError};

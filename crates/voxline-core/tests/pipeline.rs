@@ -466,7 +466,9 @@ fn emitted_messages_and_drops_reach_the_event_stream() {
 fn leased_stages_never_overlap() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use voxline_core::{edge, Clock, CpuLease, Emitter, FullPolicy, Pipeline, Stage, StageError, Token};
+    use voxline_core::{
+        edge, Clock, CpuLease, Emitter, FullPolicy, Pipeline, Stage, StageError, Token,
+    };
 
     struct Busy(&'static str, Arc<AtomicUsize>, Arc<AtomicUsize>);
     impl Stage for Busy {
@@ -490,20 +492,52 @@ fn leased_stages_never_overlap() {
     let (tx, a_rx) = edge::<Token>("in", 4, FullPolicy::Block);
     let (a_tx, b_rx) = edge::<Token>("mid", 4, FullPolicy::Block);
     let (b_tx, out_rx) = edge::<Token>("out", 64, FullPolicy::Block);
-    p.spawn_stage_leased(Busy("a", running.clone(), peak.clone()), a_rx, a_tx, lease.clone()).unwrap();
-    p.spawn_stage_leased(Busy("b", running.clone(), peak.clone()), b_rx, b_tx, lease).unwrap();
+    p.spawn_stage_leased(
+        Busy("a", running.clone(), peak.clone()),
+        a_rx,
+        a_tx,
+        lease.clone(),
+    )
+    .unwrap();
+    p.spawn_stage_leased(Busy("b", running.clone(), peak.clone()), b_rx, b_tx, lease)
+        .unwrap();
     p.spawn_sink("sink", out_rx, |_| Ok(())).unwrap();
     for i in 0..10 {
-        tx.send(Token { id: i, index: 0, text: String::new() }).unwrap();
+        tx.send(Token {
+            id: i,
+            index: 0,
+            text: String::new(),
+        })
+        .unwrap();
     }
     drop(tx);
     let outcome = p.join();
-    assert_eq!(peak.load(Ordering::SeqCst), 1, "two leased stages ran at once");
-    for s in outcome.spans.iter().filter(|s| s.stage == "a" || s.stage == "b") {
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        1,
+        "two leased stages ran at once"
+    );
+    for s in outcome
+        .spans
+        .iter()
+        .filter(|s| s.stage == "a" || s.stage == "b")
+    {
         if s.kind == voxline_core::SpanKind::Process {
-            assert!(s.busy() < std::time::Duration::from_millis(40), "lease wait counted as busy: {:?}", s.busy());
+            assert!(
+                s.busy() < std::time::Duration::from_millis(40),
+                "lease wait counted as busy: {:?}",
+                s.busy()
+            );
         }
     }
-    let waited: std::time::Duration = outcome.spans.iter().filter(|s| s.stage == "b").map(|s| s.queue_wait()).sum();
-    assert!(waited > std::time::Duration::from_millis(20), "b never waited for the lease");
+    let waited: std::time::Duration = outcome
+        .spans
+        .iter()
+        .filter(|s| s.stage == "b")
+        .map(|s| s.queue_wait())
+        .sum();
+    assert!(
+        waited > std::time::Duration::from_millis(20),
+        "b never waited for the lease"
+    );
 }

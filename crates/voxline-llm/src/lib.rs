@@ -79,7 +79,12 @@ pub struct Sampling {
 
 impl Default for Sampling {
     fn default() -> Self {
-        Self { temperature: 0.0, top_k: 40, top_p: 0.95, seed: 42 }
+        Self {
+            temperature: 0.0,
+            top_k: 40,
+            top_p: 0.95,
+            seed: 42,
+        }
     }
 }
 
@@ -108,7 +113,8 @@ pub struct LlmConfig {
 }
 
 /// The default system prompt: short answers suit a voice assistant.
-pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful voice assistant. Answer in one or two short sentences.";
+pub const DEFAULT_SYSTEM_PROMPT: &str =
+    "You are a helpful voice assistant. Answer in one or two short sentences.";
 
 impl LlmConfig {
     /// Settings for `model` with `threads` threads and defaults otherwise.
@@ -252,7 +258,10 @@ unsafe impl Send for LlmEngine {}
 
 impl std::fmt::Debug for LlmEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LlmEngine").field("config", &self.config).field("cached_tokens", &self.cached.len()).finish_non_exhaustive()
+        f.debug_struct("LlmEngine")
+            .field("config", &self.config)
+            .field("cached_tokens", &self.cached.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -266,7 +275,9 @@ impl LlmEngine {
     /// without a chat template, [`LlmError::Config`] for 0 threads or a tiny context.
     pub fn load(config: LlmConfig) -> Result<Self, LlmError> {
         if config.threads == 0 {
-            return Err(LlmError::Config("the language model needs at least one thread".into()));
+            return Err(LlmError::Config(
+                "the language model needs at least one thread".into(),
+            ));
         }
         if config.n_ctx < 64 || config.max_tokens == 0 || config.max_tokens >= config.n_ctx {
             return Err(LlmError::Config(format!(
@@ -276,12 +287,19 @@ impl LlmEngine {
         }
         voxline_models::kind::check_llm_model(&config.model)?;
         let backend = backend()?;
-        let load_err = |detail: String| LlmError::Load { path: config.model.clone(), detail };
+        let load_err = |detail: String| LlmError::Load {
+            path: config.model.clone(),
+            detail,
+        };
         let mparams = LlamaModelParams::default().with_n_gpu_layers(config.n_gpu_layers);
-        let model = Box::new(LlamaModel::load_from_file(backend, &config.model, &mparams).map_err(|e| load_err(e.to_string()))?);
-        let template = model
-            .chat_template(None)
-            .map_err(|e| LlmError::Template { path: config.model.clone(), detail: e.to_string() })?;
+        let model = Box::new(
+            LlamaModel::load_from_file(backend, &config.model, &mparams)
+                .map_err(|e| load_err(e.to_string()))?,
+        );
+        let template = model.chat_template(None).map_err(|e| LlmError::Template {
+            path: config.model.clone(),
+            detail: e.to_string(),
+        })?;
         let threads = i32::try_from(config.threads).unwrap_or(1);
         let cparams = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(config.n_ctx))
@@ -291,7 +309,9 @@ impl LlmEngine {
         // SAFETY: the model is boxed (stable address), never moved out or
         // replaced, and dropped after the context (field order).
         let model_ref: &'static LlamaModel = unsafe { &*std::ptr::from_ref::<LlamaModel>(&model) };
-        let ctx = model_ref.new_context(backend, cparams).map_err(|e| load_err(e.to_string()))?;
+        let ctx = model_ref
+            .new_context(backend, cparams)
+            .map_err(|e| load_err(e.to_string()))?;
         let mut engine = Self {
             ctx,
             model,
@@ -340,7 +360,8 @@ impl LlmEngine {
 
     fn render(&self, history: &[(String, String)], user: Option<&str>) -> Result<String, LlmError> {
         let msg = |role: &str, content: &str| {
-            LlamaChatMessage::new(role.into(), content.into()).map_err(|e| LlmError::Engine(format!("chat message: {e}")))
+            LlamaChatMessage::new(role.into(), content.into())
+                .map_err(|e| LlmError::Engine(format!("chat message: {e}")))
         };
         let mut chat = Vec::with_capacity(2 + 2 * history.len());
         if !self.config.system_prompt.is_empty() {
@@ -358,12 +379,17 @@ impl LlmEngine {
         }
         self.model
             .apply_chat_template(&self.template, &chat, user.is_some())
-            .map_err(|e| LlmError::Template { path: self.config.model.clone(), detail: e.to_string() })
+            .map_err(|e| LlmError::Template {
+                path: self.config.model.clone(),
+                detail: e.to_string(),
+            })
     }
 
     fn tokenize(&self, text: &str) -> Result<Vec<LlamaToken>, LlmError> {
         // Chat templates carry their own BOS where the model wants one.
-        self.model.str_to_token(text, AddBos::Never).map_err(|e| LlmError::Engine(format!("tokenize: {e}")))
+        self.model
+            .str_to_token(text, AddBos::Never)
+            .map_err(|e| LlmError::Engine(format!("tokenize: {e}")))
     }
 
     /// Evaluates `tokens` after what is cached, in batches; logits for the last one.
@@ -374,10 +400,14 @@ impl LlmEngine {
             for (i, &t) in chunk.iter().enumerate() {
                 let pos = i32::try_from(self.cached.len()).unwrap_or(i32::MAX);
                 let last = c * 512 + i + 1 == n;
-                self.batch.add(t, pos, &[0], last).map_err(|e| LlmError::Engine(e.to_string()))?;
+                self.batch
+                    .add(t, pos, &[0], last)
+                    .map_err(|e| LlmError::Engine(e.to_string()))?;
                 self.cached.push(t);
             }
-            self.ctx.decode(&mut self.batch).map_err(|e| LlmError::Engine(format!("prefill: {e}")))?;
+            self.ctx
+                .decode(&mut self.batch)
+                .map_err(|e| LlmError::Engine(format!("prefill: {e}")))?;
         }
         // Wait for the evaluation to finish so llama.cpp books it now (its
         // counters are updated on synchronisation, not on submission).
@@ -393,7 +423,11 @@ impl LlmEngine {
     /// # Errors
     /// [`LlmError::ContextFull`] when the prompt cannot fit even without
     /// history, [`LlmError::Engine`] when evaluation fails.
-    pub fn respond(&mut self, user: &str, on_token: &mut dyn FnMut(&str) -> bool) -> Result<Response, LlmError> {
+    pub fn respond(
+        &mut self,
+        user: &str,
+        on_token: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Response, LlmError> {
         let budget = (self.config.n_ctx - self.config.max_tokens) as usize;
         let mut dropped_turns = 0u32;
         if !self.config.memory {
@@ -406,21 +440,31 @@ impl LlmEngine {
                 break tokens;
             }
             if self.history.is_empty() {
-                return Err(LlmError::ContextFull { needed: tokens.len(), n_ctx: self.config.n_ctx, max_tokens: self.config.max_tokens });
+                return Err(LlmError::ContextFull {
+                    needed: tokens.len(),
+                    n_ctx: self.config.n_ctx,
+                    max_tokens: self.config.max_tokens,
+                });
             }
             self.history.remove(0);
             dropped_turns += 1;
         };
         // Reuse the longest cached prefix (at least one token is always re-evaluated for logits).
         let mut keep = if self.config.cache_prompt {
-            self.cached.iter().zip(&prompt).take_while(|(a, b)| a == b).count()
+            self.cached
+                .iter()
+                .zip(&prompt)
+                .take_while(|(a, b)| a == b)
+                .count()
         } else {
             0
         };
         keep = keep.min(prompt.len().saturating_sub(1));
         if keep < self.cached.len() {
             let p0 = u32::try_from(keep).unwrap_or(u32::MAX);
-            self.ctx.clear_kv_cache_seq(Some(0), Some(p0), None).map_err(|e| LlmError::Engine(e.to_string()))?;
+            self.ctx
+                .clear_kv_cache_seq(Some(0), Some(p0), None)
+                .map_err(|e| LlmError::Engine(e.to_string()))?;
             self.cached.truncate(keep);
         }
         self.ctx.reset_timings();
@@ -439,7 +483,10 @@ impl LlmEngine {
             if self.model.is_eog_token(token) {
                 break Stop::EndOfGeneration;
             }
-            let bytes = self.model.token_to_piece_bytes(token, 64, false, None).unwrap_or_default();
+            let bytes = self
+                .model
+                .token_to_piece_bytes(token, 64, false, None)
+                .unwrap_or_default();
             let piece = utf8.push(&bytes);
             n_streamed += 1;
             text.push_str(&piece);
@@ -455,8 +502,12 @@ impl LlmEngine {
             }
             self.batch.clear();
             let pos = i32::try_from(self.cached.len()).unwrap_or(i32::MAX);
-            self.batch.add(token, pos, &[0], true).map_err(|e| LlmError::Engine(e.to_string()))?;
-            self.ctx.decode(&mut self.batch).map_err(|e| LlmError::Engine(format!("decode: {e}")))?;
+            self.batch
+                .add(token, pos, &[0], true)
+                .map_err(|e| LlmError::Engine(e.to_string()))?;
+            self.ctx
+                .decode(&mut self.batch)
+                .map_err(|e| LlmError::Engine(format!("decode: {e}")))?;
             self.cached.push(token);
             logits_at = 0;
         };
@@ -468,8 +519,16 @@ impl LlmEngine {
         let t = self.ctx.timings();
         // llama.cpp reports at least 1 for each counter; an idle counter is 0.
         let engine = EngineCounters {
-            n_p_eval: if n_prefill > 1 { u32::try_from(t.n_p_eval()).unwrap_or(0) } else { 0 },
-            n_eval: if n_sampled > 1 || n_prefill == 1 { u32::try_from(t.n_eval()).unwrap_or(0) } else { 0 },
+            n_p_eval: if n_prefill > 1 {
+                u32::try_from(t.n_p_eval()).unwrap_or(0)
+            } else {
+                0
+            },
+            n_eval: if n_sampled > 1 || n_prefill == 1 {
+                u32::try_from(t.n_eval()).unwrap_or(0)
+            } else {
+                0
+            },
         };
         let answer = text.trim().to_string();
         if self.config.memory {
@@ -522,10 +581,16 @@ mod tests {
     #[test]
     fn bad_configs_are_refused_before_loading() {
         let mut c = LlmConfig::new("/nonexistent.gguf", 0);
-        assert!(LlmEngine::load(c.clone()).unwrap_err().to_string().contains("at least one thread"));
+        assert!(LlmEngine::load(c.clone())
+            .unwrap_err()
+            .to_string()
+            .contains("at least one thread"));
         c.threads = 1;
         c.max_tokens = 4096;
-        assert!(matches!(LlmEngine::load(c.clone()), Err(LlmError::Config(_))));
+        assert!(matches!(
+            LlmEngine::load(c.clone()),
+            Err(LlmError::Config(_))
+        ));
         c.max_tokens = 16;
         assert!(matches!(LlmEngine::load(c), Err(LlmError::Model(_))));
     }
@@ -556,7 +621,11 @@ impl voxline_core::Stage for LlmStage {
         "llm"
     }
 
-    fn process(&mut self, t: Self::In, out: &mut voxline_core::Emitter<'_, Self::Out>) -> Result<(), voxline_core::StageError> {
+    fn process(
+        &mut self,
+        t: Self::In,
+        out: &mut voxline_core::Emitter<'_, Self::Out>,
+    ) -> Result<(), voxline_core::StageError> {
         use voxline_core::{LlmEngineTimings, LlmOut, StopReason, Token, TurnComplete};
         let id = t.id;
         if t.text.trim().is_empty() {
@@ -575,7 +644,11 @@ impl voxline_core::Stage for LlmStage {
         let r = self
             .engine
             .respond(&t.text, &mut |piece| {
-                out.emit(LlmOut::Token(Token { id, index, text: piece.to_string() }));
+                out.emit(LlmOut::Token(Token {
+                    id,
+                    index,
+                    text: piece.to_string(),
+                }));
                 index += 1;
                 !out.is_closed()
             })

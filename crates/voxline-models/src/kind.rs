@@ -77,13 +77,13 @@ fn read_i32(f: &mut impl Read) -> std::io::Result<i32> {
 fn ggml_type_bytes(ty: i32, n: u64) -> Option<u64> {
     let block = |size: u64, per: u64| (n % per == 0).then_some(n / per * size);
     match ty {
-        0 => Some(n * 4),         // f32
-        1 => Some(n * 2),         // f16
-        2 => block(18, 32),       // q4_0
-        3 => block(20, 32),       // q4_1
-        6 => block(22, 32),       // q5_0
-        7 => block(24, 32),       // q5_1
-        8 => block(34, 32),       // q8_0
+        0 => Some(n * 4),   // f32
+        1 => Some(n * 2),   // f16
+        2 => block(18, 32), // q4_0
+        3 => block(20, 32), // q4_1
+        6 => block(22, 32), // q5_0
+        7 => block(24, 32), // q5_1
+        8 => block(34, 32), // q8_0
         _ => None,
     }
 }
@@ -104,10 +104,17 @@ pub fn check_whisper_model(path: &Path) -> Result<(), ModelError> {
             hint: "pass a whisper model (e.g. models/ggml-tiny.en.bin) to --whisper-model and a GGUF to --llm-model",
         });
     }
-    let len = std::fs::metadata(path).map_err(|e| ModelError::io(path, e))?.len();
+    let len = std::fs::metadata(path)
+        .map_err(|e| ModelError::io(path, e))?
+        .len();
     let f = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
     let mut f = std::io::BufReader::new(f);
-    let bad = |what: String| ModelError::Format(format!("{}: not a complete whisper model: {what} — fetch it again or bring a whole file", path.display()));
+    let bad = |what: String| {
+        ModelError::Format(format!(
+            "{}: not a complete whisper model: {what} — fetch it again or bring a whole file",
+            path.display()
+        ))
+    };
     let walk = |f: &mut std::io::BufReader<std::fs::File>| -> std::io::Result<Result<(), String>> {
         f.seek(SeekFrom::Start(4))?;
         let mut hp = [0i32; 11];
@@ -119,7 +126,9 @@ pub fn check_whisper_model(path: &Path) -> Result<(), ModelError> {
         }
         let (n_mel, n_fft) = (read_i32(f)?, read_i32(f)?);
         if !(1..=1024).contains(&n_mel) || !(1..=4096).contains(&n_fft) {
-            return Ok(Err(format!("implausible mel filterbank size {n_mel}×{n_fft}")));
+            return Ok(Err(format!(
+                "implausible mel filterbank size {n_mel}×{n_fft}"
+            )));
         }
         f.seek(SeekFrom::Current(i64::from(n_mel) * i64::from(n_fft) * 4))?;
         let n_vocab = read_i32(f)?;
@@ -158,7 +167,10 @@ pub fn check_whisper_model(path: &Path) -> Result<(), ModelError> {
             };
             let end = f.stream_position()? + bytes;
             if end > len {
-                return Ok(Err(format!("tensor at byte {pos} needs {bytes} bytes, the file ends {} bytes short", end - len)));
+                return Ok(Err(format!(
+                    "tensor at byte {pos} needs {bytes} bytes, the file ends {} bytes short",
+                    end - len
+                )));
             }
             f.seek(SeekFrom::Start(end))?;
             tensors += 1;
@@ -171,7 +183,9 @@ pub fn check_whisper_model(path: &Path) -> Result<(), ModelError> {
     match walk(&mut f) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(what)) => Err(bad(what)),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(bad("the file ends early".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            Err(bad("the file ends early".into()))
+        }
         Err(e) => Err(ModelError::io(path, e)),
     }
 }
@@ -193,10 +207,18 @@ pub fn check_llm_model(path: &Path) -> Result<(), ModelError> {
     }
     let mut f = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
     let mut head = [0u8; 24];
-    f.read_exact(&mut head).map_err(|_| ModelError::Format(format!("{}: GGUF header is truncated — fetch the file again", path.display())))?;
+    f.read_exact(&mut head).map_err(|_| {
+        ModelError::Format(format!(
+            "{}: GGUF header is truncated — fetch the file again",
+            path.display()
+        ))
+    })?;
     let version = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
     if !(2..=3).contains(&version) {
-        return Err(ModelError::Format(format!("{}: GGUF version {version} is not supported (2 or 3 are)", path.display())));
+        return Err(ModelError::Format(format!(
+            "{}: GGUF version {version} is not supported (2 or 3 are)",
+            path.display()
+        )));
     }
     Ok(())
 }

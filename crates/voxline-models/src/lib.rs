@@ -76,7 +76,10 @@ pub enum ModelError {
 
 impl ModelError {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        Self::Io { path: path.to_path_buf(), source }
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 }
 
@@ -85,15 +88,26 @@ impl ModelError {
 ///
 /// # Errors
 /// [`ModelError::Io`] naming `path`.
-pub fn atomic_write<T>(path: &Path, write: impl FnOnce(&mut dyn Write) -> std::io::Result<T>) -> Result<T, ModelError> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+pub fn atomic_write<T>(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<T>,
+) -> Result<T, ModelError> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.partial-{}", std::process::id()));
     let result = (|| {
         let file = std::fs::File::create(&tmp)?;
         let mut w = std::io::BufWriter::new(file);
         let value = write(&mut w)?;
-        let file = w.into_inner().map_err(std::io::IntoInnerError::into_error)?;
+        let file = w
+            .into_inner()
+            .map_err(std::io::IntoInnerError::into_error)?;
         file.sync_all()?;
         std::fs::rename(&tmp, path)?;
         Ok(value)

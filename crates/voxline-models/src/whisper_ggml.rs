@@ -116,10 +116,11 @@ pub fn decode_token(token: &str, decoder: &HashMap<char, u8>) -> Result<Vec<u8>,
     token
         .chars()
         .map(|c| {
-            decoder
-                .get(&c)
-                .copied()
-                .ok_or_else(|| ModelError::Convert(format!("token {token:?} has character {c:?} outside the byte-level alphabet")))
+            decoder.get(&c).copied().ok_or_else(|| {
+                ModelError::Convert(format!(
+                    "token {token:?} has character {c:?} outside the byte-level alphabet"
+                ))
+            })
         })
         .collect()
 }
@@ -174,7 +175,12 @@ pub fn mel_filterbank(sample_rate: u32, n_fft: usize, n_mels: usize) -> Vec<f32>
 
 fn f32_tensor(name: String, var: &Variable, src: &str) -> Result<OutTensor, ModelError> {
     let ne: Vec<usize> = var.dims.iter().rev().copied().collect();
-    Ok(OutTensor { name, ne, ty: OutType::F32, values: var.to_f32(src)? })
+    Ok(OutTensor {
+        name,
+        ne,
+        ty: OutType::F32,
+        values: var.to_f32(src)?,
+    })
 }
 
 /// Maps a CTranslate2 Whisper model to the list of whisper.cpp tensors, in
@@ -192,14 +198,25 @@ pub fn plan_tensors(model: &Ct2Model) -> Result<(HParams, Vec<OutTensor>), Model
         )));
     }
     let count_layers = |prefix: &str| {
-        (0..).take_while(|l| model.variables.contains_key(&format!("{prefix}/layer_{l}/ffn/linear_0/weight"))).count()
+        (0..)
+            .take_while(|l| {
+                model
+                    .variables
+                    .contains_key(&format!("{prefix}/layer_{l}/ffn/linear_0/weight"))
+            })
+            .count()
     };
     let dim = |name: &str, axis: usize| -> Result<i32, ModelError> {
         let v = model.get(name)?;
         v.dims
             .get(axis)
             .and_then(|&d| i32::try_from(d).ok())
-            .ok_or_else(|| ModelError::Convert(format!("{name} has dims {:?}, expected an axis {axis}", v.dims)))
+            .ok_or_else(|| {
+                ModelError::Convert(format!(
+                    "{name} has dims {:?}, expected an axis {axis}",
+                    v.dims
+                ))
+            })
     };
     let heads = |name: &str| -> Result<i32, ModelError> {
         model
@@ -222,7 +239,9 @@ pub fn plan_tensors(model: &Ct2Model) -> Result<(HParams, Vec<OutTensor>), Model
         ftype: 1,
     };
     if hp.n_audio_layer == 0 || hp.n_text_layer == 0 {
-        return Err(ModelError::Convert("CTranslate2 Whisper model has no encoder or decoder layers".into()));
+        return Err(ModelError::Convert(
+            "CTranslate2 Whisper model has no encoder or decoder layers".into(),
+        ));
     }
 
     let mut out = Vec::new();
@@ -230,41 +249,77 @@ pub fn plan_tensors(model: &Ct2Model) -> Result<(HParams, Vec<OutTensor>), Model
     let mut copy = |out: &mut Vec<OutTensor>, src: &str, dst: &str| -> Result<(), ModelError> {
         let v = model.get(src)?;
         let mut t = f32_tensor(dst.to_string(), v, src)?;
-        t.ty = if v.dims.len() >= 2 { OutType::F16 } else { OutType::F32 };
+        t.ty = if v.dims.len() >= 2 {
+            OutType::F16
+        } else {
+            OutType::F32
+        };
         out.push(t);
         Ok(())
     };
     // Splits rows [part*rows .. (part+1)*rows) out of a fused matrix or vector.
-    let split = |src: &str, dst: &str, parts: usize, part: usize| -> Result<OutTensor, ModelError> {
-        let v = model.get(src)?;
-        let rows = *v.dims.first().ok_or_else(|| ModelError::Convert(format!("{src} is a scalar")))?;
-        if rows % parts != 0 {
-            return Err(ModelError::Convert(format!("{src} has {rows} rows, not divisible into {parts} parts")));
-        }
-        let all = v.to_f32(src)?;
-        let per_row = all.len() / rows;
-        let n = rows / parts;
-        let values = all[part * n * per_row..(part + 1) * n * per_row].to_vec();
-        let mut dims = v.dims.clone();
-        dims[0] = n;
-        let ty = if dims.len() >= 2 { OutType::F16 } else { OutType::F32 };
-        Ok(OutTensor { name: dst.to_string(), ne: dims.into_iter().rev().collect(), ty, values })
-    };
-    let ln = |out: &mut Vec<OutTensor>, copy: &mut dyn FnMut(&mut Vec<OutTensor>, &str, &str) -> Result<(), ModelError>, src: &str, dst: &str| -> Result<(), ModelError> {
+    let split =
+        |src: &str, dst: &str, parts: usize, part: usize| -> Result<OutTensor, ModelError> {
+            let v = model.get(src)?;
+            let rows = *v
+                .dims
+                .first()
+                .ok_or_else(|| ModelError::Convert(format!("{src} is a scalar")))?;
+            if rows % parts != 0 {
+                return Err(ModelError::Convert(format!(
+                    "{src} has {rows} rows, not divisible into {parts} parts"
+                )));
+            }
+            let all = v.to_f32(src)?;
+            let per_row = all.len() / rows;
+            let n = rows / parts;
+            let values = all[part * n * per_row..(part + 1) * n * per_row].to_vec();
+            let mut dims = v.dims.clone();
+            dims[0] = n;
+            let ty = if dims.len() >= 2 {
+                OutType::F16
+            } else {
+                OutType::F32
+            };
+            Ok(OutTensor {
+                name: dst.to_string(),
+                ne: dims.into_iter().rev().collect(),
+                ty,
+                values,
+            })
+        };
+    let ln = |out: &mut Vec<OutTensor>,
+              copy: &mut dyn FnMut(&mut Vec<OutTensor>, &str, &str) -> Result<(), ModelError>,
+              src: &str,
+              dst: &str|
+     -> Result<(), ModelError> {
         copy(out, &format!("{src}/gamma"), &format!("{dst}.weight"))?;
         copy(out, &format!("{src}/beta"), &format!("{dst}.bias"))
     };
-    let linear = |out: &mut Vec<OutTensor>, copy: &mut dyn FnMut(&mut Vec<OutTensor>, &str, &str) -> Result<(), ModelError>, src: &str, dst: &str| -> Result<(), ModelError> {
-        copy(out, &format!("{src}/weight"), &format!("{dst}.weight"))?;
-        copy(out, &format!("{src}/bias"), &format!("{dst}.bias"))
-    };
+    let linear =
+        |out: &mut Vec<OutTensor>,
+         copy: &mut dyn FnMut(&mut Vec<OutTensor>, &str, &str) -> Result<(), ModelError>,
+         src: &str,
+         dst: &str|
+         -> Result<(), ModelError> {
+            copy(out, &format!("{src}/weight"), &format!("{dst}.weight"))?;
+            copy(out, &format!("{src}/bias"), &format!("{dst}.bias"))
+        };
 
     // Encoder.
-    let mut pos = f32_tensor("encoder.positional_embedding".into(), model.get("encoder/position_encodings/encodings")?, "encoder/position_encodings/encodings")?;
+    let mut pos = f32_tensor(
+        "encoder.positional_embedding".into(),
+        model.get("encoder/position_encodings/encodings")?,
+        "encoder/position_encodings/encodings",
+    )?;
     pos.ty = OutType::F32;
     out.push(pos);
     for conv in ["conv1", "conv2"] {
-        copy(&mut out, &format!("encoder/{conv}/weight"), &format!("encoder.{conv}.weight"))?;
+        copy(
+            &mut out,
+            &format!("encoder/{conv}/weight"),
+            &format!("encoder.{conv}.weight"),
+        )?;
         let bias = model.get(&format!("encoder/{conv}/bias"))?;
         let mut t = f32_tensor(format!("encoder.{conv}.bias"), bias, conv)?;
         // whisper.cpp keeps conv biases as [n_state, 1] f32 (ne = [1, n_state]).
@@ -274,46 +329,184 @@ pub fn plan_tensors(model: &Ct2Model) -> Result<(HParams, Vec<OutTensor>), Model
     for l in 0..hp.n_audio_layer {
         let s = format!("encoder/layer_{l}");
         let d = format!("encoder.blocks.{l}");
-        ln(&mut out, &mut copy, &format!("{s}/ffn/layer_norm"), &format!("{d}.mlp_ln"))?;
-        linear(&mut out, &mut copy, &format!("{s}/ffn/linear_0"), &format!("{d}.mlp.0"))?;
-        linear(&mut out, &mut copy, &format!("{s}/ffn/linear_1"), &format!("{d}.mlp.2"))?;
-        ln(&mut out, &mut copy, &format!("{s}/self_attention/layer_norm"), &format!("{d}.attn_ln"))?;
+        ln(
+            &mut out,
+            &mut copy,
+            &format!("{s}/ffn/layer_norm"),
+            &format!("{d}.mlp_ln"),
+        )?;
+        linear(
+            &mut out,
+            &mut copy,
+            &format!("{s}/ffn/linear_0"),
+            &format!("{d}.mlp.0"),
+        )?;
+        linear(
+            &mut out,
+            &mut copy,
+            &format!("{s}/ffn/linear_1"),
+            &format!("{d}.mlp.2"),
+        )?;
+        ln(
+            &mut out,
+            &mut copy,
+            &format!("{s}/self_attention/layer_norm"),
+            &format!("{d}.attn_ln"),
+        )?;
         let qkv = format!("{s}/self_attention/linear_0");
-        out.push(split(&format!("{qkv}/weight"), &format!("{d}.attn.query.weight"), 3, 0)?);
-        out.push(split(&format!("{qkv}/bias"), &format!("{d}.attn.query.bias"), 3, 0)?);
-        out.push(split(&format!("{qkv}/weight"), &format!("{d}.attn.key.weight"), 3, 1)?);
-        out.push(split(&format!("{qkv}/weight"), &format!("{d}.attn.value.weight"), 3, 2)?);
-        out.push(split(&format!("{qkv}/bias"), &format!("{d}.attn.value.bias"), 3, 2)?);
-        linear(&mut out, &mut copy, &format!("{s}/self_attention/linear_1"), &format!("{d}.attn.out"))?;
+        out.push(split(
+            &format!("{qkv}/weight"),
+            &format!("{d}.attn.query.weight"),
+            3,
+            0,
+        )?);
+        out.push(split(
+            &format!("{qkv}/bias"),
+            &format!("{d}.attn.query.bias"),
+            3,
+            0,
+        )?);
+        out.push(split(
+            &format!("{qkv}/weight"),
+            &format!("{d}.attn.key.weight"),
+            3,
+            1,
+        )?);
+        out.push(split(
+            &format!("{qkv}/weight"),
+            &format!("{d}.attn.value.weight"),
+            3,
+            2,
+        )?);
+        out.push(split(
+            &format!("{qkv}/bias"),
+            &format!("{d}.attn.value.bias"),
+            3,
+            2,
+        )?);
+        linear(
+            &mut out,
+            &mut copy,
+            &format!("{s}/self_attention/linear_1"),
+            &format!("{d}.attn.out"),
+        )?;
     }
     ln(&mut out, &mut copy, "encoder/layer_norm", "encoder.ln_post")?;
 
     // Decoder.
-    let mut pos = f32_tensor("decoder.positional_embedding".into(), model.get("decoder/position_encodings/encodings")?, "decoder/position_encodings/encodings")?;
+    let mut pos = f32_tensor(
+        "decoder.positional_embedding".into(),
+        model.get("decoder/position_encodings/encodings")?,
+        "decoder/position_encodings/encodings",
+    )?;
     pos.ty = OutType::F32;
     out.push(pos);
-    copy(&mut out, "decoder/embeddings/weight", "decoder.token_embedding.weight")?;
+    copy(
+        &mut out,
+        "decoder/embeddings/weight",
+        "decoder.token_embedding.weight",
+    )?;
     for l in 0..hp.n_text_layer {
         let s = format!("decoder/layer_{l}");
         let d = format!("decoder.blocks.{l}");
-        ln(&mut out, &mut copy, &format!("{s}/ffn/layer_norm"), &format!("{d}.mlp_ln"))?;
-        linear(&mut out, &mut copy, &format!("{s}/ffn/linear_0"), &format!("{d}.mlp.0"))?;
-        linear(&mut out, &mut copy, &format!("{s}/ffn/linear_1"), &format!("{d}.mlp.2"))?;
-        ln(&mut out, &mut copy, &format!("{s}/self_attention/layer_norm"), &format!("{d}.attn_ln"))?;
+        ln(
+            &mut out,
+            &mut copy,
+            &format!("{s}/ffn/layer_norm"),
+            &format!("{d}.mlp_ln"),
+        )?;
+        linear(
+            &mut out,
+            &mut copy,
+            &format!("{s}/ffn/linear_0"),
+            &format!("{d}.mlp.0"),
+        )?;
+        linear(
+            &mut out,
+            &mut copy,
+            &format!("{s}/ffn/linear_1"),
+            &format!("{d}.mlp.2"),
+        )?;
+        ln(
+            &mut out,
+            &mut copy,
+            &format!("{s}/self_attention/layer_norm"),
+            &format!("{d}.attn_ln"),
+        )?;
         let qkv = format!("{s}/self_attention/linear_0");
-        out.push(split(&format!("{qkv}/weight"), &format!("{d}.attn.query.weight"), 3, 0)?);
-        out.push(split(&format!("{qkv}/bias"), &format!("{d}.attn.query.bias"), 3, 0)?);
-        out.push(split(&format!("{qkv}/weight"), &format!("{d}.attn.key.weight"), 3, 1)?);
-        out.push(split(&format!("{qkv}/weight"), &format!("{d}.attn.value.weight"), 3, 2)?);
-        out.push(split(&format!("{qkv}/bias"), &format!("{d}.attn.value.bias"), 3, 2)?);
-        linear(&mut out, &mut copy, &format!("{s}/self_attention/linear_1"), &format!("{d}.attn.out"))?;
-        ln(&mut out, &mut copy, &format!("{s}/attention/layer_norm"), &format!("{d}.cross_attn_ln"))?;
-        linear(&mut out, &mut copy, &format!("{s}/attention/linear_0"), &format!("{d}.cross_attn.query"))?;
+        out.push(split(
+            &format!("{qkv}/weight"),
+            &format!("{d}.attn.query.weight"),
+            3,
+            0,
+        )?);
+        out.push(split(
+            &format!("{qkv}/bias"),
+            &format!("{d}.attn.query.bias"),
+            3,
+            0,
+        )?);
+        out.push(split(
+            &format!("{qkv}/weight"),
+            &format!("{d}.attn.key.weight"),
+            3,
+            1,
+        )?);
+        out.push(split(
+            &format!("{qkv}/weight"),
+            &format!("{d}.attn.value.weight"),
+            3,
+            2,
+        )?);
+        out.push(split(
+            &format!("{qkv}/bias"),
+            &format!("{d}.attn.value.bias"),
+            3,
+            2,
+        )?);
+        linear(
+            &mut out,
+            &mut copy,
+            &format!("{s}/self_attention/linear_1"),
+            &format!("{d}.attn.out"),
+        )?;
+        ln(
+            &mut out,
+            &mut copy,
+            &format!("{s}/attention/layer_norm"),
+            &format!("{d}.cross_attn_ln"),
+        )?;
+        linear(
+            &mut out,
+            &mut copy,
+            &format!("{s}/attention/linear_0"),
+            &format!("{d}.cross_attn.query"),
+        )?;
         let kv = format!("{s}/attention/linear_1");
-        out.push(split(&format!("{kv}/weight"), &format!("{d}.cross_attn.key.weight"), 2, 0)?);
-        out.push(split(&format!("{kv}/weight"), &format!("{d}.cross_attn.value.weight"), 2, 1)?);
-        out.push(split(&format!("{kv}/bias"), &format!("{d}.cross_attn.value.bias"), 2, 1)?);
-        linear(&mut out, &mut copy, &format!("{s}/attention/linear_2"), &format!("{d}.cross_attn.out"))?;
+        out.push(split(
+            &format!("{kv}/weight"),
+            &format!("{d}.cross_attn.key.weight"),
+            2,
+            0,
+        )?);
+        out.push(split(
+            &format!("{kv}/weight"),
+            &format!("{d}.cross_attn.value.weight"),
+            2,
+            1,
+        )?);
+        out.push(split(
+            &format!("{kv}/bias"),
+            &format!("{d}.cross_attn.value.bias"),
+            2,
+            1,
+        )?);
+        linear(
+            &mut out,
+            &mut copy,
+            &format!("{s}/attention/linear_2"),
+            &format!("{d}.cross_attn.out"),
+        )?;
     }
     ln(&mut out, &mut copy, "decoder/layer_norm", "decoder.ln")?;
     Ok((hp, out))
@@ -334,7 +527,9 @@ pub fn vocabulary(tokenizer_json: &[u8]) -> Result<Vec<Vec<u8>>, ModelError> {
         .ok_or_else(|| ModelError::Convert("tokenizer.json has no model.vocab object".into()))?;
     let mut by_id: HashMap<u64, &str> = HashMap::with_capacity(vocab.len());
     for (tok, id) in vocab {
-        let id = id.as_u64().ok_or_else(|| ModelError::Convert(format!("token {tok:?} has a non-integer id")))?;
+        let id = id
+            .as_u64()
+            .ok_or_else(|| ModelError::Convert(format!("token {tok:?} has a non-integer id")))?;
         by_id.insert(id, tok);
     }
     let eot = vocab
@@ -342,14 +537,18 @@ pub fn vocabulary(tokenizer_json: &[u8]) -> Result<Vec<Vec<u8>>, ModelError> {
         .and_then(serde_json::Value::as_u64)
         .or_else(|| {
             json.get("added_tokens")?.as_array()?.iter().find_map(|t| {
-                (t.get("content")?.as_str()? == "<|endoftext|>").then(|| t.get("id")?.as_u64()).flatten()
+                (t.get("content")?.as_str()? == "<|endoftext|>")
+                    .then(|| t.get("id")?.as_u64())
+                    .flatten()
             })
         })
         .ok_or_else(|| ModelError::Convert("tokenizer.json lacks <|endoftext|>".into()))?;
     let decoder = byte_decoder();
     (0..eot)
         .map(|id| {
-            let tok = by_id.get(&id).ok_or_else(|| ModelError::Convert(format!("tokenizer.json has no token with id {id}")))?;
+            let tok = by_id.get(&id).ok_or_else(|| {
+                ModelError::Convert(format!("tokenizer.json has no token with id {id}"))
+            })?;
             decode_token(tok, &decoder)
         })
         .collect()
@@ -379,7 +578,19 @@ pub fn write_ggml(
     };
     let mut header = Vec::new();
     header.extend_from_slice(&GGML_MAGIC.to_le_bytes());
-    for v in [hp.n_vocab, hp.n_audio_ctx, hp.n_audio_state, hp.n_audio_head, hp.n_audio_layer, hp.n_text_ctx, hp.n_text_state, hp.n_text_head, hp.n_text_layer, hp.n_mels, hp.ftype] {
+    for v in [
+        hp.n_vocab,
+        hp.n_audio_ctx,
+        hp.n_audio_state,
+        hp.n_audio_head,
+        hp.n_audio_layer,
+        hp.n_text_ctx,
+        hp.n_text_state,
+        hp.n_text_head,
+        hp.n_text_layer,
+        hp.n_mels,
+        hp.ftype,
+    ] {
         w_i32(&mut header, v)?;
     }
     w_i32(&mut header, n_mels as i32)?;
@@ -397,7 +608,13 @@ pub fn write_ggml(
         let mut head = Vec::with_capacity(16 + t.name.len());
         w_i32(&mut head, t.ne.len() as i32)?;
         w_i32(&mut head, t.name.len() as i32)?;
-        w_i32(&mut head, match t.ty { OutType::F32 => 0, OutType::F16 => 1 })?;
+        w_i32(
+            &mut head,
+            match t.ty {
+                OutType::F32 => 0,
+                OutType::F16 => 1,
+            },
+        )?;
         for &d in &t.ne {
             w_i32(&mut head, d as i32)?;
         }
@@ -405,7 +622,11 @@ pub fn write_ggml(
         put(w, &head)?;
         let data: Vec<u8> = match t.ty {
             OutType::F32 => t.values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            OutType::F16 => t.values.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect(),
+            OutType::F16 => t
+                .values
+                .iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                .collect(),
         };
         put(w, &data)?;
         progress(i + 1, tensors.len());
@@ -420,7 +641,11 @@ pub fn write_ggml(
 ///
 /// # Errors
 /// [`ModelError`] for unreadable, malformed or unsupported inputs and for write failures.
-pub fn convert_dir(model_dir: &Path, out: &Path, progress: &mut dyn FnMut(usize, usize)) -> Result<ConvertSummary, ModelError> {
+pub fn convert_dir(
+    model_dir: &Path,
+    out: &Path,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<ConvertSummary, ModelError> {
     let model = Ct2Model::read(&model_dir.join("model.bin"))?;
     let tok_path = model_dir.join("tokenizer.json");
     let tok = std::fs::read(&tok_path).map_err(|e| ModelError::io(&tok_path, e))?;
@@ -431,12 +656,21 @@ pub fn convert_dir(model_dir: &Path, out: &Path, progress: &mut dyn FnMut(usize,
 ///
 /// # Errors
 /// As [`convert_dir`].
-pub fn convert(model: &Ct2Model, tokenizer_json: &[u8], out: &Path, progress: &mut dyn FnMut(usize, usize)) -> Result<ConvertSummary, ModelError> {
+pub fn convert(
+    model: &Ct2Model,
+    tokenizer_json: &[u8],
+    out: &Path,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<ConvertSummary, ModelError> {
     let (hp, tensors) = plan_tensors(model)?;
     let vocab = vocabulary(tokenizer_json)?;
-    let n_mels = usize::try_from(hp.n_mels).map_err(|_| ModelError::Convert("negative n_mels".into()))?;
+    let n_mels =
+        usize::try_from(hp.n_mels).map_err(|_| ModelError::Convert("negative n_mels".into()))?;
     let mel = mel_filterbank(WHISPER_SAMPLE_RATE, WHISPER_N_FFT, n_mels);
-    crate::atomic_write(out, |w| write_ggml(w, &hp, &mel, n_mels, &vocab, &tensors, progress)).map(|bytes| ConvertSummary {
+    crate::atomic_write(out, |w| {
+        write_ggml(w, &hp, &mel, n_mels, &vocab, &tensors, progress)
+    })
+    .map(|bytes| ConvertSummary {
         hparams: hp,
         tensors: tensors.len(),
         vocab: vocab.len(),

@@ -13,7 +13,9 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use whisper_rs::{FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters, WhisperState};
+use whisper_rs::{
+    FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters, WhisperState,
+};
 
 /// Encoder positions per second of audio (1500 for 30 s).
 pub const POSITIONS_PER_SECOND: f64 = 50.0;
@@ -71,7 +73,9 @@ impl AudioCtx {
     /// # Errors
     /// [`SttError::Config`] on anything else.
     pub fn parse(s: &str) -> Result<Self, SttError> {
-        let bad = || SttError::Config(format!("--audio-ctx {s:?}: expected `full`, `auto`, `auto+PAD` or a number of encoder positions (1..=1500)"));
+        let bad = || {
+            SttError::Config(format!("--audio-ctx {s:?}: expected `full`, `auto`, `auto+PAD` or a number of encoder positions (1..=1500)"))
+        };
         match s {
             "full" => Ok(Self::Full),
             "default" => Ok(Self::Default),
@@ -95,9 +99,15 @@ impl AudioCtx {
             Self::Full | Self::Default => 0,
             Self::Fixed(n) => n.min(1500),
             Self::Auto { pad } => {
-                let need = (n_samples as f64 / f64::from(SAMPLE_RATE) * POSITIONS_PER_SECOND).ceil() as u32 + pad;
+                let need = (n_samples as f64 / f64::from(SAMPLE_RATE) * POSITIONS_PER_SECOND).ceil()
+                    as u32
+                    + pad;
                 let rounded = need.div_ceil(64) * 64;
-                if rounded >= 1500 { 0 } else { rounded }
+                if rounded >= 1500 {
+                    0
+                } else {
+                    rounded
+                }
             }
         }
     }
@@ -133,7 +143,13 @@ impl SttConfig {
     /// Settings for `model` with `threads` threads and defaults otherwise.
     #[must_use]
     pub fn new(model: impl Into<PathBuf>, threads: usize) -> Self {
-        Self { model: model.into(), threads, use_gpu: false, audio_ctx: AudioCtx::Default, language: "en".into() }
+        Self {
+            model: model.into(),
+            threads,
+            use_gpu: false,
+            audio_ctx: AudioCtx::Default,
+            language: "en".into(),
+        }
     }
 }
 
@@ -159,7 +175,9 @@ pub struct SttEngine {
 
 impl std::fmt::Debug for SttEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SttEngine").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("SttEngine")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -171,7 +189,9 @@ impl SttEngine {
     /// [`SttError::Load`] when whisper.cpp refuses it, [`SttError::Config`] for 0 threads.
     pub fn load(config: SttConfig) -> Result<Self, SttError> {
         if config.threads == 0 {
-            return Err(SttError::Config("the speech model needs at least one thread".into()));
+            return Err(SttError::Config(
+                "the speech model needs at least one thread".into(),
+            ));
         }
         whisper_rs::install_logging_hooks();
         voxline_models::kind::check_whisper_model(&config.model)?;
@@ -181,9 +201,14 @@ impl SttEngine {
         })?;
         let mut params = WhisperContextParameters::default();
         params.use_gpu(config.use_gpu);
-        let ctx = WhisperContext::new_with_params(path, params)
-            .map_err(|e| SttError::Load { path: config.model.clone(), detail: e.to_string() })?;
-        let state = ctx.create_state().map_err(|e| SttError::Load { path: config.model.clone(), detail: e.to_string() })?;
+        let ctx = WhisperContext::new_with_params(path, params).map_err(|e| SttError::Load {
+            path: config.model.clone(),
+            detail: e.to_string(),
+        })?;
+        let state = ctx.create_state().map_err(|e| SttError::Load {
+            path: config.model.clone(),
+            detail: e.to_string(),
+        })?;
         Ok(Self { state, ctx, config })
     }
 
@@ -250,7 +275,12 @@ impl SttEngine {
                 }
             }
         }
-        Ok(Transcription { text: text.trim().to_string(), n_tokens, audio_ms, audio_ctx })
+        Ok(Transcription {
+            text: text.trim().to_string(),
+            n_tokens,
+            audio_ms,
+            audio_ctx,
+        })
     }
 }
 
@@ -260,7 +290,13 @@ impl SttEngine {
 pub fn normalise(text: &str) -> Vec<String> {
     text.to_lowercase()
         .chars()
-        .map(|c| if c.is_alphanumeric() || c == '\'' { c } else { ' ' })
+        .map(|c| {
+            if c.is_alphanumeric() || c == '\'' {
+                c
+            } else {
+                ' '
+            }
+        })
         .collect::<String>()
         .split_whitespace()
         .map(str::to_string)
@@ -294,7 +330,13 @@ mod tests {
 
     #[test]
     fn wer_counts_edits_over_reference_words() {
-        assert_eq!(word_error_rate("What is the capital of France?", "what is the capital of france"), 0.0);
+        assert_eq!(
+            word_error_rate(
+                "What is the capital of France?",
+                "what is the capital of france"
+            ),
+            0.0
+        );
         assert!((word_error_rate("a b c d", "a x c d") - 0.25).abs() < 1e-9);
         assert!((word_error_rate("a b c d", "a c d") - 0.25).abs() < 1e-9);
         assert!((word_error_rate("a b", "a b c d") - 1.0).abs() < 1e-9);
@@ -307,7 +349,10 @@ mod tests {
     fn audio_ctx_parses_and_sizes() {
         assert_eq!(AudioCtx::parse("full").unwrap(), AudioCtx::Full);
         assert_eq!(AudioCtx::parse("auto").unwrap(), AudioCtx::Auto { pad: 64 });
-        assert_eq!(AudioCtx::parse("auto+32").unwrap(), AudioCtx::Auto { pad: 32 });
+        assert_eq!(
+            AudioCtx::parse("auto+32").unwrap(),
+            AudioCtx::Auto { pad: 32 }
+        );
         assert_eq!(AudioCtx::parse("768").unwrap(), AudioCtx::Fixed(768));
         for bad in ["0", "1501", "auto+x", "fast", ""] {
             assert!(AudioCtx::parse(bad).is_err(), "{bad}");
@@ -352,7 +397,11 @@ impl voxline_core::Stage for SttStage {
         "stt"
     }
 
-    fn process(&mut self, u: Self::In, out: &mut voxline_core::Emitter<'_, Self::Out>) -> Result<(), voxline_core::StageError> {
+    fn process(
+        &mut self,
+        u: Self::In,
+        out: &mut voxline_core::Emitter<'_, Self::Out>,
+    ) -> Result<(), voxline_core::StageError> {
         let t = self
             .engine
             .transcribe(&u.samples)

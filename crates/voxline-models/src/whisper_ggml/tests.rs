@@ -22,7 +22,10 @@ fn mel_filterbank_matches_librosa() {
     assert_eq!(m.len(), 80 * 201);
     for (row, bin, want) in LIBROSA_MEL {
         let got = m[row * 201 + bin];
-        assert!((got - want).abs() < 1e-6, "mel[{row}][{bin}] = {got}, librosa {want}");
+        assert!(
+            (got - want).abs() < 1e-6,
+            "mel[{row}][{bin}] = {got}, librosa {want}"
+        );
     }
     let total: f32 = m.iter().sum();
     assert!((total - 1.999_024_2).abs() < 1e-4, "sum {total}");
@@ -59,15 +62,25 @@ fn vocabulary_is_ids_below_endoftext_as_bytes() {
     let json = r#"{"model":{"type":"BPE","vocab":{"!":0,"Ġa":1,"Ã©":2,"<|endoftext|>":3,"<|other|>":4}},
                  "added_tokens":[{"id":3,"content":"<|endoftext|>"}]}"#;
     let v = vocabulary(json.as_bytes()).unwrap();
-    assert_eq!(v, vec![b"!".to_vec(), b" a".to_vec(), "é".as_bytes().to_vec()]);
+    assert_eq!(
+        v,
+        vec![b"!".to_vec(), b" a".to_vec(), "é".as_bytes().to_vec()]
+    );
     // end-of-text only in added_tokens
-    let json = r#"{"model":{"vocab":{"x":0,"y":1}},"added_tokens":[{"id":2,"content":"<|endoftext|>"}]}"#;
+    let json =
+        r#"{"model":{"vocab":{"x":0,"y":1}},"added_tokens":[{"id":2,"content":"<|endoftext|>"}]}"#;
     assert_eq!(vocabulary(json.as_bytes()).unwrap().len(), 2);
     // a gap in ids is an error, not a silent shift
     let json = r#"{"model":{"vocab":{"x":0,"y":2,"<|endoftext|>":3}}}"#;
-    assert!(vocabulary(json.as_bytes()).unwrap_err().to_string().contains("id 1"));
+    assert!(vocabulary(json.as_bytes())
+        .unwrap_err()
+        .to_string()
+        .contains("id 1"));
     assert!(vocabulary(b"not json").is_err());
-    assert!(vocabulary(br#"{"model":{"vocab":{"x":0}}}"#).unwrap_err().to_string().contains("endoftext"));
+    assert!(vocabulary(br#"{"model":{"vocab":{"x":0}}}"#)
+        .unwrap_err()
+        .to_string()
+        .contains("endoftext"));
 }
 
 /// A miniature but complete Whisper CTranslate2 model: width `d`, one layer
@@ -76,14 +89,22 @@ fn tiny_model(d: usize, dtype: DType) -> Vec<u8> {
     let ramp = |n: usize, base: f32| -> Vec<f32> { (0..n).map(|i| base + i as f32).collect() };
     let bytes = |v: &[f32]| -> Vec<u8> {
         match dtype {
-            DType::F16 => v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect(),
+            DType::F16 => v
+                .iter()
+                .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+                .collect(),
             _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         }
     };
     let mut owned: Vec<(String, Vec<usize>, DType, Vec<u8>)> = Vec::new();
     let mut add = |name: &str, dims: &[usize], base: f32| {
         let n = dims.iter().product();
-        owned.push((name.to_string(), dims.to_vec(), dtype, bytes(&ramp(n, base))));
+        owned.push((
+            name.to_string(),
+            dims.to_vec(),
+            dtype,
+            bytes(&ramp(n, base)),
+        ));
     };
     let (n_vocab, n_mels, ctx_a, ctx_t) = (8, 4, 6, 5);
     add("encoder/conv1/weight", &[d, n_mels, 3], 0.0);
@@ -107,8 +128,16 @@ fn tiny_model(d: usize, dtype: DType) -> Vec<u8> {
         add(&format!("{l}/ffn/linear_0/bias"), &[4 * d], 0.0);
         add(&format!("{l}/ffn/linear_1/weight"), &[d, 4 * d], 0.0);
         add(&format!("{l}/ffn/linear_1/bias"), &[d], 0.0);
-        add(&format!("{l}/self_attention/linear_0/weight"), &[3 * d, d], 0.0);
-        add(&format!("{l}/self_attention/linear_0/bias"), &[3 * d], 100.0);
+        add(
+            &format!("{l}/self_attention/linear_0/weight"),
+            &[3 * d, d],
+            0.0,
+        );
+        add(
+            &format!("{l}/self_attention/linear_0/bias"),
+            &[3 * d],
+            100.0,
+        );
         add(&format!("{l}/self_attention/linear_1/weight"), &[d, d], 0.0);
         add(&format!("{l}/self_attention/linear_1/bias"), &[d], 0.0);
     }
@@ -122,15 +151,24 @@ fn tiny_model(d: usize, dtype: DType) -> Vec<u8> {
     add(&format!("{l}/linear_2/weight"), &[d, d], 0.0);
     add(&format!("{l}/linear_2/bias"), &[d], 0.0);
     let heads = 2i16.to_le_bytes();
-    let mut vars: Vec<(&str, &[usize], DType, &[u8])> =
-        owned.iter().map(|(n, d, t, b)| (n.as_str(), d.as_slice(), *t, b.as_slice())).collect();
+    let mut vars: Vec<(&str, &[usize], DType, &[u8])> = owned
+        .iter()
+        .map(|(n, d, t, b)| (n.as_str(), d.as_slice(), *t, b.as_slice()))
+        .collect();
     vars.push(("encoder/num_heads", &[], DType::I16, &heads));
     vars.push(("decoder/num_heads", &[], DType::I16, &heads));
-    encode("WhisperSpec", 3, &vars, &[("decoder/projection/weight", "decoder/embeddings/weight")])
+    encode(
+        "WhisperSpec",
+        3,
+        &vars,
+        &[("decoder/projection/weight", "decoder/embeddings/weight")],
+    )
 }
 
 fn find<'a>(t: &'a [OutTensor], name: &str) -> &'a OutTensor {
-    t.iter().find(|x| x.name == name).unwrap_or_else(|| panic!("no tensor {name}"))
+    t.iter()
+        .find(|x| x.name == name)
+        .unwrap_or_else(|| panic!("no tensor {name}"))
 }
 
 #[test]
@@ -140,7 +178,19 @@ fn plan_maps_names_splits_fused_projections_and_picks_types() {
     let (hp, t) = plan_tensors(&m).unwrap();
     assert_eq!(
         hp,
-        HParams { n_vocab: 8, n_audio_ctx: 6, n_audio_state: 4, n_audio_head: 2, n_audio_layer: 1, n_text_ctx: 5, n_text_state: 4, n_text_head: 2, n_text_layer: 1, n_mels: 4, ftype: 1 }
+        HParams {
+            n_vocab: 8,
+            n_audio_ctx: 6,
+            n_audio_state: 4,
+            n_audio_head: 2,
+            n_audio_layer: 1,
+            n_text_ctx: 5,
+            n_text_state: 4,
+            n_text_head: 2,
+            n_text_layer: 1,
+            n_mels: 4,
+            ftype: 1
+        }
     );
     // every tensor whisper.cpp loads for one encoder and one decoder layer, and no more
     assert_eq!(t.len(), 7 + 15 + 4 + 24);
@@ -157,12 +207,27 @@ fn plan_maps_names_splits_fused_projections_and_picks_types() {
         assert_eq!(w.values.len(), d * d);
         assert_eq!(w.ty, OutType::F16);
     }
-    assert_eq!(find(&t, "encoder.blocks.0.attn.query.bias").values, vec![100.0, 101.0, 102.0, 103.0]);
-    assert_eq!(find(&t, "encoder.blocks.0.attn.value.bias").values, vec![108.0, 109.0, 110.0, 111.0]);
+    assert_eq!(
+        find(&t, "encoder.blocks.0.attn.query.bias").values,
+        vec![100.0, 101.0, 102.0, 103.0]
+    );
+    assert_eq!(
+        find(&t, "encoder.blocks.0.attn.value.bias").values,
+        vec![108.0, 109.0, 110.0, 111.0]
+    );
     // fused cross-attention k,v
-    assert_eq!(find(&t, "decoder.blocks.0.cross_attn.key.weight").values[0], 0.0);
-    assert_eq!(find(&t, "decoder.blocks.0.cross_attn.value.weight").values[0], (d * d) as f32);
-    assert_eq!(find(&t, "decoder.blocks.0.cross_attn.value.bias").values, vec![204.0, 205.0, 206.0, 207.0]);
+    assert_eq!(
+        find(&t, "decoder.blocks.0.cross_attn.key.weight").values[0],
+        0.0
+    );
+    assert_eq!(
+        find(&t, "decoder.blocks.0.cross_attn.value.weight").values[0],
+        (d * d) as f32
+    );
+    assert_eq!(
+        find(&t, "decoder.blocks.0.cross_attn.value.bias").values,
+        vec![204.0, 205.0, 206.0, 207.0]
+    );
     // dims innermost-first; conv bias reshaped to [n,1] and kept f32
     assert_eq!(find(&t, "encoder.conv1.weight").ne, vec![3, 4, d]);
     let b = find(&t, "encoder.conv1.bias");
@@ -208,7 +273,10 @@ fn written_file_has_the_documented_layout_and_is_deterministic() {
     assert_eq!(calls, s.tensors);
     let i32_at = |o: usize| i32::from_le_bytes(b[o..o + 4].try_into().unwrap());
     assert_eq!(i32_at(0) as u32, GGML_MAGIC);
-    assert_eq!((1..=11).map(|k| i32_at(4 * k)).collect::<Vec<_>>(), vec![8, 6, 4, 2, 1, 5, 4, 2, 1, 4, 1]);
+    assert_eq!(
+        (1..=11).map(|k| i32_at(4 * k)).collect::<Vec<_>>(),
+        vec![8, 6, 4, 2, 1, 5, 4, 2, 1, 4, 1]
+    );
     assert_eq!((i32_at(48), i32_at(52)), (4, 201));
     let vocab_at = 56 + 4 * 201 * 4;
     assert_eq!(i32_at(vocab_at), 2);
@@ -219,7 +287,10 @@ fn written_file_has_the_documented_layout_and_is_deterministic() {
     // first tensor: encoder.positional_embedding, 2 dims, f32, ne [4, 6]
     let t0 = vocab_at + 15;
     let name = "encoder.positional_embedding";
-    assert_eq!((i32_at(t0), i32_at(t0 + 4), i32_at(t0 + 8)), (2, name.len() as i32, 0));
+    assert_eq!(
+        (i32_at(t0), i32_at(t0 + 4), i32_at(t0 + 8)),
+        (2, name.len() as i32, 0)
+    );
     assert_eq!((i32_at(t0 + 12), i32_at(t0 + 16)), (4, 6));
     assert_eq!(&b[t0 + 20..t0 + 20 + name.len()], name.as_bytes());
     // the whole file validates as a whisper model
@@ -230,15 +301,26 @@ fn written_file_has_the_documented_layout_and_is_deterministic() {
 fn refuses_non_whisper_and_incomplete_models() {
     let other = encode("TransformerSpec", 1, &[], &[]);
     let m = Ct2Model::parse(&other).unwrap();
-    assert!(plan_tensors(&m).unwrap_err().to_string().contains("not a WhisperSpec"));
+    assert!(plan_tensors(&m)
+        .unwrap_err()
+        .to_string()
+        .contains("not a WhisperSpec"));
     // drop one variable → named in the error
     let full = Ct2Model::parse(&tiny_model(4, DType::F16)).unwrap();
     let mut partial = full.clone();
-    partial.variables.remove("decoder/layer_0/attention/linear_2/bias");
+    partial
+        .variables
+        .remove("decoder/layer_0/attention/linear_2/bias");
     let err = plan_tensors(&partial).unwrap_err().to_string();
-    assert!(err.contains("decoder/layer_0/attention/linear_2/bias"), "{err}");
+    assert!(
+        err.contains("decoder/layer_0/attention/linear_2/bias"),
+        "{err}"
+    );
     // a fused projection whose rows do not split in three
     let mut odd = full;
-    odd.variables.get_mut("encoder/layer_0/self_attention/linear_0/weight").unwrap().dims = vec![10, 4];
+    odd.variables
+        .get_mut("encoder/layer_0/self_attention/linear_0/weight")
+        .unwrap()
+        .dims = vec![10, 4];
     assert!(plan_tensors(&odd).is_err());
 }
