@@ -41,6 +41,45 @@ enum Command {
     Replay(ReplayArgs),
     /// Measure the pipeline on the fixtures: report.json, report.md, report.csv, timeline.svg.
     Bench(BenchArgs),
+    /// Talk to the assistant through a microphone.
+    Live(LiveArgs),
+    /// List the audio input devices with their supported rates and formats.
+    Devices,
+}
+
+#[derive(Args)]
+struct LiveArgs {
+    /// Input device: its id or name as `voxline devices` lists it (default: the system's default input).
+    #[arg(long)]
+    device: Option<String>,
+    /// Stop after this many turns.
+    #[arg(long)]
+    max_turns: Option<u64>,
+    /// Stop after this long (e.g. `90s`, `5m`).
+    #[arg(long)]
+    max_duration: Option<String>,
+    /// On Ctrl-C/SIGTERM (or the limits), cancel the answer in flight instead of letting it finish.
+    #[arg(long)]
+    cancel_on_stop: bool,
+    /// Write every event as JSON lines here.
+    #[arg(long)]
+    events: Option<PathBuf>,
+    /// Write the report (JSON) here.
+    #[arg(long)]
+    report_json: Option<PathBuf>,
+    /// Check the session against this budget (TOML); exit 1 when a limit is broken.
+    #[arg(long)]
+    budget: Option<PathBuf>,
+    /// Leading turns excluded from the summary as warm-up.
+    #[arg(long, default_value_t = 0)]
+    warmup: usize,
+    /// Do not print transcripts and answers.
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    engine: EngineArgs,
+    #[command(flatten)]
+    vad: VadArgs,
 }
 
 #[derive(Subcommand)]
@@ -68,7 +107,7 @@ enum ModelsCommand {
 #[derive(Args, Clone)]
 struct EngineArgs {
     /// Models directory holding the default models.
-    #[arg(long, default_value = "models", global = true)]
+    #[arg(long, default_value = "models")]
     models_dir: PathBuf,
     /// whisper.cpp ggml speech model (default: the installed tiny.en).
     #[arg(long)]
@@ -243,6 +282,8 @@ fn is_bad_input(e: &(dyn std::error::Error + 'static)) -> bool {
                     | voxline_stt::SttError::Config(_)
             )
         )
+        || e.downcast_ref::<voxline_audio::AudioError>().is_some()
+        || matches!(e.downcast_ref::<pipeline::RunError>(), Some(pipeline::RunError::BadInput(_) | pipeline::RunError::Capture(_)))
         || matches!(
             e.downcast_ref::<voxline_llm::LlmError>(),
             Some(
@@ -259,6 +300,8 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Models { command } => models(command),
         Command::Replay(args) => replay(args),
         Command::Bench(args) => bench(args),
+        Command::Live(args) => live(args),
+        Command::Devices => devices(),
     }
 }
 
@@ -742,6 +785,105 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         "voxline: wrote {}/report.{{json,md,csv}} and timeline.svg",
         args.out.display()
     );
+    Ok(outcome_of(&rep))
+}
+
+fn devices() -> anyhow::Result<Outcome> {
+    use std::io::Write as _;
+    let list = voxline_audio::list_input_devices().map_err(BadInput::from_display)?;
+    let mut out = std::io::stdout().lock();
+    // a closed pipe (`voxline devices | head`) is not an error worth a panic
+    macro_rules! say { ($($t:tt)*) => { if writeln!(out, $($t)*).is_err() { return Ok(Outcome::Ok); } } }
+    if list.is_empty() {
+        say!("no audio input devices found");
+        return Ok(Outcome::Ok);
+    }
+    for d in list {
+        say!("{} {} — {}", if d.is_default { "*" } else { " " }, d.id, d.name);
+        if let Some(c) = &d.default_config {
+            say!("      default: {} Hz, {} ch, {}", c.min_sample_rate, c.channels, c.sample_format);
+        }
+        if !d.configs.is_empty() {
+            // a device may list hundreds of (format, channels, rates) triples: summarise them
+            let mut formats: Vec<&str> = Vec::new();
+            for c in &d.configs {
+                if !formats.contains(&c.sample_format.as_str()) {
+                    formats.push(&c.sample_format);
+                }
+            }
+            let ch = (d.configs.iter().map(|c| c.channels).min().unwrap_or(0), d.configs.iter().map(|c| c.channels).max().unwrap_or(0));
+            let hz = (d.configs.iter().map(|c| c.min_sample_rate).min().unwrap_or(0), d.configs.iter().map(|c| c.max_sample_rate).max().unwrap_or(0));
+            let span = |(a, b): (u32, u32), unit: &str| if a == b { format!("{a}{unit}") } else { format!("{a}–{b}{unit}") };
+            say!("      supports: {} · {} ch · {}", span(hz, " Hz"), span((u32::from(ch.0), u32::from(ch.1)), ""), formats.join(", "));
+        }
+        if let Some(e) = &d.config_error {
+            say!("      (configurations unavailable: {e})");
+        }
+    }
+    say!("(* = default input)");
+    Ok(Outcome::Ok)
+}
+
+fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
+    let settings = args.engine.settings()?;
+    let vad = args.vad.config()?;
+    let budget = args.budget.as_deref().map(Budget::load).transpose()?;
+    let max_duration = args
+        .max_duration
+        .as_deref()
+        .map(|d| humantime::parse_duration(d).map_err(|e| BadInput(format!("--max-duration {d:?}: {e} (write e.g. `90s` or `5m`)"))))
+        .transpose()?;
+    if args.max_turns == Some(0) {
+        return Err(BadInput("--max-turns 0: allow at least one turn".into()).into());
+    }
+    for (p, flag) in [(&args.report_json, "--report-json"), (&args.events, "--events")] {
+        if let Some(p) = p {
+            check_writable(p, flag)?;
+        }
+    }
+    let shutdown = ShutdownHandle::new();
+    install_signal_handler(shutdown.clone());
+    let t0 = Instant::now();
+    let stt = voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
+    let llm = voxline_llm::LlmEngine::load(settings.llm_config()).context("loading the language model")?;
+    let model_load_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    if shutdown.is_requested() {
+        return Ok(Outcome::Ok);
+    }
+    let mut llm = voxline_llm::LlmStage::new(llm);
+    if args.cancel_on_stop {
+        llm = llm.cancel_on(shutdown.clone());
+    }
+    let opts = RunOptions { pace: Pace::Realtime, vad, events_path: args.events.clone(), console: !args.quiet, cpu_shared: settings.threads.shared, ..RunOptions::default() };
+    let source = pipeline::Source::Live(pipeline::LiveOptions { device: args.device.clone(), max_turns: args.max_turns, max_duration, audio_queue_frames: 500 });
+    if !args.quiet {
+        eprintln!("voxline: listening{} — speak; Ctrl-C to stop", args.device.as_deref().map_or(String::new(), |d| format!(" on {d}")));
+    }
+    let result = pipeline::run_source(source, voxline_stt::SttStage::new(stt), llm, &opts, Some(shutdown))?;
+    let config = RunConfig {
+        pace: "live".into(),
+        threads: [settings.threads.total, settings.threads.stt, settings.threads.llm],
+        cpu_share: if settings.threads.shared { "shared".into() } else { "split".into() },
+        audio_ctx: settings.audio_ctx.to_string(),
+        max_tokens: settings.max_tokens,
+        n_ctx: settings.n_ctx,
+        cache_prompt: settings.cache_prompt,
+        memory: settings.memory,
+        whisper_model: file_name(&settings.whisper_model),
+        llm_model: file_name(&settings.llm_model),
+        inputs: Vec::new(),
+        warmup: args.warmup,
+    };
+    let mut rep = report::build(&result, config, args.warmup, model_load_ms);
+    if let Some(b) = &budget {
+        rep.summary.budget = b.evaluate(&rep);
+    }
+    if let Some(l) = &rep.live {
+        if l.frames_dropped_in_ring > 0 {
+            eprintln!("voxline: warning: {} audio frames were dropped because capture fell behind", l.frames_dropped_in_ring);
+        }
+    }
+    finish_report(&rep, args.report_json.as_deref(), args.quiet)?;
     Ok(outcome_of(&rep))
 }
 

@@ -58,6 +58,45 @@ impl std::fmt::Debug for Input {
     }
 }
 
+/// Where the audio comes from.
+#[derive(Debug)]
+pub enum Source {
+    /// Recorded files, played one after another (nothing is ever dropped).
+    Replay(Vec<Input>),
+    /// A live input device (a microphone).
+    Live(LiveOptions),
+}
+
+/// How a live session runs and when it ends.
+#[derive(Debug, Clone, Default)]
+pub struct LiveOptions {
+    /// The input device (`None` = the default one).
+    pub device: Option<String>,
+    /// End after this many turns.
+    pub max_turns: Option<u64>,
+    /// End after this long.
+    pub max_duration: Option<std::time::Duration>,
+    /// Frames the audio edge holds before dropping the oldest.
+    pub audio_queue_frames: usize,
+}
+
+/// What the live capture did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LiveReport {
+    /// The device opened.
+    pub device: String,
+    /// Its native format: rate, channels, sample format.
+    pub format: String,
+    /// Device frames captured.
+    pub frames_captured: u64,
+    /// Device frames dropped because the capture ring was full.
+    pub frames_dropped_in_ring: u64,
+    /// Why capture ended.
+    pub end: String,
+    /// Stream errors reported by the device.
+    pub stream_errors: Vec<String>,
+}
+
 /// Where a replayed file sits in the pipeline's stream (16 kHz positions).
 #[derive(Debug, Clone)]
 pub struct InputSpan {
@@ -158,6 +197,9 @@ pub enum RunError {
     /// The runtime could not start a stage thread.
     #[error("could not start the pipeline: {0}")]
     Runtime(String),
+    /// The input device could not be opened.
+    #[error(transparent)]
+    Capture(voxline_audio::AudioError),
 }
 
 /// What a run produced.
@@ -181,6 +223,8 @@ pub struct RunResult {
     pub audio_samples: u64,
     /// Whether the engines shared the cores under one lease.
     pub cpu_shared: bool,
+    /// The live capture's figures, for a live session.
+    pub live: Option<LiveReport>,
 }
 
 /// Writes events to the console and an optional JSONL file (atomically:
@@ -300,23 +344,44 @@ pub fn partial_path(p: &Path) -> PathBuf {
 /// # Errors
 /// [`RunError::BadInput`] for an invalid VAD configuration or an unwritable
 /// event log, [`RunError::Runtime`] when a thread cannot start.
-pub fn run<S, L>(
-    inputs: Vec<Input>,
-    stt: S,
-    llm: L,
-    opts: &RunOptions,
-    shutdown: Option<ShutdownHandle>,
-) -> Result<RunResult, RunError>
+pub fn run<S, L>(inputs: Vec<Input>, stt: S, llm: L, opts: &RunOptions, shutdown: Option<ShutdownHandle>) -> Result<RunResult, RunError>
+where
+    S: Stage<In = Utterance, Out = Transcript>,
+    L: Stage<In = Transcript, Out = LlmOut>,
+{
+    run_source(Source::Replay(inputs), stt, llm, opts, shutdown)
+}
+
+/// Runs the pipeline from any [`Source`]; see [`run`].
+///
+/// A live source captures until `shutdown` is requested, `max_turns` turns
+/// completed or `max_duration` passed; turns in flight then finish. Its
+/// audio edge drops the oldest frames when full (the audio callback must
+/// never wait) and counts them; a stage falling behind real time is named in
+/// a warning line on stderr.
+///
+/// # Errors
+/// As [`run`], plus [`RunError::Capture`] when the device cannot be opened
+/// (checked before anything else starts, so nothing is written).
+pub fn run_source<S, L>(source: Source, stt: S, llm: L, opts: &RunOptions, shutdown: Option<ShutdownHandle>) -> Result<RunResult, RunError>
 where
     S: Stage<In = Utterance, Out = Transcript>,
     L: Stage<In = Transcript, Out = LlmOut>,
 {
     let vad = VadStage::new(opts.vad.clone()).map_err(BadInput::from_display)?;
     let clock = Clock::start();
+    let (audio_tx, audio_rx) = match &source {
+        Source::Replay(_) => edge::<AudioFrame>("audio", 64, FullPolicy::Block),
+        Source::Live(l) => edge::<AudioFrame>("audio", l.audio_queue_frames.max(16), FullPolicy::DropOldest),
+    };
+    // Open the device first: if it cannot be opened nothing else starts (and nothing is written).
+    let capture = match &source {
+        Source::Live(l) => Some(voxline_audio::Capture::start(l.device.as_deref(), audio_tx.clone(), clock).map_err(RunError::Capture)?),
+        Source::Replay(_) => None,
+    };
     let mut sink = EventSink::new(clock, opts.console, opts.events_path.as_deref())?;
     let mut p = Pipeline::new(clock);
     let cap = opts.queue_capacity.max(1);
-    let (audio_tx, audio_rx) = edge::<AudioFrame>("audio", 64, FullPolicy::Block);
     let (utt_tx, utt_rx) = edge::<Utterance>("utterances", cap, FullPolicy::Block);
     let (tr_tx, tr_rx) = edge::<Transcript>("transcripts", cap, FullPolicy::Block);
     let (out_tx, out_rx) = edge::<LlmOut>("responses", 1024, FullPolicy::Block);
@@ -336,12 +401,19 @@ where
     let events = p.events();
     let hook = opts.on_event.clone();
     let internal_stop = p.shutdown_handle();
+    let turns_done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let done_counter = turns_done.clone();
+    // the queues in front of the engines: growing ones mean a stage falls behind real time
+    let watched = [("stt", p.edge_stats("utterances")), ("llm", p.edge_stats("transcripts"))];
     let sink_thread = std::thread::Builder::new()
         .name("events".into())
         .spawn(move || {
             for ev in events.iter() {
                 if let Some(h) = &hook {
                     h(&ev.event);
+                }
+                if matches!(ev.event, PipelineEvent::TurnComplete(_) | PipelineEvent::TurnError(_)) {
+                    done_counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 sink.handle(ev);
             }
@@ -352,6 +424,15 @@ where
     // The source runs on this thread.
     let stop = |s: &Option<ShutdownHandle>| {
         s.as_ref().is_some_and(ShutdownHandle::is_requested) || internal_stop.is_requested()
+    };
+    let inputs = match source {
+        Source::Replay(inputs) => inputs,
+        Source::Live(live) => {
+            drop(audio_tx); // the capture thread holds its own sender
+            let capture = capture.ok_or_else(|| RunError::Runtime("live capture did not start".into()))?;
+            let ((report, samples), stopped) = live_source(&live, capture, &turns_done, &watched, &|| stop(&shutdown));
+            return Ok(finish_run(p, sink_thread, clock, opts, Vec::new(), Vec::new(), stopped, samples, Some(report)));
+        }
     };
     let mut pos: u64 = 0;
     let mut spans = Vec::new();
@@ -427,22 +508,79 @@ where
         });
     }
     drop(audio_tx);
+    let interrupted = interrupted && shutdown.as_ref().is_some_and(ShutdownHandle::is_requested);
+    Ok(finish_run(p, sink_thread, clock, opts, spans, input_errors, interrupted, pos, None))
+}
+
+type SinkThread = std::thread::JoinHandle<(Vec<TimedEvent>, Option<String>)>;
+
+/// Joins the pipeline and the event sink and gathers the result.
+#[allow(clippy::too_many_arguments)]
+fn finish_run(
+    p: Pipeline,
+    sink_thread: SinkThread,
+    clock: Clock,
+    opts: &RunOptions,
+    inputs: Vec<InputSpan>,
+    mut input_errors: Vec<String>,
+    interrupted: bool,
+    audio_samples: u64,
+    live: Option<LiveReport>,
+) -> RunResult {
     let outcome = p.join();
-    let (events, write_error) = sink_thread
-        .join()
-        .unwrap_or_else(|_| (Vec::new(), Some("the event sink panicked".into())));
+    let (events, write_error) = sink_thread.join().unwrap_or_else(|_| (Vec::new(), Some("the event sink panicked".into())));
     if let Some(e) = write_error {
         input_errors.push(format!("event log: {e}"));
     }
-    Ok(RunResult {
-        clock,
-        pace: opts.pace,
-        outcome,
-        events,
-        inputs: spans,
-        input_errors,
-        interrupted: interrupted && shutdown.as_ref().is_some_and(ShutdownHandle::is_requested),
-        audio_samples: pos,
-        cpu_shared: opts.cpu_shared,
-    })
+    RunResult { clock, pace: opts.pace, outcome, events, inputs, input_errors, interrupted, audio_samples, cpu_shared: opts.cpu_shared, live }
+}
+
+/// Runs live capture until it should stop; returns the capture figures, the
+/// 16 kHz samples captured, and whether a stop was requested.
+fn live_source(
+    live: &LiveOptions,
+    capture: voxline_audio::Capture,
+    turns_done: &std::sync::atomic::AtomicU64,
+    watched: &[(&str, Option<std::sync::Arc<voxline_core::EdgeStats>>)],
+    stop: &dyn Fn() -> bool,
+) -> ((LiveReport, u64), bool) {
+    let f = capture.format().clone();
+    let started = Instant::now();
+    let mut last_depth: Vec<usize> = vec![0; watched.len()];
+    let mut growing: Vec<u32> = vec![0; watched.len()];
+    let mut next_check = started + std::time::Duration::from_secs(1);
+    let stopped = loop {
+        if stop() {
+            break true;
+        }
+        if live.max_turns.is_some_and(|n| turns_done.load(std::sync::atomic::Ordering::Relaxed) >= n)
+            || live.max_duration.is_some_and(|d| started.elapsed() >= d)
+            || capture.is_finished()
+        {
+            break false;
+        }
+        if Instant::now() >= next_check {
+            next_check += std::time::Duration::from_secs(1);
+            for (i, (stage, stats)) in watched.iter().enumerate() {
+                let Some(st) = stats else { continue };
+                let depth = st.sent().saturating_sub(st.received() + st.dropped()) as usize;
+                growing[i] = if depth > last_depth[i] { growing[i] + 1 } else { 0 };
+                if growing[i] == 3 || (depth >= 3 && depth > last_depth[i]) {
+                    eprintln!("voxline: warning: {stage} is falling behind real time ({depth} turns waiting for it)");
+                }
+                last_depth[i] = depth;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let stats = capture.stop();
+    let report = LiveReport {
+        device: format!("{} ({})", f.device_id, f.device_name),
+        format: format!("{} Hz, {} ch, {}", f.sample_rate, f.channels, f.sample_format),
+        frames_captured: stats.frames_captured,
+        frames_dropped_in_ring: stats.frames_dropped_in_ring,
+        end: format!("{:?}", stats.end),
+        stream_errors: stats.stream_errors.clone(),
+    };
+    ((report, stats.end_sample), stopped)
 }

@@ -286,6 +286,8 @@ pub struct Report {
     pub interrupted: bool,
     /// The comparison with `--baseline`, when given.
     pub baseline: Option<BaselineResult>,
+    /// The live capture's figures (live sessions only).
+    pub live: Option<crate::pipeline::LiveReport>,
 }
 
 /// This run against an earlier report.
@@ -523,7 +525,7 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
         llm_decode_tps: pick(&|t| t.llm_decode_tps),
         llm_prefill_tps: pick(&|t| t.llm_prefill_tps),
         wer: (!wers.is_empty()).then(|| wers.iter().sum::<f64>() / wers.len() as f64),
-        dropped: run.outcome.edges.iter().map(|e| e.dropped).sum(),
+        dropped: run.outcome.edges.iter().map(|e| e.dropped).sum::<u64>() + run.live.as_ref().map_or(0, |l| l.frames_dropped_in_ring),
         ..Default::default()
     };
     summary.bottleneck = bottleneck(&stages, &counted);
@@ -553,6 +555,7 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
         failed: run.outcome.failed.clone(),
         interrupted: run.interrupted,
         baseline: None,
+        live: run.live.clone(),
     }
 }
 

@@ -3,6 +3,7 @@
 //! (`.ci/run` does it).
 
 mod engines;
+mod live;
 mod ggml_guard;
 mod models_cli;
 mod replay;

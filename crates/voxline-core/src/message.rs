@@ -170,6 +170,8 @@ pub enum StopReason {
     MaxTokens,
     /// The context window is full.
     ContextFull,
+    /// The session was stopped while the answer streamed.
+    Cancelled,
 }
 
 /// What the LLM engine reported about its own work.

@@ -310,6 +310,12 @@ impl Pipeline {
         Ok(())
     }
 
+    /// The statistics of a registered edge, by name.
+    #[must_use]
+    pub fn edge_stats(&self, name: &str) -> Option<Arc<EdgeStats>> {
+        self.edges.iter().find(|e| e.name() == name).cloned()
+    }
+
     /// Runs `stage` on its own thread, reading `input` and writing `output`.
     ///
     /// # Errors

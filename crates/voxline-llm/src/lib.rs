@@ -603,13 +603,26 @@ mod tests {
 /// engine failure becomes a turn error for that id.
 pub struct LlmStage {
     engine: LlmEngine,
+    cancel: Option<voxline_core::ShutdownHandle>,
 }
 
 impl LlmStage {
     /// Wraps a loaded engine.
     #[must_use]
     pub fn new(engine: LlmEngine) -> Self {
-        Self { engine }
+        Self { engine, cancel: None }
+    }
+
+    /// Once `cancel` is requested, the answer in flight stops at the next
+    /// token and queued turns end at once with a turn error ("cancelled").
+    #[must_use]
+    pub fn cancel_on(mut self, cancel: voxline_core::ShutdownHandle) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(voxline_core::ShutdownHandle::is_requested)
     }
 }
 
@@ -628,6 +641,9 @@ impl voxline_core::Stage for LlmStage {
     ) -> Result<(), voxline_core::StageError> {
         use voxline_core::{LlmEngineTimings, LlmOut, StopReason, Token, TurnComplete};
         let id = t.id;
+        if self.cancelled() {
+            return Err(voxline_core::StageError::turn(id, "cancelled: the session was stopped before this turn was answered"));
+        }
         if t.text.trim().is_empty() {
             out.emit(LlmOut::Done(TurnComplete {
                 id,
@@ -641,6 +657,7 @@ impl voxline_core::Stage for LlmStage {
             return Ok(());
         }
         let mut index = 0u32;
+        let cancel = self.cancel.clone();
         let r = self
             .engine
             .respond(&t.text, &mut |piece| {
@@ -650,7 +667,7 @@ impl voxline_core::Stage for LlmStage {
                     text: piece.to_string(),
                 }));
                 index += 1;
-                !out.is_closed()
+                !out.is_closed() && !cancel.as_ref().is_some_and(voxline_core::ShutdownHandle::is_requested)
             })
             .map_err(|e| voxline_core::StageError::turn(id, e.to_string()))?;
         out.emit(LlmOut::Done(TurnComplete {
@@ -665,7 +682,8 @@ impl voxline_core::Stage for LlmStage {
             },
             stop: match r.stop {
                 Stop::EndOfGeneration => StopReason::EndOfGeneration,
-                Stop::MaxTokens | Stop::Cancelled => StopReason::MaxTokens,
+                Stop::MaxTokens => StopReason::MaxTokens,
+                Stop::Cancelled => StopReason::Cancelled,
             },
         }));
         Ok(())
