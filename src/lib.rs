@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod budget;
+pub mod fault;
 pub mod pipeline;
 pub mod report;
 pub mod settings;

@@ -253,7 +253,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("VOXLINE_LOG")
-                .unwrap_or_else(|_| "warn,llama-cpp-2=error,whisper_rs=error".into()),
+                .unwrap_or_else(|_| "warn,voxline_core=error,llama-cpp-2=error,whisper_rs=error".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -511,25 +511,41 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 
 /// Ctrl-C and SIGTERM request an orderly stop (tokio, at the edge).
 fn install_signal_handler(handle: ShutdownHandle) {
+    // The signal streams are registered here, before this returns, so a
+    // signal that arrives at any later moment (model load included) is ours.
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+    #[cfg(unix)]
+    let streams = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let _entered = rt.enter();
+        match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+            (Ok(int), Ok(term)) => (int, term),
+            _ => return,
+        }
+    };
     let _ = std::thread::Builder::new().name("signals".into()).spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
         rt.block_on(async move {
             #[cfg(unix)]
             {
-                let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(_) => return,
-                };
+                let (mut int, mut term) = streams;
                 tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+                eprintln!("voxline: stopping — finishing the turn in flight (press Ctrl-C again to abort)");
+                handle.request();
+                tokio::select! {
+                    _ = int.recv() => {}
                     _ = term.recv() => {}
                 }
             }
             #[cfg(not(unix))]
-            let _ = tokio::signal::ctrl_c().await;
-            eprintln!("voxline: stopping — finishing the turn in flight (press Ctrl-C again to abort)");
-            handle.request();
-            let _ = tokio::signal::ctrl_c().await;
+            {
+                let _ = tokio::signal::ctrl_c().await;
+                eprintln!("voxline: stopping — finishing the turn in flight (press Ctrl-C again to abort)");
+                handle.request();
+                let _ = tokio::signal::ctrl_c().await;
+            }
             std::process::exit(130);
         });
     });
@@ -550,9 +566,13 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         }
     }
     let inputs = pipeline::open_inputs(&args.files)?;
+    let fault = voxline::fault::Fault::from_env()?;
     let shutdown = ShutdownHandle::new();
     install_signal_handler(shutdown.clone());
 
+    if !args.quiet {
+        eprintln!("voxline: loading models");
+    }
     let t0 = Instant::now();
     let stt =
         voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
@@ -572,8 +592,8 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     };
     let result = pipeline::run(
         inputs,
-        voxline_stt::SttStage::new(stt),
-        voxline_llm::LlmStage::new(llm),
+        voxline::fault::Faulty::new(voxline_stt::SttStage::new(stt), fault.clone()),
+        voxline::fault::Faulty::new(voxline_llm::LlmStage::new(llm), fault.clone()),
         &opts,
         Some(shutdown),
     )?;
@@ -643,6 +663,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         return Err(BadInput("--repeat 0: play the fixtures at least once".into()).into());
     }
     let files = collect_wavs(&args.fixtures)?;
+    let fault = voxline::fault::Fault::from_env()?;
     let all: Vec<PathBuf> = (0..args.repeat)
         .flat_map(|_| files.iter().cloned())
         .collect();
@@ -711,8 +732,8 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     };
     let result = pipeline::run(
         inputs,
-        voxline_stt::SttStage::new(stt),
-        voxline_llm::LlmStage::new(llm),
+        voxline::fault::Faulty::new(voxline_stt::SttStage::new(stt), fault.clone()),
+        voxline::fault::Faulty::new(voxline_llm::LlmStage::new(llm), fault.clone()),
         &opts,
         Some(shutdown),
     )?;
@@ -833,6 +854,7 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         .as_deref()
         .map(|d| humantime::parse_duration(d).map_err(|e| BadInput(format!("--max-duration {d:?}: {e} (write e.g. `90s` or `5m`)"))))
         .transpose()?;
+    let fault = voxline::fault::Fault::from_env()?;
     if args.max_turns == Some(0) {
         return Err(BadInput("--max-turns 0: allow at least one turn".into()).into());
     }
@@ -843,6 +865,9 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     }
     let shutdown = ShutdownHandle::new();
     install_signal_handler(shutdown.clone());
+    if !args.quiet {
+        eprintln!("voxline: loading models");
+    }
     let t0 = Instant::now();
     let stt = voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
     let llm = voxline_llm::LlmEngine::load(settings.llm_config()).context("loading the language model")?;
@@ -859,7 +884,7 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     if !args.quiet {
         eprintln!("voxline: listening{} — speak; Ctrl-C to stop", args.device.as_deref().map_or(String::new(), |d| format!(" on {d}")));
     }
-    let result = pipeline::run_source(source, voxline_stt::SttStage::new(stt), llm, &opts, Some(shutdown))?;
+    let result = pipeline::run_source(source, voxline::fault::Faulty::new(voxline_stt::SttStage::new(stt), fault.clone()), voxline::fault::Faulty::new(llm, fault.clone()), &opts, Some(shutdown))?;
     let config = RunConfig {
         pace: "live".into(),
         threads: [settings.threads.total, settings.threads.stt, settings.threads.llm],

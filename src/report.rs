@@ -405,7 +405,10 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
                 }
             }
         }
-        t.error = g.error.clone();
+        t.error = g.error.clone().or_else(|| {
+            // a turn the failure cut short must not vanish silently
+            (g.done.is_none()).then(|| run.outcome.failed.as_ref().map(|f| format!("not finished: {f}"))).flatten()
+        });
         if let Some((tr, _)) = &g.transcript {
             t.transcript = Some(tr.text.clone());
             t.stt_tokens = Some(tr.n_tokens);

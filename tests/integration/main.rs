@@ -2,7 +2,9 @@
 //! They run the real models; `voxline models fetch` must have run first
 //! (`.ci/run` does it).
 
+mod bad_input;
 mod engines;
+mod faults;
 mod live;
 mod ggml_guard;
 mod models_cli;
