@@ -97,8 +97,13 @@ impl Budget {
     /// # Errors
     /// A message saying what is wrong.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let b: Self =
-            toml::from_str(text).map_err(|e| format!("invalid budget: {}", e.message()))?;
+        let b: Self = toml::from_str(text).map_err(|e| {
+            let at = e.span().map_or(String::new(), |span| {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                format!(" (line {line})")
+            });
+            format!("invalid budget{at}: {}", e.message().replace('\n', " "))
+        })?;
         if b == Self::default() {
             return Err("the budget sets no limits; see the README for its keys".into());
         }

@@ -28,16 +28,28 @@ impl Fault {
     /// # Errors
     /// [`BadInput`] when it is set but malformed.
     pub fn from_env() -> Result<Option<Self>, BadInput> {
-        let Ok(spec) = std::env::var("VOXLINE_FAULT") else { return Ok(None) };
-        let bad = || BadInput(format!("VOXLINE_FAULT={spec:?}: expected KIND:STAGE:ID, e.g. panic:stt:2 or error:llm:1"));
+        let Ok(spec) = std::env::var("VOXLINE_FAULT") else {
+            return Ok(None);
+        };
+        let bad = || {
+            BadInput(format!(
+                "VOXLINE_FAULT={spec:?}: expected KIND:STAGE:ID, e.g. panic:stt:2 or error:llm:1"
+            ))
+        };
         let parts: Vec<&str> = spec.split(':').collect();
-        let [kind, stage, id] = parts.as_slice() else { return Err(bad()) };
+        let [kind, stage, id] = parts.as_slice() else {
+            return Err(bad());
+        };
         let panic = match *kind {
             "panic" => true,
             "error" => false,
             _ => return Err(bad()),
         };
-        Ok(Some(Self { panic, stage: (*stage).to_string(), id: id.parse().map_err(|_| bad())? }))
+        Ok(Some(Self {
+            panic,
+            stage: (*stage).to_string(),
+            id: id.parse().map_err(|_| bad())?,
+        }))
     }
 }
 
@@ -67,7 +79,10 @@ impl<S: Stage> Stage for Faulty<S> {
         if let (Some(f), Some(id)) = (&self.fault, input.utterance_id()) {
             if f.id == id {
                 assert!(!f.panic, "injected panic in {} on utterance {id}", f.stage);
-                return Err(StageError::turn(id, format!("injected error in {} on utterance {id}", f.stage)));
+                return Err(StageError::turn(
+                    id,
+                    format!("injected error in {} on utterance {id}", f.stage),
+                ));
             }
         }
         self.inner.process(input, out)

@@ -253,8 +253,14 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("VOXLINE_LOG")
-                .unwrap_or_else(|_| "warn,voxline_core=error,llama-cpp-2=error,whisper_rs=error".into()),
+                // The engines' own logs are off unless asked for (VOXLINE_LOG=llama-cpp-2=info,...):
+                // every failure reaches the user as one voxline line with what to do.
+                .unwrap_or_else(|_| {
+                    "warn,voxline_core=error,voxline_audio=error,llama-cpp-2=off,whisper_rs=off"
+                        .into()
+                }),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     match run(cli) {
@@ -283,7 +289,10 @@ fn is_bad_input(e: &(dyn std::error::Error + 'static)) -> bool {
             )
         )
         || e.downcast_ref::<voxline_audio::AudioError>().is_some()
-        || matches!(e.downcast_ref::<pipeline::RunError>(), Some(pipeline::RunError::BadInput(_) | pipeline::RunError::Capture(_)))
+        || matches!(
+            e.downcast_ref::<pipeline::RunError>(),
+            Some(pipeline::RunError::BadInput(_) | pipeline::RunError::Capture(_))
+        )
         || matches!(
             e.downcast_ref::<voxline_llm::LlmError>(),
             Some(
@@ -513,12 +522,20 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 fn install_signal_handler(handle: ShutdownHandle) {
     // The signal streams are registered here, before this returns, so a
     // signal that arrives at any later moment (model load included) is ours.
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
     #[cfg(unix)]
     let streams = {
         use tokio::signal::unix::{signal, SignalKind};
         let _entered = rt.enter();
-        match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
             (Ok(int), Ok(term)) => (int, term),
             _ => return,
         }
@@ -570,15 +587,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     let shutdown = ShutdownHandle::new();
     install_signal_handler(shutdown.clone());
 
-    if !args.quiet {
-        eprintln!("voxline: loading models");
-    }
-    let t0 = Instant::now();
-    let stt =
-        voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
-    let llm = voxline_llm::LlmEngine::load(settings.llm_config())
-        .context("loading the language model")?;
-    let model_load_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let (stt, llm, model_load_ms) = load_engines(&settings, args.quiet)?;
     if shutdown.is_requested() {
         return Ok(Outcome::Ok);
     }
@@ -597,28 +606,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         &opts,
         Some(shutdown),
     )?;
-    let config = RunConfig {
-        pace: args.pace.clone(),
-        threads: [
-            settings.threads.total,
-            settings.threads.stt,
-            settings.threads.llm,
-        ],
-        cpu_share: if settings.threads.shared {
-            "shared".into()
-        } else {
-            "split".into()
-        },
-        audio_ctx: settings.audio_ctx.to_string(),
-        max_tokens: settings.max_tokens,
-        n_ctx: settings.n_ctx,
-        cache_prompt: settings.cache_prompt,
-        memory: settings.memory,
-        whisper_model: file_name(&settings.whisper_model),
-        llm_model: file_name(&settings.llm_model),
-        inputs: args.files.clone(),
-        warmup: args.warmup,
-    };
+    let config = RunConfig::from_settings(&settings, &args.pace, args.files.clone(), args.warmup);
     let mut rep = report::build(&result, config, args.warmup, model_load_ms);
     if let Some(b) = &budget {
         rep.summary.budget = b.evaluate(&rep);
@@ -672,6 +660,12 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         .iter()
         .map(|i| i.sidecar.as_ref().map_or(1, |s| s.turns.len()))
         .sum();
+    // Fail on a bad baseline before spending minutes on the run.
+    let baseline = args
+        .baseline
+        .as_deref()
+        .map(|b| voxline::bench::load_baseline(b).map(|v| (b.to_path_buf(), v)))
+        .transpose()?;
     std::fs::create_dir_all(&args.out).map_err(|e| {
         BadInput(format!(
             "{}: cannot create the output directory ({e})",
@@ -684,12 +678,6 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
             check_writable(p, flag)?;
         }
     }
-    // Fail on a bad baseline before spending minutes on the run.
-    let baseline = args
-        .baseline
-        .as_deref()
-        .map(|b| voxline::bench::load_baseline(b).map(|v| (b.to_path_buf(), v)))
-        .transpose()?;
     let shutdown = ShutdownHandle::new();
     install_signal_handler(shutdown.clone());
 
@@ -699,12 +687,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
-    let t0 = Instant::now();
-    let stt =
-        voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
-    let llm = voxline_llm::LlmEngine::load(settings.llm_config())
-        .context("loading the language model")?;
-    let model_load_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let (stt, llm, model_load_ms) = load_engines(&settings, true)?;
     bar.set_style(
         indicatif::ProgressStyle::with_template(
             "{spinner} {bar:40} {pos}/{len} turns {elapsed} (eta {eta}) {msg}",
@@ -738,28 +721,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         Some(shutdown),
     )?;
     bar.finish_and_clear();
-    let config = RunConfig {
-        pace: args.pace.clone(),
-        threads: [
-            settings.threads.total,
-            settings.threads.stt,
-            settings.threads.llm,
-        ],
-        cpu_share: if settings.threads.shared {
-            "shared".into()
-        } else {
-            "split".into()
-        },
-        audio_ctx: settings.audio_ctx.to_string(),
-        max_tokens: settings.max_tokens,
-        n_ctx: settings.n_ctx,
-        cache_prompt: settings.cache_prompt,
-        memory: settings.memory,
-        whisper_model: file_name(&settings.whisper_model),
-        llm_model: file_name(&settings.llm_model),
-        inputs: files.clone(),
-        warmup: args.warmup,
-    };
+    let config = RunConfig::from_settings(&settings, &args.pace, files.clone(), args.warmup);
     let mut rep = report::build(&result, config, args.warmup, model_load_ms);
     if let Some(b) = &budget {
         rep.summary.budget = b.evaluate(&rep);
@@ -820,9 +782,19 @@ fn devices() -> anyhow::Result<Outcome> {
         return Ok(Outcome::Ok);
     }
     for d in list {
-        say!("{} {} — {}", if d.is_default { "*" } else { " " }, d.id, d.name);
+        say!(
+            "{} {} — {}",
+            if d.is_default { "*" } else { " " },
+            d.id,
+            d.name
+        );
         if let Some(c) = &d.default_config {
-            say!("      default: {} Hz, {} ch, {}", c.min_sample_rate, c.channels, c.sample_format);
+            say!(
+                "      default: {} Hz, {} ch, {}",
+                c.min_sample_rate,
+                c.channels,
+                c.sample_format
+            );
         }
         if !d.configs.is_empty() {
             // a device may list hundreds of (format, channels, rates) triples: summarise them
@@ -832,10 +804,35 @@ fn devices() -> anyhow::Result<Outcome> {
                     formats.push(&c.sample_format);
                 }
             }
-            let ch = (d.configs.iter().map(|c| c.channels).min().unwrap_or(0), d.configs.iter().map(|c| c.channels).max().unwrap_or(0));
-            let hz = (d.configs.iter().map(|c| c.min_sample_rate).min().unwrap_or(0), d.configs.iter().map(|c| c.max_sample_rate).max().unwrap_or(0));
-            let span = |(a, b): (u32, u32), unit: &str| if a == b { format!("{a}{unit}") } else { format!("{a}–{b}{unit}") };
-            say!("      supports: {} · {} ch · {}", span(hz, " Hz"), span((u32::from(ch.0), u32::from(ch.1)), ""), formats.join(", "));
+            let ch = (
+                d.configs.iter().map(|c| c.channels).min().unwrap_or(0),
+                d.configs.iter().map(|c| c.channels).max().unwrap_or(0),
+            );
+            let hz = (
+                d.configs
+                    .iter()
+                    .map(|c| c.min_sample_rate)
+                    .min()
+                    .unwrap_or(0),
+                d.configs
+                    .iter()
+                    .map(|c| c.max_sample_rate)
+                    .max()
+                    .unwrap_or(0),
+            );
+            let span = |(a, b): (u32, u32), unit: &str| {
+                if a == b {
+                    format!("{a}{unit}")
+                } else {
+                    format!("{a}–{b}{unit}")
+                }
+            };
+            say!(
+                "      supports: {} · {} ch · {}",
+                span(hz, " Hz"),
+                span((u32::from(ch.0), u32::from(ch.1)), ""),
+                formats.join(", ")
+            );
         }
         if let Some(e) = &d.config_error {
             say!("      (configurations unavailable: {e})");
@@ -852,26 +849,29 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     let max_duration = args
         .max_duration
         .as_deref()
-        .map(|d| humantime::parse_duration(d).map_err(|e| BadInput(format!("--max-duration {d:?}: {e} (write e.g. `90s` or `5m`)"))))
+        .map(|d| {
+            humantime::parse_duration(d).map_err(|e| {
+                BadInput(format!(
+                    "--max-duration {d:?}: {e} (write e.g. `90s` or `5m`)"
+                ))
+            })
+        })
         .transpose()?;
     let fault = voxline::fault::Fault::from_env()?;
     if args.max_turns == Some(0) {
         return Err(BadInput("--max-turns 0: allow at least one turn".into()).into());
     }
-    for (p, flag) in [(&args.report_json, "--report-json"), (&args.events, "--events")] {
+    for (p, flag) in [
+        (&args.report_json, "--report-json"),
+        (&args.events, "--events"),
+    ] {
         if let Some(p) = p {
             check_writable(p, flag)?;
         }
     }
     let shutdown = ShutdownHandle::new();
     install_signal_handler(shutdown.clone());
-    if !args.quiet {
-        eprintln!("voxline: loading models");
-    }
-    let t0 = Instant::now();
-    let stt = voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
-    let llm = voxline_llm::LlmEngine::load(settings.llm_config()).context("loading the language model")?;
-    let model_load_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let (stt, llm, model_load_ms) = load_engines(&settings, args.quiet)?;
     if shutdown.is_requested() {
         return Ok(Outcome::Ok);
     }
@@ -879,44 +879,66 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     if args.cancel_on_stop {
         llm = llm.cancel_on(shutdown.clone());
     }
-    let opts = RunOptions { pace: Pace::Realtime, vad, events_path: args.events.clone(), console: !args.quiet, cpu_shared: settings.threads.shared, ..RunOptions::default() };
-    let source = pipeline::Source::Live(pipeline::LiveOptions { device: args.device.clone(), max_turns: args.max_turns, max_duration, audio_queue_frames: 500 });
-    if !args.quiet {
-        eprintln!("voxline: listening{} — speak; Ctrl-C to stop", args.device.as_deref().map_or(String::new(), |d| format!(" on {d}")));
-    }
-    let result = pipeline::run_source(source, voxline::fault::Faulty::new(voxline_stt::SttStage::new(stt), fault.clone()), voxline::fault::Faulty::new(llm, fault.clone()), &opts, Some(shutdown))?;
-    let config = RunConfig {
-        pace: "live".into(),
-        threads: [settings.threads.total, settings.threads.stt, settings.threads.llm],
-        cpu_share: if settings.threads.shared { "shared".into() } else { "split".into() },
-        audio_ctx: settings.audio_ctx.to_string(),
-        max_tokens: settings.max_tokens,
-        n_ctx: settings.n_ctx,
-        cache_prompt: settings.cache_prompt,
-        memory: settings.memory,
-        whisper_model: file_name(&settings.whisper_model),
-        llm_model: file_name(&settings.llm_model),
-        inputs: Vec::new(),
-        warmup: args.warmup,
+    let opts = RunOptions {
+        pace: Pace::Realtime,
+        vad,
+        events_path: args.events.clone(),
+        console: !args.quiet,
+        cpu_shared: settings.threads.shared,
+        ..RunOptions::default()
     };
+    let source = pipeline::Source::Live(pipeline::LiveOptions {
+        device: args.device.clone(),
+        max_turns: args.max_turns,
+        max_duration,
+        audio_queue_frames: 500,
+    });
+    if !args.quiet {
+        eprintln!(
+            "voxline: listening{} — speak; Ctrl-C to stop",
+            args.device
+                .as_deref()
+                .map_or(String::new(), |d| format!(" on {d}"))
+        );
+    }
+    let result = pipeline::run_source(
+        source,
+        voxline::fault::Faulty::new(voxline_stt::SttStage::new(stt), fault.clone()),
+        voxline::fault::Faulty::new(llm, fault.clone()),
+        &opts,
+        Some(shutdown),
+    )?;
+    let config = RunConfig::from_settings(&settings, "live", Vec::new(), args.warmup);
     let mut rep = report::build(&result, config, args.warmup, model_load_ms);
     if let Some(b) = &budget {
         rep.summary.budget = b.evaluate(&rep);
     }
     if let Some(l) = &rep.live {
         if l.frames_dropped_in_ring > 0 {
-            eprintln!("voxline: warning: {} audio frames were dropped because capture fell behind", l.frames_dropped_in_ring);
+            eprintln!(
+                "voxline: warning: {} audio frames were dropped because capture fell behind",
+                l.frames_dropped_in_ring
+            );
         }
     }
     finish_report(&rep, args.report_json.as_deref(), args.quiet)?;
     Ok(outcome_of(&rep))
 }
 
-fn file_name(p: &Path) -> String {
-    p.file_name().map_or_else(
-        || p.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    )
+/// Loads both engines, timing it (the cold-start figure).
+fn load_engines(
+    settings: &EngineSettings,
+    quiet: bool,
+) -> anyhow::Result<(voxline_stt::SttEngine, voxline_llm::LlmEngine, f64)> {
+    if !quiet {
+        eprintln!("voxline: loading models");
+    }
+    let t0 = Instant::now();
+    let stt =
+        voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
+    let llm = voxline_llm::LlmEngine::load(settings.llm_config())
+        .context("loading the language model")?;
+    Ok((stt, llm, t0.elapsed().as_secs_f64() * 1000.0))
 }
 
 fn finish_report(rep: &Report, json: Option<&Path>, quiet: bool) -> anyhow::Result<()> {

@@ -124,6 +124,12 @@ pub fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>, BadInput> {
         .iter()
         .map(|p| {
             let source = WavSource::open(p).map_err(BadInput::from_display)?;
+            if source.spec().duration_frames == Some(0) {
+                return Err(BadInput(format!(
+                    "{}: holds no audio (0 samples); record or export it again",
+                    p.display()
+                )));
+            }
             let sidecar = Sidecar::load_for(p)?;
             Ok(Input {
                 path: p.clone(),
@@ -344,7 +350,13 @@ pub fn partial_path(p: &Path) -> PathBuf {
 /// # Errors
 /// [`RunError::BadInput`] for an invalid VAD configuration or an unwritable
 /// event log, [`RunError::Runtime`] when a thread cannot start.
-pub fn run<S, L>(inputs: Vec<Input>, stt: S, llm: L, opts: &RunOptions, shutdown: Option<ShutdownHandle>) -> Result<RunResult, RunError>
+pub fn run<S, L>(
+    inputs: Vec<Input>,
+    stt: S,
+    llm: L,
+    opts: &RunOptions,
+    shutdown: Option<ShutdownHandle>,
+) -> Result<RunResult, RunError>
 where
     S: Stage<In = Utterance, Out = Transcript>,
     L: Stage<In = Transcript, Out = LlmOut>,
@@ -363,7 +375,13 @@ where
 /// # Errors
 /// As [`run`], plus [`RunError::Capture`] when the device cannot be opened
 /// (checked before anything else starts, so nothing is written).
-pub fn run_source<S, L>(source: Source, stt: S, llm: L, opts: &RunOptions, shutdown: Option<ShutdownHandle>) -> Result<RunResult, RunError>
+pub fn run_source<S, L>(
+    source: Source,
+    stt: S,
+    llm: L,
+    opts: &RunOptions,
+    shutdown: Option<ShutdownHandle>,
+) -> Result<RunResult, RunError>
 where
     S: Stage<In = Utterance, Out = Transcript>,
     L: Stage<In = Transcript, Out = LlmOut>,
@@ -372,11 +390,18 @@ where
     let clock = Clock::start();
     let (audio_tx, audio_rx) = match &source {
         Source::Replay(_) => edge::<AudioFrame>("audio", 64, FullPolicy::Block),
-        Source::Live(l) => edge::<AudioFrame>("audio", l.audio_queue_frames.max(16), FullPolicy::DropOldest),
+        Source::Live(l) => edge::<AudioFrame>(
+            "audio",
+            l.audio_queue_frames.max(16),
+            FullPolicy::DropOldest,
+        ),
     };
     // Open the device first: if it cannot be opened nothing else starts (and nothing is written).
     let capture = match &source {
-        Source::Live(l) => Some(voxline_audio::Capture::start(l.device.as_deref(), audio_tx.clone(), clock).map_err(RunError::Capture)?),
+        Source::Live(l) => Some(
+            voxline_audio::Capture::start(l.device.as_deref(), audio_tx.clone(), clock)
+                .map_err(RunError::Capture)?,
+        ),
         Source::Replay(_) => None,
     };
     let mut sink = EventSink::new(clock, opts.console, opts.events_path.as_deref())?;
@@ -404,7 +429,10 @@ where
     let turns_done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let done_counter = turns_done.clone();
     // the queues in front of the engines: growing ones mean a stage falls behind real time
-    let watched = [("stt", p.edge_stats("utterances")), ("llm", p.edge_stats("transcripts"))];
+    let watched = [
+        ("stt", p.edge_stats("utterances")),
+        ("llm", p.edge_stats("transcripts")),
+    ];
     let sink_thread = std::thread::Builder::new()
         .name("events".into())
         .spawn(move || {
@@ -412,7 +440,10 @@ where
                 if let Some(h) = &hook {
                     h(&ev.event);
                 }
-                if matches!(ev.event, PipelineEvent::TurnComplete(_) | PipelineEvent::TurnError(_)) {
+                if matches!(
+                    ev.event,
+                    PipelineEvent::TurnComplete(_) | PipelineEvent::TurnError(_)
+                ) {
                     done_counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 sink.handle(ev);
@@ -429,9 +460,21 @@ where
         Source::Replay(inputs) => inputs,
         Source::Live(live) => {
             drop(audio_tx); // the capture thread holds its own sender
-            let capture = capture.ok_or_else(|| RunError::Runtime("live capture did not start".into()))?;
-            let ((report, samples), stopped) = live_source(&live, capture, &turns_done, &watched, &|| stop(&shutdown));
-            return Ok(finish_run(p, sink_thread, clock, opts, Vec::new(), Vec::new(), stopped, samples, Some(report)));
+            let capture =
+                capture.ok_or_else(|| RunError::Runtime("live capture did not start".into()))?;
+            let ((report, samples), stopped) =
+                live_source(&live, capture, &turns_done, &watched, &|| stop(&shutdown));
+            return Ok(finish_run(
+                p,
+                sink_thread,
+                clock,
+                opts,
+                Vec::new(),
+                Vec::new(),
+                stopped,
+                samples,
+                Some(report),
+            ));
         }
     };
     let mut pos: u64 = 0;
@@ -509,7 +552,17 @@ where
     }
     drop(audio_tx);
     let interrupted = interrupted && shutdown.as_ref().is_some_and(ShutdownHandle::is_requested);
-    Ok(finish_run(p, sink_thread, clock, opts, spans, input_errors, interrupted, pos, None))
+    Ok(finish_run(
+        p,
+        sink_thread,
+        clock,
+        opts,
+        spans,
+        input_errors,
+        interrupted,
+        pos,
+        None,
+    ))
 }
 
 type SinkThread = std::thread::JoinHandle<(Vec<TimedEvent>, Option<String>)>;
@@ -528,11 +581,24 @@ fn finish_run(
     live: Option<LiveReport>,
 ) -> RunResult {
     let outcome = p.join();
-    let (events, write_error) = sink_thread.join().unwrap_or_else(|_| (Vec::new(), Some("the event sink panicked".into())));
+    let (events, write_error) = sink_thread
+        .join()
+        .unwrap_or_else(|_| (Vec::new(), Some("the event sink panicked".into())));
     if let Some(e) = write_error {
         input_errors.push(format!("event log: {e}"));
     }
-    RunResult { clock, pace: opts.pace, outcome, events, inputs, input_errors, interrupted, audio_samples, cpu_shared: opts.cpu_shared, live }
+    RunResult {
+        clock,
+        pace: opts.pace,
+        outcome,
+        events,
+        inputs,
+        input_errors,
+        interrupted,
+        audio_samples,
+        cpu_shared: opts.cpu_shared,
+        live,
+    }
 }
 
 /// Runs live capture until it should stop; returns the capture figures, the
@@ -553,7 +619,9 @@ fn live_source(
         if stop() {
             break true;
         }
-        if live.max_turns.is_some_and(|n| turns_done.load(std::sync::atomic::Ordering::Relaxed) >= n)
+        if live
+            .max_turns
+            .is_some_and(|n| turns_done.load(std::sync::atomic::Ordering::Relaxed) >= n)
             || live.max_duration.is_some_and(|d| started.elapsed() >= d)
             || capture.is_finished()
         {
@@ -564,7 +632,11 @@ fn live_source(
             for (i, (stage, stats)) in watched.iter().enumerate() {
                 let Some(st) = stats else { continue };
                 let depth = st.sent().saturating_sub(st.received() + st.dropped()) as usize;
-                growing[i] = if depth > last_depth[i] { growing[i] + 1 } else { 0 };
+                growing[i] = if depth > last_depth[i] {
+                    growing[i] + 1
+                } else {
+                    0
+                };
                 if growing[i] == 3 || (depth >= 3 && depth > last_depth[i]) {
                     eprintln!("voxline: warning: {stage} is falling behind real time ({depth} turns waiting for it)");
                 }
@@ -576,7 +648,10 @@ fn live_source(
     let stats = capture.stop();
     let report = LiveReport {
         device: format!("{} ({})", f.device_id, f.device_name),
-        format: format!("{} Hz, {} ch, {}", f.sample_rate, f.channels, f.sample_format),
+        format: format!(
+            "{} Hz, {} ch, {}",
+            f.sample_rate, f.channels, f.sample_format
+        ),
         frames_captured: stats.frames_captured,
         frames_dropped_in_ring: stats.frames_dropped_in_ring,
         end: format!("{:?}", stats.end),

@@ -257,6 +257,46 @@ pub struct RunConfig {
     pub warmup: usize,
 }
 
+impl RunConfig {
+    /// The configuration of a run with these engine settings.
+    #[must_use]
+    pub fn from_settings(
+        settings: &crate::settings::EngineSettings,
+        pace: &str,
+        inputs: Vec<PathBuf>,
+        warmup: usize,
+    ) -> Self {
+        let name = |p: &std::path::Path| {
+            p.file_name().map_or_else(
+                || p.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            )
+        };
+        Self {
+            pace: pace.to_string(),
+            threads: [
+                settings.threads.total,
+                settings.threads.stt,
+                settings.threads.llm,
+            ],
+            cpu_share: if settings.threads.shared {
+                "shared".into()
+            } else {
+                "split".into()
+            },
+            audio_ctx: settings.audio_ctx.to_string(),
+            max_tokens: settings.max_tokens,
+            n_ctx: settings.n_ctx,
+            cache_prompt: settings.cache_prompt,
+            memory: settings.memory,
+            whisper_model: name(&settings.whisper_model),
+            llm_model: name(&settings.llm_model),
+            inputs,
+            warmup,
+        }
+    }
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct Report {
@@ -407,7 +447,14 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
         }
         t.error = g.error.clone().or_else(|| {
             // a turn the failure cut short must not vanish silently
-            (g.done.is_none()).then(|| run.outcome.failed.as_ref().map(|f| format!("not finished: {f}"))).flatten()
+            (g.done.is_none())
+                .then(|| {
+                    run.outcome
+                        .failed
+                        .as_ref()
+                        .map(|f| format!("not finished: {f}"))
+                })
+                .flatten()
         });
         if let Some((tr, _)) = &g.transcript {
             t.transcript = Some(tr.text.clone());
@@ -528,7 +575,8 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
         llm_decode_tps: pick(&|t| t.llm_decode_tps),
         llm_prefill_tps: pick(&|t| t.llm_prefill_tps),
         wer: (!wers.is_empty()).then(|| wers.iter().sum::<f64>() / wers.len() as f64),
-        dropped: run.outcome.edges.iter().map(|e| e.dropped).sum::<u64>() + run.live.as_ref().map_or(0, |l| l.frames_dropped_in_ring),
+        dropped: run.outcome.edges.iter().map(|e| e.dropped).sum::<u64>()
+            + run.live.as_ref().map_or(0, |l| l.frames_dropped_in_ring),
         ..Default::default()
     };
     summary.bottleneck = bottleneck(&stages, &counted);

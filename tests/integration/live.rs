@@ -45,7 +45,11 @@ fn voxline(home: &Path) -> std::process::Command {
 #[test]
 fn devices_lists_the_alsa_test_device() {
     let home = alsa_home("q_capital.wav");
-    let out = util::voxline_bin().env("HOME", home.path()).arg("devices").output().unwrap();
+    let out = util::voxline_bin()
+        .env("HOME", home.path())
+        .arg("devices")
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("voxtest — voxline test input"), "{text}");
@@ -59,10 +63,24 @@ fn live_session_through_alsa_transcribes_every_turn() {
     let report = home.path().join("report.json");
     let events = home.path().join("events.jsonl");
     let out = voxline(home.path())
-        .args(["live", "--device", "voxtest", "--max-turns", "3", "--max-duration", "120s", "--max-tokens", "8", "--quiet"])
-        .arg("--models-dir").arg(util::models_dir())
-        .arg("--report-json").arg(&report)
-        .arg("--events").arg(&events)
+        .args([
+            "live",
+            "--device",
+            "voxtest",
+            "--max-turns",
+            "3",
+            "--max-duration",
+            "120s",
+            "--max-tokens",
+            "8",
+            "--quiet",
+        ])
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .arg("--report-json")
+        .arg(&report)
+        .arg("--events")
+        .arg(&events)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -73,7 +91,10 @@ fn live_session_through_alsa_transcribes_every_turn() {
     assert_eq!(turns.len(), expected.len(), "{turns:#?}");
     for (t, e) in turns.iter().zip(&expected) {
         let heard = t["transcript"].as_str().unwrap();
-        assert!(voxline_stt::word_error_rate(e, heard) <= 0.1, "{heard:?} vs {e:?}");
+        assert!(
+            voxline_stt::word_error_rate(e, heard) <= 0.1,
+            "{heard:?} vs {e:?}"
+        );
         assert!(t["response"].is_string());
     }
     assert_eq!(r["config"]["pace"], "live");
@@ -82,9 +103,17 @@ fn live_session_through_alsa_transcribes_every_turn() {
     assert!(live["frames_captured"].as_u64().unwrap() > 48_000 * 9);
     // every dropped frame is counted: the summary is the edge drops plus the ring drops,
     // and the event log carries the edge drops
-    let edge_drops: u64 = r["edges"].as_array().unwrap().iter().map(|e| e["dropped"].as_u64().unwrap()).sum();
+    let edge_drops: u64 = r["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["dropped"].as_u64().unwrap())
+        .sum();
     let ring_drops = live["frames_dropped_in_ring"].as_u64().unwrap();
-    assert_eq!(r["summary"]["dropped"].as_u64().unwrap(), edge_drops + ring_drops);
+    assert_eq!(
+        r["summary"]["dropped"].as_u64().unwrap(),
+        edge_drops + ring_drops
+    );
     let logged: u64 = std::fs::read_to_string(&events)
         .unwrap()
         .lines()
@@ -101,9 +130,19 @@ fn ctrl_c_ends_a_live_session_cleanly_with_a_report() {
     let home = alsa_home("multi_turn.wav");
     let report = home.path().join("report.json");
     let mut child = voxline(home.path())
-        .args(["live", "--device", "voxtest", "--max-duration", "120s", "--max-tokens", "8"])
-        .arg("--models-dir").arg(util::models_dir())
-        .arg("--report-json").arg(&report)
+        .args([
+            "live",
+            "--device",
+            "voxtest",
+            "--max-duration",
+            "120s",
+            "--max-tokens",
+            "8",
+        ])
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .arg("--report-json")
+        .arg(&report)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -111,9 +150,15 @@ fn ctrl_c_ends_a_live_session_cleanly_with_a_report() {
     let stdout = child.stdout.take().unwrap();
     // wait for the first transcript, then interrupt
     let mut lines = std::io::BufReader::new(stdout).lines();
-    let first = lines.by_ref().map_while(Result::ok).find(|l| l.starts_with("[1] you:"));
+    let first = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("[1] you:"));
     assert!(first.is_some(), "no transcript before the stream ended");
-    let status = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     for _ in lines {}
     let out = child.wait_with_output().unwrap();
@@ -127,6 +172,10 @@ fn ctrl_c_ends_a_live_session_cleanly_with_a_report() {
         assert!(t["response"].is_string() || t["error"].is_string(), "{t}");
     }
     // no partial files left behind
-    let partials: Vec<_> = std::fs::read_dir(home.path()).unwrap().filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().contains(".partial")).collect();
+    let partials: Vec<_> = std::fs::read_dir(home.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains(".partial"))
+        .collect();
     assert!(partials.is_empty());
 }

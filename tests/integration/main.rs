@@ -5,8 +5,8 @@
 mod bad_input;
 mod engines;
 mod faults;
-mod live;
 mod ggml_guard;
+mod live;
 mod models_cli;
 mod replay;
 mod report;

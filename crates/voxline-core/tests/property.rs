@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use voxline_core::{edge, Clock, Emitter, FullPolicy, Pipeline, PipelineEvent, Stage, StageError, Token};
+use voxline_core::{
+    edge, Clock, Emitter, FullPolicy, Pipeline, PipelineEvent, Stage, StageError, Token,
+};
 
 /// Sleeps a per-item delay from a fixed schedule, fails the ids it is told to.
 struct Jittery {

@@ -31,7 +31,7 @@ pub enum LlmError {
     #[error(transparent)]
     Model(#[from] voxline_models::ModelError),
     /// llama.cpp could not load the model or create its context.
-    #[error("{path}: llama.cpp could not load this model ({detail})")]
+    #[error("{path}: llama.cpp could not load this model ({detail}); is it a complete GGUF? Fetch it again, or run with VOXLINE_LOG=llama-cpp-2=info for llama.cpp's reasons")]
     Load {
         /// The model file.
         path: PathBuf,
@@ -610,7 +610,10 @@ impl LlmStage {
     /// Wraps a loaded engine.
     #[must_use]
     pub fn new(engine: LlmEngine) -> Self {
-        Self { engine, cancel: None }
+        Self {
+            engine,
+            cancel: None,
+        }
     }
 
     /// Once `cancel` is requested, the answer in flight stops at the next
@@ -622,7 +625,9 @@ impl LlmStage {
     }
 
     fn cancelled(&self) -> bool {
-        self.cancel.as_ref().is_some_and(voxline_core::ShutdownHandle::is_requested)
+        self.cancel
+            .as_ref()
+            .is_some_and(voxline_core::ShutdownHandle::is_requested)
     }
 }
 
@@ -642,7 +647,10 @@ impl voxline_core::Stage for LlmStage {
         use voxline_core::{LlmEngineTimings, LlmOut, StopReason, Token, TurnComplete};
         let id = t.id;
         if self.cancelled() {
-            return Err(voxline_core::StageError::turn(id, "cancelled: the session was stopped before this turn was answered"));
+            return Err(voxline_core::StageError::turn(
+                id,
+                "cancelled: the session was stopped before this turn was answered",
+            ));
         }
         if t.text.trim().is_empty() {
             out.emit(LlmOut::Done(TurnComplete {
@@ -667,7 +675,10 @@ impl voxline_core::Stage for LlmStage {
                     text: piece.to_string(),
                 }));
                 index += 1;
-                !out.is_closed() && !cancel.as_ref().is_some_and(voxline_core::ShutdownHandle::is_requested)
+                !out.is_closed()
+                    && !cancel
+                        .as_ref()
+                        .is_some_and(voxline_core::ShutdownHandle::is_requested)
             })
             .map_err(|e| voxline_core::StageError::turn(id, e.to_string()))?;
         out.emit(LlmOut::Done(TurnComplete {

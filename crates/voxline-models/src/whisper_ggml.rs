@@ -306,6 +306,63 @@ pub fn plan_tensors(model: &Ct2Model) -> Result<(HParams, Vec<OutTensor>), Model
             copy(out, &format!("{src}/bias"), &format!("{dst}.bias"))
         };
 
+    // One transformer block's feed-forward and self-attention (the same in
+    // the encoder and the decoder), fused q/k/v split by rows; no key bias.
+    let block =
+        |out: &mut Vec<OutTensor>,
+         copy: &mut dyn FnMut(&mut Vec<OutTensor>, &str, &str) -> Result<(), ModelError>,
+         s: &str,
+         d: &str|
+         -> Result<(), ModelError> {
+            ln(
+                out,
+                copy,
+                &format!("{s}/ffn/layer_norm"),
+                &format!("{d}.mlp_ln"),
+            )?;
+            linear(
+                out,
+                copy,
+                &format!("{s}/ffn/linear_0"),
+                &format!("{d}.mlp.0"),
+            )?;
+            linear(
+                out,
+                copy,
+                &format!("{s}/ffn/linear_1"),
+                &format!("{d}.mlp.2"),
+            )?;
+            ln(
+                out,
+                copy,
+                &format!("{s}/self_attention/layer_norm"),
+                &format!("{d}.attn_ln"),
+            )?;
+            let qkv = format!("{s}/self_attention/linear_0");
+            for (part, name, bias) in [(0, "query", true), (1, "key", false), (2, "value", true)] {
+                out.push(split(
+                    &format!("{qkv}/weight"),
+                    &format!("{d}.attn.{name}.weight"),
+                    3,
+                    part,
+                )?);
+                if bias {
+                    out.push(split(
+                        &format!("{qkv}/bias"),
+                        &format!("{d}.attn.{name}.bias"),
+                        3,
+                        part,
+                    )?);
+                }
+            }
+            linear(
+                out,
+                copy,
+                &format!("{s}/self_attention/linear_1"),
+                &format!("{d}.attn.out"),
+            )
+        };
+
     // Encoder.
     let mut pos = f32_tensor(
         "encoder.positional_embedding".into(),
@@ -327,69 +384,8 @@ pub fn plan_tensors(model: &Ct2Model) -> Result<(HParams, Vec<OutTensor>), Model
         out.push(t);
     }
     for l in 0..hp.n_audio_layer {
-        let s = format!("encoder/layer_{l}");
-        let d = format!("encoder.blocks.{l}");
-        ln(
-            &mut out,
-            &mut copy,
-            &format!("{s}/ffn/layer_norm"),
-            &format!("{d}.mlp_ln"),
-        )?;
-        linear(
-            &mut out,
-            &mut copy,
-            &format!("{s}/ffn/linear_0"),
-            &format!("{d}.mlp.0"),
-        )?;
-        linear(
-            &mut out,
-            &mut copy,
-            &format!("{s}/ffn/linear_1"),
-            &format!("{d}.mlp.2"),
-        )?;
-        ln(
-            &mut out,
-            &mut copy,
-            &format!("{s}/self_attention/layer_norm"),
-            &format!("{d}.attn_ln"),
-        )?;
-        let qkv = format!("{s}/self_attention/linear_0");
-        out.push(split(
-            &format!("{qkv}/weight"),
-            &format!("{d}.attn.query.weight"),
-            3,
-            0,
-        )?);
-        out.push(split(
-            &format!("{qkv}/bias"),
-            &format!("{d}.attn.query.bias"),
-            3,
-            0,
-        )?);
-        out.push(split(
-            &format!("{qkv}/weight"),
-            &format!("{d}.attn.key.weight"),
-            3,
-            1,
-        )?);
-        out.push(split(
-            &format!("{qkv}/weight"),
-            &format!("{d}.attn.value.weight"),
-            3,
-            2,
-        )?);
-        out.push(split(
-            &format!("{qkv}/bias"),
-            &format!("{d}.attn.value.bias"),
-            3,
-            2,
-        )?);
-        linear(
-            &mut out,
-            &mut copy,
-            &format!("{s}/self_attention/linear_1"),
-            &format!("{d}.attn.out"),
-        )?;
+        let (s, d) = (format!("encoder/layer_{l}"), format!("encoder.blocks.{l}"));
+        block(&mut out, &mut copy, &s, &d)?;
     }
     ln(&mut out, &mut copy, "encoder/layer_norm", "encoder.ln_post")?;
 
@@ -409,67 +405,7 @@ pub fn plan_tensors(model: &Ct2Model) -> Result<(HParams, Vec<OutTensor>), Model
     for l in 0..hp.n_text_layer {
         let s = format!("decoder/layer_{l}");
         let d = format!("decoder.blocks.{l}");
-        ln(
-            &mut out,
-            &mut copy,
-            &format!("{s}/ffn/layer_norm"),
-            &format!("{d}.mlp_ln"),
-        )?;
-        linear(
-            &mut out,
-            &mut copy,
-            &format!("{s}/ffn/linear_0"),
-            &format!("{d}.mlp.0"),
-        )?;
-        linear(
-            &mut out,
-            &mut copy,
-            &format!("{s}/ffn/linear_1"),
-            &format!("{d}.mlp.2"),
-        )?;
-        ln(
-            &mut out,
-            &mut copy,
-            &format!("{s}/self_attention/layer_norm"),
-            &format!("{d}.attn_ln"),
-        )?;
-        let qkv = format!("{s}/self_attention/linear_0");
-        out.push(split(
-            &format!("{qkv}/weight"),
-            &format!("{d}.attn.query.weight"),
-            3,
-            0,
-        )?);
-        out.push(split(
-            &format!("{qkv}/bias"),
-            &format!("{d}.attn.query.bias"),
-            3,
-            0,
-        )?);
-        out.push(split(
-            &format!("{qkv}/weight"),
-            &format!("{d}.attn.key.weight"),
-            3,
-            1,
-        )?);
-        out.push(split(
-            &format!("{qkv}/weight"),
-            &format!("{d}.attn.value.weight"),
-            3,
-            2,
-        )?);
-        out.push(split(
-            &format!("{qkv}/bias"),
-            &format!("{d}.attn.value.bias"),
-            3,
-            2,
-        )?);
-        linear(
-            &mut out,
-            &mut copy,
-            &format!("{s}/self_attention/linear_1"),
-            &format!("{d}.attn.out"),
-        )?;
+        block(&mut out, &mut copy, &s, &d)?;
         ln(
             &mut out,
             &mut copy,

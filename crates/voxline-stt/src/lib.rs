@@ -29,7 +29,7 @@ pub enum SttError {
     #[error(transparent)]
     Model(#[from] voxline_models::ModelError),
     /// whisper.cpp refused to load the model.
-    #[error("{path}: whisper.cpp could not load this model ({detail})")]
+    #[error("{path}: whisper.cpp could not load this model ({detail}); run with VOXLINE_LOG=whisper_rs=info for whisper.cpp's reasons")]
     Load {
         /// The model file.
         path: PathBuf,
