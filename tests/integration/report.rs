@@ -305,7 +305,8 @@ fn the_slow_stage_is_named_the_bottleneck() {
     );
     // the measured STT time is the known cost (sleep granularity aside)
     let stt = r.summary.stt_ms.unwrap();
-    assert!((900.0..1000.0).contains(&stt.p50), "{stt:?}");
+    // (sleeps only overshoot; a loaded machine overshoots more)
+    assert!((900.0..1400.0).contains(&stt.p50), "{stt:?}");
 
     // LLM slow: a 1.5 s first token, then 5 more at 300 ms each → llm busiest,
     // and its first token (or the queue behind it) dominates latency.
@@ -329,7 +330,7 @@ fn the_slow_stage_is_named_the_bottleneck() {
     );
     // decode tokens/s is (n − 1) / (t_last − t_first): 5 gaps of ~300 ms
     let tps = r.summary.llm_decode_tps.unwrap().p50;
-    assert!((3.0..3.4).contains(&tps), "{tps}");
+    assert!((2.4..3.4).contains(&tps), "{tps}");
     for t in &r.turns {
         let parts = t.endpoint_delay_ms.unwrap()
             + t.stt_queue_ms.unwrap()
