@@ -215,7 +215,10 @@ impl StreamResampler {
         let mono = frames.chunks_exact(channels).map(move |frame| {
             let sum: f32 = frame
                 .iter()
-                .map(|&s| if s.is_finite() { s } else { 0.0 })
+                // Non-finite samples become silence and everything is clamped to
+                // full scale: float WAVs can hold any value, and values near f32::MAX
+                // overflow the FFT resampler (found by fuzzing wav_ingest).
+                .map(|&s| if s.is_finite() { s.clamp(-1.0, 1.0) } else { 0.0 })
                 .sum();
             sum * scale
         });

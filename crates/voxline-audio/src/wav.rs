@@ -422,8 +422,8 @@ impl WavSource {
     /// output has `round(frames * 16000 / rate)` samples and is time-aligned
     /// with the input (the resampler's delay is removed).
     ///
-    /// Integer samples are scaled to `[-1, 1]`, float samples are passed through
-    /// unscaled (NaN/∞ become 0), and channels are averaged.
+    /// Integer samples are scaled to `[-1, 1]`, float samples are clamped to it
+    /// (NaN/∞ become 0), and channels are averaged.
     ///
     /// # Errors
     /// - [`AudioError::Truncated`]: the data ended before the declared length. It

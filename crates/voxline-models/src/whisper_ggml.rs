@@ -265,9 +265,9 @@ pub fn plan_tensors(model: &Ct2Model) -> Result<(HParams, Vec<OutTensor>), Model
                 .dims
                 .first()
                 .ok_or_else(|| ModelError::Convert(format!("{src} is a scalar")))?;
-            if rows % parts != 0 {
+            if rows == 0 || rows % parts != 0 {
                 return Err(ModelError::Convert(format!(
-                    "{src} has {rows} rows, not divisible into {parts} parts"
+                    "{src} has {rows} rows, not divisible into {parts} non-empty parts"
                 )));
             }
             let all = v.to_f32(src)?;

@@ -1,7 +1,8 @@
 //! Streams arbitrary bytes as a WAV file through `WavSource`.
 //!
-//! `WavSource::open` takes a path, so each input is written to one scratch
-//! file per fuzzing process (in `/dev/shm` when it exists, so no disk I/O).
+//! `WavSource::open` takes a path, so each input is written to a scratch file
+//! named after the fuzzing process (in `/dev/shm` when it exists, so no disk
+//! I/O) and unlinked as soon as it is open.
 //! Beyond "never panics", the target checks the contract `next_chunk`
 //! documents: chunks are never empty, an error is reported once and followed
 //! by `Ok(None)`, and the whole stream holds `round(frames * 16000 / rate)`
@@ -33,7 +34,11 @@ fuzz_target!(|data: &[u8]| {
     if std::fs::write(path, data).is_err() {
         return;
     }
-    let Ok(mut src) = WavSource::open(path) else {
+    let opened = WavSource::open(path);
+    // The open handle keeps the data readable; unlinking now leaves nothing
+    // behind when the process exits (each `-fork` job is a new process).
+    let _ = std::fs::remove_file(path);
+    let Ok(mut src) = opened else {
         return;
     };
     let spec = src.spec().clone();
