@@ -309,11 +309,12 @@ mod tests {
         let mut r = StreamResampler::new(16_000, 2).unwrap();
         assert!(r.is_passthrough());
         let mut out = Vec::new();
-        // Frames (1, 3) and (-1, 0.5), split in the middle of the second frame.
+        // Frames (1, 3) and (-1, 0.5), split in the middle of the second frame;
+        // 3 and 4 are clamped to full scale, NaN becomes silence.
         r.process(&[1.0, 3.0, -1.0], &mut out).unwrap();
-        assert_eq!(out, vec![2.0]);
+        assert_eq!(out, vec![1.0]);
         r.process(&[0.5, f32::NAN, 4.0], &mut out).unwrap();
-        assert_eq!(out, vec![2.0, -0.25, 2.0]);
+        assert_eq!(out, vec![1.0, -0.25, 0.5]);
         assert_eq!(r.flush(&mut out).unwrap(), 0);
     }
 
