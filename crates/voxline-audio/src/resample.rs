@@ -218,7 +218,13 @@ impl StreamResampler {
                 // Non-finite samples become silence and everything is clamped to
                 // full scale: float WAVs can hold any value, and values near f32::MAX
                 // overflow the FFT resampler (found by fuzzing wav_ingest).
-                .map(|&s| if s.is_finite() { s.clamp(-1.0, 1.0) } else { 0.0 })
+                .map(|&s| {
+                    if s.is_finite() {
+                        s.clamp(-1.0, 1.0)
+                    } else {
+                        0.0
+                    }
+                })
                 .sum();
             sum * scale
         });

@@ -487,15 +487,22 @@ fn truncated_data_delivers_what_is_there_then_reports_it() {
 /// `f32::MAX` overflowed the FFT resampler and panicked inside rubato.
 #[test]
 fn huge_float_samples_do_not_panic_the_resampler() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fuzz/regressions/wav_ingest");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fuzz/regressions/wav_ingest");
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        let Ok(mut src) = voxline_audio::WavSource::open(&path) else { continue };
+        let Ok(mut src) = voxline_audio::WavSource::open(&path) else {
+            continue;
+        };
         loop {
             match src.next_chunk() {
                 // finite, and near full scale (a resampler rings a little past a full-scale step)
-                Ok(Some(chunk)) => assert!(chunk.iter().all(|s| s.is_finite() && s.abs() <= 2.0), "{}", path.display()),
+                Ok(Some(chunk)) => assert!(
+                    chunk.iter().all(|s| s.is_finite() && s.abs() <= 2.0),
+                    "{}",
+                    path.display()
+                ),
                 Ok(None) | Err(_) => break,
             }
         }

@@ -46,7 +46,7 @@ impl CpuLease {
         Self::default()
     }
 
-    fn acquire(&self) -> MutexGuard<'_, ()> {
+    pub(crate) fn acquire(&self) -> MutexGuard<'_, ()> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -515,14 +515,16 @@ fn run_stage<S: Stage>(
     let bus = ctx.bus_for_messages();
     while let Ok(envelope) = input.recv() {
         let depth = input.len();
-        let lease = ctx.lease.as_ref().map(CpuLease::acquire);
+        let mut out = Emitter::to_edge(output, bus);
+        if let Some(lease) = &ctx.lease {
+            out = out.with_lease(lease);
+        }
         let started = Instant::now();
         report_drops(&ctx.bus, &input.stats());
         let id = envelope.item.utterance_id();
-        let mut out = Emitter::to_edge(output, bus);
         let result = catch_unwind(AssertUnwindSafe(|| stage.process(envelope.item, &mut out)));
         let finished = Instant::now();
-        drop(lease);
+        out.release_lease();
         ctx.shared.record(out.span(
             &ctx.name,
             id,

@@ -114,6 +114,11 @@ pub struct Emitter<'a, T> {
     first_utterance: Option<UtteranceId>,
     blocked: Duration,
     closed: bool,
+    /// The CPU lease this call holds, if the stage is leased.
+    lease: Option<(
+        &'a crate::runtime::CpuLease,
+        Option<std::sync::MutexGuard<'a, ()>>,
+    )>,
 }
 
 impl<'a, T: Message> Emitter<'a, T> {
@@ -141,7 +146,21 @@ impl<'a, T: Message> Emitter<'a, T> {
             first_utterance: None,
             blocked: Duration::ZERO,
             closed: false,
+            lease: None,
         }
+    }
+
+    /// Takes `lease` for the duration of the call. While a send would block
+    /// on a full edge the lease is let go (the stage downstream may need it
+    /// to make room) and taken back afterwards.
+    pub(crate) fn with_lease(mut self, lease: &'a crate::runtime::CpuLease) -> Self {
+        self.lease = Some((lease, Some(lease.acquire())));
+        self
+    }
+
+    /// Lets go of the lease (the call is over).
+    pub(crate) fn release_lease(&mut self) {
+        self.lease = None;
     }
 
     /// Sends `item` downstream and records the instant.
@@ -159,7 +178,21 @@ impl<'a, T: Message> Emitter<'a, T> {
         let id = item.utterance_id();
         match &mut self.target {
             Target::Edge(tx) => {
-                if tx.send_stamped(item, at).is_err() {
+                // Holding the CPU lease while waiting for room downstream would
+                // deadlock with a downstream stage that needs the lease to drain.
+                let full = tx.stats().capacity() <= tx.len();
+                let lease = match &mut self.lease {
+                    Some((lease, guard)) if full => {
+                        *guard = None;
+                        Some(*lease)
+                    }
+                    _ => None,
+                };
+                let sent = tx.send_stamped(item, at);
+                if let (Some(lease), Some((_, guard))) = (lease, &mut self.lease) {
+                    *guard = Some(lease.acquire());
+                }
+                if sent.is_err() {
                     self.closed = true;
                     return;
                 }

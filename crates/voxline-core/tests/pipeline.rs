@@ -490,7 +490,10 @@ fn leased_stages_never_overlap() {
     let lease = CpuLease::new();
     let mut p = Pipeline::new(Clock::start());
     let (tx, a_rx) = edge::<Token>("in", 4, FullPolicy::Block);
-    let (a_tx, b_rx) = edge::<Token>("mid", 4, FullPolicy::Block);
+    // a one-slot edge between two leased stages: `a` fills it while holding the
+    // lease, and `b` needs the lease to drain it (a deadlock if the lease were
+    // held while waiting for room)
+    let (a_tx, b_rx) = edge::<Token>("mid", 1, FullPolicy::Block);
     let (b_tx, out_rx) = edge::<Token>("out", 64, FullPolicy::Block);
     p.spawn_stage_leased(
         Busy("a", running.clone(), peak.clone()),
@@ -502,7 +505,9 @@ fn leased_stages_never_overlap() {
     p.spawn_stage_leased(Busy("b", running.clone(), peak.clone()), b_rx, b_tx, lease)
         .unwrap();
     p.spawn_sink("sink", out_rx, |_| Ok(())).unwrap();
-    for i in 0..10 {
+    let n: u64 = 30;
+    let t0 = std::time::Instant::now();
+    for i in 0..n {
         tx.send(Token {
             id: i,
             index: 0,
@@ -512,6 +517,18 @@ fn leased_stages_never_overlap() {
     }
     drop(tx);
     let outcome = p.join();
+    let elapsed = t0.elapsed();
+    let done = outcome
+        .spans
+        .iter()
+        .filter(|s| s.stage == "b" && s.kind == voxline_core::SpanKind::Process)
+        .count();
+    assert_eq!(done as u64, n, "every item went through both stages");
+    // serialised: 2 stages × n items × 20 ms, never overlapping
+    assert!(
+        elapsed >= std::time::Duration::from_millis(2 * 20 * n),
+        "{elapsed:?}"
+    );
     assert_eq!(
         peak.load(Ordering::SeqCst),
         1,
