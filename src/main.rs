@@ -891,7 +891,8 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         device: args.device.clone(),
         max_turns: args.max_turns,
         max_duration,
-        audio_queue_frames: 500,
+        // ~1 minute of device blocks: a stalled VAD thread must not lose speech
+        audio_queue_frames: 3000,
     });
     if !args.quiet {
         eprintln!(

@@ -6,6 +6,7 @@ use voxline_stt::{word_error_rate, SttConfig, SttEngine};
 
 #[test]
 fn whisper_then_llama_in_one_process() {
+    let _g = util::engine_lock();
     let threads = util::threads_each();
     let mut stt = SttEngine::load(SttConfig::new(util::whisper_model(), threads)).unwrap();
     let audio = util::read_16k(&util::fixture("q_capital.wav"));

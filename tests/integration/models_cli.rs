@@ -41,6 +41,8 @@ fn s(p: &Path) -> &str {
 
 #[test]
 fn fetch_installs_then_is_a_no_op_and_verify_names_a_flipped_byte() {
+    // converting and hashing ~170 MB is heavy: keep it off the cores inference tests use
+    let _g = util::engine_lock();
     let d = dir_with_cached_wheels();
     let (code, out, err) = run(&["models", "fetch", "--dir", s(d.path())], &[]);
     assert_eq!(code, 0, "{out}{err}");
@@ -116,6 +118,8 @@ fn fetch_installs_then_is_a_no_op_and_verify_names_a_flipped_byte() {
 
 #[test]
 fn a_partial_model_is_detected_and_refetched() {
+    // converting and hashing ~170 MB is heavy: keep it off the cores inference tests use
+    let _g = util::engine_lock();
     let d = dir_with_cached_wheels();
     assert_eq!(run(&["models", "fetch", "--dir", s(d.path())], &[]).0, 0);
     let w = d.path().join("ggml-tiny.en.bin");

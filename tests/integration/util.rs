@@ -69,8 +69,9 @@ pub fn threads_each() -> usize {
     (std::thread::available_parallelism().map_or(2, usize::from) / 2).max(1)
 }
 
-/// Inference tests take this lock so that no two run their engines at once:
-/// ggml's spinning threads would oversubscribe the cores and collapse.
+/// Inference and other CPU-heavy tests take this lock so that no two run at
+/// once: ggml's spinning threads would oversubscribe the cores and collapse,
+/// and the live tests' capture must not be starved of CPU.
 pub fn engine_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock()
