@@ -429,7 +429,7 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
             out,
         ));
     };
-    let models_args = vec![os("--models-dir"), os(&models)];
+    let models_args = [os("--models-dir"), os(&models)];
     let replay = |file: &Path, extra: &[OsString], out: &Path| -> Vec<OsString> {
         let mut a = vec![os("replay"), wav(file)];
         a.extend(outputs(out));

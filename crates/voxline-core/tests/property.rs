@@ -25,7 +25,7 @@ impl Stage for Jittery {
         let d = self.delays_us[self.n % self.delays_us.len()];
         self.n += 1;
         std::thread::sleep(Duration::from_micros(d));
-        if self.fail_every.is_some_and(|k| t.id % k == 0) {
+        if self.fail_every.is_some_and(|k| t.id.is_multiple_of(k)) {
             return Err(StageError::turn(t.id, "injected"));
         }
         out.emit(t);

@@ -561,41 +561,6 @@ impl LlmEngine {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utf8_stream_never_splits_a_character() {
-        let mut s = Utf8Stream::default();
-        let e = "é".as_bytes();
-        assert_eq!(s.push(&e[..1]), "");
-        assert_eq!(s.push(&e[1..]), "é");
-        assert_eq!(s.push(b"ab"), "ab");
-        assert_eq!(s.push(&[0xff, b'x']), "\u{FFFD}x");
-        assert_eq!(s.push(&"😀".as_bytes()[..3]), "");
-        assert_eq!(s.finish(), "\u{FFFD}");
-        assert_eq!(s.finish(), "");
-    }
-
-    #[test]
-    fn bad_configs_are_refused_before_loading() {
-        let mut c = LlmConfig::new("/nonexistent.gguf", 0);
-        assert!(LlmEngine::load(c.clone())
-            .unwrap_err()
-            .to_string()
-            .contains("at least one thread"));
-        c.threads = 1;
-        c.max_tokens = 4096;
-        assert!(matches!(
-            LlmEngine::load(c.clone()),
-            Err(LlmError::Config(_))
-        ));
-        c.max_tokens = 16;
-        assert!(matches!(LlmEngine::load(c), Err(LlmError::Model(_))));
-    }
-}
-
 /// The language-model stage: one [`Transcript`](voxline_core::Transcript)
 /// in; its answer streamed out as [`LlmOut::Token`](voxline_core::LlmOut)s as
 /// they decode, then one [`LlmOut::Done`](voxline_core::LlmOut). An empty
@@ -698,5 +663,40 @@ impl voxline_core::Stage for LlmStage {
             },
         }));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utf8_stream_never_splits_a_character() {
+        let mut s = Utf8Stream::default();
+        let e = "é".as_bytes();
+        assert_eq!(s.push(&e[..1]), "");
+        assert_eq!(s.push(&e[1..]), "é");
+        assert_eq!(s.push(b"ab"), "ab");
+        assert_eq!(s.push(&[0xff, b'x']), "\u{FFFD}x");
+        assert_eq!(s.push(&"😀".as_bytes()[..3]), "");
+        assert_eq!(s.finish(), "\u{FFFD}");
+        assert_eq!(s.finish(), "");
+    }
+
+    #[test]
+    fn bad_configs_are_refused_before_loading() {
+        let mut c = LlmConfig::new("/nonexistent.gguf", 0);
+        assert!(LlmEngine::load(c.clone())
+            .unwrap_err()
+            .to_string()
+            .contains("at least one thread"));
+        c.threads = 1;
+        c.max_tokens = 4096;
+        assert!(matches!(
+            LlmEngine::load(c.clone()),
+            Err(LlmError::Config(_))
+        ));
+        c.max_tokens = 16;
+        assert!(matches!(LlmEngine::load(c), Err(LlmError::Model(_))));
     }
 }

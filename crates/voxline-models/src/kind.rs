@@ -75,7 +75,7 @@ fn read_i32(f: &mut impl Read) -> std::io::Result<i32> {
 
 /// Bytes taken by `n` elements of a ggml type, for the types whisper models use.
 fn ggml_type_bytes(ty: i32, n: u64) -> Option<u64> {
-    let block = |size: u64, per: u64| (n % per == 0).then_some(n / per * size);
+    let block = |size: u64, per: u64| n.is_multiple_of(per).then_some(n / per * size);
     match ty {
         0 => Some(n * 4),   // f32
         1 => Some(n * 2),   // f16

@@ -324,6 +324,52 @@ pub fn word_error_rate(reference: &str, hypothesis: &str) -> f64 {
     prev[h.len()] as f64 / r.len() as f64
 }
 
+/// The speech-to-text stage: one [`Utterance`](voxline_core::Utterance) in,
+/// one [`Transcript`](voxline_core::Transcript) out. An engine failure on one
+/// utterance becomes a turn error for that id; the stage goes on.
+pub struct SttStage {
+    engine: SttEngine,
+}
+
+impl SttStage {
+    /// Wraps a loaded engine.
+    #[must_use]
+    pub fn new(engine: SttEngine) -> Self {
+        Self { engine }
+    }
+}
+
+impl voxline_core::Stage for SttStage {
+    type In = voxline_core::Utterance;
+    type Out = voxline_core::Transcript;
+
+    fn name(&self) -> &str {
+        "stt"
+    }
+
+    fn process(
+        &mut self,
+        u: Self::In,
+        out: &mut voxline_core::Emitter<'_, Self::Out>,
+    ) -> Result<(), voxline_core::StageError> {
+        let t = self
+            .engine
+            .transcribe(&u.samples)
+            .map_err(|e| voxline_core::StageError::turn(u.id, e.to_string()))?;
+        out.emit(voxline_core::Transcript {
+            id: u.id,
+            text: t.text,
+            n_tokens: t.n_tokens,
+            audio_ms: t.audio_ms,
+            start_sample: u.start_sample,
+            end_sample: u.end_sample,
+            end_wall: u.end_wall,
+            engine: voxline_core::SttEngineTimings::default(),
+        });
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,51 +417,5 @@ mod tests {
         assert!(err.to_string().contains("at least one thread"));
         let err = SttEngine::load(SttConfig::new("/nonexistent/model.bin", 1)).unwrap_err();
         assert!(matches!(err, SttError::Model(_)), "{err}");
-    }
-}
-
-/// The speech-to-text stage: one [`Utterance`](voxline_core::Utterance) in,
-/// one [`Transcript`](voxline_core::Transcript) out. An engine failure on one
-/// utterance becomes a turn error for that id; the stage goes on.
-pub struct SttStage {
-    engine: SttEngine,
-}
-
-impl SttStage {
-    /// Wraps a loaded engine.
-    #[must_use]
-    pub fn new(engine: SttEngine) -> Self {
-        Self { engine }
-    }
-}
-
-impl voxline_core::Stage for SttStage {
-    type In = voxline_core::Utterance;
-    type Out = voxline_core::Transcript;
-
-    fn name(&self) -> &str {
-        "stt"
-    }
-
-    fn process(
-        &mut self,
-        u: Self::In,
-        out: &mut voxline_core::Emitter<'_, Self::Out>,
-    ) -> Result<(), voxline_core::StageError> {
-        let t = self
-            .engine
-            .transcribe(&u.samples)
-            .map_err(|e| voxline_core::StageError::turn(u.id, e.to_string()))?;
-        out.emit(voxline_core::Transcript {
-            id: u.id,
-            text: t.text,
-            n_tokens: t.n_tokens,
-            audio_ms: t.audio_ms,
-            start_sample: u.start_sample,
-            end_sample: u.end_sample,
-            end_wall: u.end_wall,
-            engine: voxline_core::SttEngineTimings::default(),
-        });
-        Ok(())
     }
 }
