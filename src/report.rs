@@ -491,7 +491,13 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
             .map(|(st, _, _, _)| ms(st, g.tokens[0]));
         match run.pace {
             Pace::Realtime => {
-                let t_end = clock.sample_due(t.true_end_sample);
+                // The wall time the true end of speech was captured (or due): the
+                // VAD's end-of-speech instant, moved by the sidecar's correction.
+                let t_end = if t.true_end_sample >= u.end_sample {
+                    u.end_wall + Clock::samples_to_duration(t.true_end_sample - u.end_sample)
+                } else {
+                    u.end_wall.checked_sub(Clock::samples_to_duration(u.end_sample - t.true_end_sample)).unwrap_or(u.end_wall)
+                };
                 let at = |i: Instant| clock.ms_since_origin(i);
                 t.timeline = TurnTimeline {
                     end_of_speech_ms: at(t_end),
