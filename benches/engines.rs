@@ -50,10 +50,12 @@ fn llm(s: &Setup, threads: usize, max_tokens: u32, cache: bool) -> LlmEngine {
     LlmEngine::load(c).unwrap()
 }
 
-/// Time for tokens 2..=n of one answer (the decode phase), and n − 1.
-fn decode_time(e: &mut LlmEngine) -> (Duration, u64) {
+const PROMPT: &str = "Tell me about the history of Paris.";
+
+/// Time for tokens 2..=n of one answer to `prompt` (the decode phase), and n − 1.
+fn decode_time(e: &mut LlmEngine, prompt: &str) -> (Duration, u64) {
     let mut stamps = Vec::new();
-    e.respond("Tell me about the history of Paris.", &mut |_| {
+    e.respond(prompt, &mut |_| {
         stamps.push(Instant::now());
         true
     })
@@ -62,6 +64,12 @@ fn decode_time(e: &mut LlmEngine) -> (Duration, u64) {
         stamps.last().unwrap().duration_since(stamps[0]),
         stamps.len() as u64 - 1,
     )
+}
+
+/// One answer's decode time, normalised to exactly 32 tokens (if the model stopped early).
+fn decode_32(e: &mut LlmEngine, prompt: &str) -> Duration {
+    let (d, n) = decode_time(e, prompt);
+    d.mul_f64(32.0 / n.max(1) as f64)
 }
 
 fn raw_engines(c: &mut Criterion) {
@@ -79,34 +87,17 @@ fn raw_engines(c: &mut Criterion) {
 
     // prefill: the whole prompt evaluated (no cache), one token sampled
     let mut e = llm(&s, s.budget.llm, 1, false);
-    let n_prompt = u64::from(
-        e.respond("Tell me about the history of Paris.", &mut |_| true)
-            .unwrap()
-            .n_prefill_tokens,
-    );
+    let n_prompt = u64::from(e.respond(PROMPT, &mut |_| true).unwrap().n_prefill_tokens);
     g.throughput(Throughput::Elements(n_prompt));
     g.bench_function(
         format!("llama_prefill_{n_prompt}tok_{}t", s.budget.llm),
-        |b| {
-            b.iter(|| {
-                e.respond("Tell me about the history of Paris.", &mut |_| true)
-                    .unwrap()
-            })
-        },
+        |b| b.iter(|| e.respond(PROMPT, &mut |_| true).unwrap()),
     );
 
     let mut e = llm(&s, s.budget.llm, 33, true);
     g.throughput(Throughput::Elements(32));
     g.bench_function(format!("llama_decode_32tok_{}t", s.budget.llm), |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let (d, n) = decode_time(&mut e);
-                // normalise to exactly 32 tokens if the model stopped early
-                total += d.mul_f64(32.0 / n.max(1) as f64);
-            }
-            total
-        });
+        b.iter_custom(|iters| (0..iters).map(|_| decode_32(&mut e, PROMPT)).sum());
     });
     g.finish();
 }
@@ -140,14 +131,7 @@ fn contention(c: &mut Criterion) {
                 "llama_decode_with_whisper_running_{name}_{stt_threads}+{llm_threads}t_on_{cores}"
             ),
             |b| {
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        let (d, n) = decode_time(&mut e);
-                        total += d.mul_f64(32.0 / n.max(1) as f64);
-                    }
-                    total
-                });
+                b.iter_custom(|iters| (0..iters).map(|_| decode_32(&mut e, PROMPT)).sum());
             },
         );
         stop.store(true, Ordering::Relaxed);
@@ -195,19 +179,7 @@ fn pipeline_vs_raw(c: &mut Criterion) {
     g.bench_function("decode_32tok_raw", |b| {
         b.iter_custom(|iters| {
             (0..iters)
-                .map(|_| {
-                    let mut stamps = Vec::new();
-                    e.respond("What is the capital of France?", &mut |_| {
-                        stamps.push(Instant::now());
-                        true
-                    })
-                    .unwrap();
-                    stamps
-                        .last()
-                        .unwrap()
-                        .duration_since(stamps[0])
-                        .mul_f64(32.0 / (stamps.len() - 1).max(1) as f64)
-                })
+                .map(|_| decode_32(&mut e, "What is the capital of France?"))
                 .sum()
         });
     });
@@ -219,7 +191,7 @@ fn pipeline_vs_raw(c: &mut Criterion) {
         let llm = voxline_llm::LlmStage::new(LlmEngine::load(settings.llm_config()).unwrap());
         let inputs = voxline::pipeline::open_inputs(&[file.clone()]).unwrap();
         let run = voxline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();
-        let r = voxline::report::build(&run, voxline::report::RunConfig::default(), 0, 0.0);
+        let r = voxline::report::build(&run, voxline::report::RunConfig::default(), 0.0, None);
         let t = &r.turns[0];
         let stt_ms = t.stt_ms.unwrap();
         let decode = Duration::from_secs_f64(32.0 / t.llm_decode_tps.unwrap());

@@ -64,7 +64,7 @@ fn main() {
         );
         let inputs = voxline::pipeline::open_inputs(&files).unwrap();
         let run = voxline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();
-        let r = voxline::report::build(&run, voxline::report::RunConfig::default(), 0, 0.0);
+        let r = voxline::report::build(&run, voxline::report::RunConfig::default(), 0.0, None);
         let p50 = r.summary.response_latency_ms.map_or(f64::NAN, |p| p.p50);
         let rss = rss_mb();
         println!(

@@ -61,21 +61,8 @@ struct LiveArgs {
     /// On Ctrl-C/SIGTERM (or the limits), cancel the answer in flight instead of letting it finish.
     #[arg(long)]
     cancel_on_stop: bool,
-    /// Write every event as JSON lines here.
-    #[arg(long)]
-    events: Option<PathBuf>,
-    /// Write the report (JSON) here.
-    #[arg(long)]
-    report_json: Option<PathBuf>,
-    /// Check the session against this budget (TOML); exit 1 when a limit is broken.
-    #[arg(long)]
-    budget: Option<PathBuf>,
-    /// Leading turns excluded from the summary as warm-up.
-    #[arg(long, default_value_t = 0)]
-    warmup: usize,
-    /// Do not print transcripts and answers.
-    #[arg(long)]
-    quiet: bool,
+    #[command(flatten)]
+    out: SessionOutput,
     #[command(flatten)]
     engine: EngineArgs,
     #[command(flatten)]
@@ -176,21 +163,16 @@ struct VadArgs {
     max_utterance_ms: u32,
 }
 
+/// What a replay or live session writes and is held to.
 #[derive(Args)]
-struct ReplayArgs {
-    /// WAV files (int 8/16/24/32 or float 32, any rate, mono or stereo), played one after another.
-    #[arg(required = true)]
-    files: Vec<PathBuf>,
-    /// `realtime`: as a microphone would deliver it; `fast`: as fast as the pipeline takes it (virtual clock).
-    #[arg(long, default_value = "realtime")]
-    pace: String,
+struct SessionOutput {
     /// Write every event as JSON lines here.
     #[arg(long)]
     events: Option<PathBuf>,
     /// Write the report (JSON) here.
     #[arg(long)]
     report_json: Option<PathBuf>,
-    /// Check the run against this budget (TOML); exit 1 when a limit is broken.
+    /// Check the session against this budget (TOML); exit 1 when a limit is broken.
     #[arg(long)]
     budget: Option<PathBuf>,
     /// Leading turns excluded from the summary as warm-up.
@@ -199,6 +181,18 @@ struct ReplayArgs {
     /// Do not print transcripts and answers.
     #[arg(long)]
     quiet: bool,
+}
+
+#[derive(Args)]
+struct ReplayArgs {
+    /// WAV files (int 8/16/24/32 or float 32, any rate, mono or stereo), played one after another.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// `realtime`: as a microphone would deliver it; `fast`: as fast as the pipeline takes it (virtual clock).
+    #[arg(long, default_value = "realtime")]
+    pace: String,
+    #[command(flatten)]
+    out: SessionOutput,
     #[command(flatten)]
     engine: EngineArgs,
     #[command(flatten)]
@@ -573,10 +567,10 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     let pace: Pace = args.pace.parse()?;
     let settings = args.engine.settings()?;
     let vad = args.vad.config()?;
-    let budget = args.budget.as_deref().map(Budget::load).transpose()?;
+    let budget = args.out.budget.as_deref().map(Budget::load).transpose()?;
     for (p, flag) in [
-        (&args.report_json, "--report-json"),
-        (&args.events, "--events"),
+        (&args.out.report_json, "--report-json"),
+        (&args.out.events, "--events"),
     ] {
         if let Some(p) = p {
             check_writable(p, flag)?;
@@ -587,15 +581,15 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     let shutdown = ShutdownHandle::new();
     install_signal_handler(shutdown.clone());
 
-    let (stt, llm, model_load_ms) = load_engines(&settings, args.quiet)?;
+    let (stt, llm, model_load_ms) = load_engines(&settings, args.out.quiet)?;
     if shutdown.is_requested() {
         return Ok(Outcome::Ok);
     }
     let opts = RunOptions {
         pace,
         vad,
-        events_path: args.events.clone(),
-        console: !args.quiet,
+        events_path: args.out.events.clone(),
+        console: !args.out.quiet,
         cpu_shared: settings.threads.shared,
         ..RunOptions::default()
     };
@@ -606,12 +600,10 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         &opts,
         Some(shutdown),
     )?;
-    let config = RunConfig::from_settings(&settings, &args.pace, args.files.clone(), args.warmup);
-    let mut rep = report::build(&result, config, args.warmup, model_load_ms);
-    if let Some(b) = &budget {
-        rep.summary.budget = b.evaluate(&rep);
-    }
-    finish_report(&rep, args.report_json.as_deref(), args.quiet)?;
+    let config =
+        RunConfig::from_settings(&settings, &args.pace, args.files.clone(), args.out.warmup);
+    let rep = report::build(&result, config, model_load_ms, budget.as_ref());
+    finish_report(&rep, args.out.report_json.as_deref(), args.out.quiet)?;
     Ok(outcome_of(&rep))
 }
 
@@ -722,10 +714,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     )?;
     bar.finish_and_clear();
     let config = RunConfig::from_settings(&settings, &args.pace, files.clone(), args.warmup);
-    let mut rep = report::build(&result, config, args.warmup, model_load_ms);
-    if let Some(b) = &budget {
-        rep.summary.budget = b.evaluate(&rep);
-    }
+    let mut rep = report::build(&result, config, model_load_ms, budget.as_ref());
     if let Some((path, base)) = &baseline {
         let (metrics, verdict) = voxline::bench::compare_values(&serde_json::to_value(&rep)?, base);
         rep.baseline = Some(report::BaselineResult {
@@ -845,7 +834,7 @@ fn devices() -> anyhow::Result<Outcome> {
 fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     let settings = args.engine.settings()?;
     let vad = args.vad.config()?;
-    let budget = args.budget.as_deref().map(Budget::load).transpose()?;
+    let budget = args.out.budget.as_deref().map(Budget::load).transpose()?;
     let max_duration = args
         .max_duration
         .as_deref()
@@ -862,8 +851,8 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         return Err(BadInput("--max-turns 0: allow at least one turn".into()).into());
     }
     for (p, flag) in [
-        (&args.report_json, "--report-json"),
-        (&args.events, "--events"),
+        (&args.out.report_json, "--report-json"),
+        (&args.out.events, "--events"),
     ] {
         if let Some(p) = p {
             check_writable(p, flag)?;
@@ -871,7 +860,7 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     }
     let shutdown = ShutdownHandle::new();
     install_signal_handler(shutdown.clone());
-    let (stt, llm, model_load_ms) = load_engines(&settings, args.quiet)?;
+    let (stt, llm, model_load_ms) = load_engines(&settings, args.out.quiet)?;
     if shutdown.is_requested() {
         return Ok(Outcome::Ok);
     }
@@ -882,8 +871,8 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     let opts = RunOptions {
         pace: Pace::Realtime,
         vad,
-        events_path: args.events.clone(),
-        console: !args.quiet,
+        events_path: args.out.events.clone(),
+        console: !args.out.quiet,
         cpu_shared: settings.threads.shared,
         ..RunOptions::default()
     };
@@ -894,7 +883,7 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         // ~1 minute of device blocks: a stalled VAD thread must not lose speech
         audio_queue_frames: 3000,
     });
-    if !args.quiet {
+    if !args.out.quiet {
         eprintln!(
             "voxline: listening{} — speak; Ctrl-C to stop",
             args.device
@@ -909,11 +898,8 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         &opts,
         Some(shutdown),
     )?;
-    let config = RunConfig::from_settings(&settings, "live", Vec::new(), args.warmup);
-    let mut rep = report::build(&result, config, args.warmup, model_load_ms);
-    if let Some(b) = &budget {
-        rep.summary.budget = b.evaluate(&rep);
-    }
+    let config = RunConfig::from_settings(&settings, "live", Vec::new(), args.out.warmup);
+    let rep = report::build(&result, config, model_load_ms, budget.as_ref());
     if let Some(l) = &rep.live {
         if l.frames_dropped_in_ring > 0 {
             eprintln!(
@@ -922,7 +908,7 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
             );
         }
     }
-    finish_report(&rep, args.report_json.as_deref(), args.quiet)?;
+    finish_report(&rep, args.out.report_json.as_deref(), args.out.quiet)?;
     Ok(outcome_of(&rep))
 }
 

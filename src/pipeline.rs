@@ -240,7 +240,6 @@ struct EventSink {
     console: bool,
     file: Option<(PathBuf, PathBuf, std::io::BufWriter<std::fs::File>)>,
     events: Vec<TimedEvent>,
-    transcript_of: std::collections::HashMap<u64, String>,
     write_error: Option<String>,
 }
 
@@ -264,7 +263,6 @@ impl EventSink {
             console,
             file,
             events: Vec::new(),
-            transcript_of: Default::default(),
             write_error: None,
         })
     }
@@ -281,7 +279,6 @@ impl EventSink {
             match &ev.event {
                 PipelineEvent::Transcript(t) => {
                     let _ = writeln!(out, "[{}] you: {}", t.id, t.text);
-                    self.transcript_of.insert(t.id, t.text.clone());
                 }
                 PipelineEvent::Token(t) => {
                     if t.index == 0 {

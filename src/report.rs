@@ -360,10 +360,17 @@ struct Gathered {
     llm_span: Option<(Instant, Instant, Instant, f64)>,
 }
 
-/// Builds the report of a run. `warmup` turns (the first ones) are excluded
+/// Builds the report of a run and checks it against `budget`, if given.
+/// `config.warmup` turns (the first ones) are excluded
 /// from the summary; `model_load_ms` is the cold-start load time.
 #[must_use]
-pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f64) -> Report {
+pub fn build(
+    run: &RunResult,
+    config: RunConfig,
+    model_load_ms: f64,
+    budget: Option<&crate::budget::Budget>,
+) -> Report {
+    let warmup = config.warmup;
     let clock = run.clock;
     let mut by_id: BTreeMap<u64, Gathered> = BTreeMap::new();
     for ev in &run.events {
@@ -496,7 +503,9 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
                 let t_end = if t.true_end_sample >= u.end_sample {
                     u.end_wall + Clock::samples_to_duration(t.true_end_sample - u.end_sample)
                 } else {
-                    u.end_wall.checked_sub(Clock::samples_to_duration(u.end_sample - t.true_end_sample)).unwrap_or(u.end_wall)
+                    u.end_wall
+                        .checked_sub(Clock::samples_to_duration(u.end_sample - t.true_end_sample))
+                        .unwrap_or(u.end_wall)
                 };
                 let at = |i: Instant| clock.ms_since_origin(i);
                 t.timeline = TurnTimeline {
@@ -592,7 +601,7 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
         ..Default::default()
     };
     let first_latency = turns.first().and_then(|t| t.response_latency_ms);
-    Report {
+    let mut report = Report {
         schema_version: SCHEMA_VERSION,
         voxline_version: env!("CARGO_PKG_VERSION").into(),
         clock: match run.pace {
@@ -613,7 +622,11 @@ pub fn build(run: &RunResult, config: RunConfig, warmup: usize, model_load_ms: f
         interrupted: run.interrupted,
         baseline: None,
         live: run.live.clone(),
+    };
+    if let Some(b) = budget {
+        report.summary.budget = b.evaluate(&report);
     }
+    report
 }
 
 fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<StageReport> {
@@ -732,16 +745,14 @@ fn simulate(jobs: &[SimJob], shared: bool, turns: &mut [TurnReport]) -> f64 {
             };
             ready.max(free)
         };
-        let (pos, _) = pending
-            .iter()
-            .enumerate()
-            .min_by(|a, b| {
-                start_of(a.1)
-                    .total_cmp(&start_of(b.1))
-                    .then(a.1 .0.total_cmp(&b.1 .0))
-                    .then(a.1 .1.cmp(&b.1 .1))
-            })
-            .expect("pending is not empty");
+        let Some((pos, _)) = pending.iter().enumerate().min_by(|a, b| {
+            start_of(a.1)
+                .total_cmp(&start_of(b.1))
+                .then(a.1 .0.total_cmp(&b.1 .0))
+                .then(a.1 .1.cmp(&b.1 .1))
+        }) else {
+            break;
+        };
         let job = pending.remove(pos);
         let start = start_of(&job);
         let (ready, i, kind) = job;

@@ -61,12 +61,13 @@ impl ThreadBudget {
             ));
         }
         if total == 1 {
-            // One core: the engines take turns on it (each with one thread).
+            // One core cannot be split: the engines take turns on it (a CPU lease),
+            // never two engine threads at once.
             return Ok(Self {
                 total,
                 stt: 1,
                 llm: 1,
-                shared: false,
+                shared: true,
             });
         }
         let stt = stt.unwrap_or((total / 2).max(1));
@@ -152,7 +153,11 @@ mod tests {
         let b = ThreadBudget::split(Some(8), Some(2)).unwrap();
         assert_eq!((b.stt, b.llm), (2, 6));
         let b = ThreadBudget::split(Some(1), None).unwrap();
-        assert_eq!((b.stt, b.llm), (1, 1));
+        assert_eq!(
+            (b.stt, b.llm, b.shared),
+            (1, 1, true),
+            "one core: take turns"
+        );
         assert!(ThreadBudget::split(Some(0), None).is_err());
         assert!(ThreadBudget::split(Some(4), Some(4)).is_err());
         assert!(ThreadBudget::split(Some(4), Some(0)).is_err());

@@ -1117,7 +1117,7 @@ fn long_input_streams_in_bounded_memory() {
         "peak RSS {} MB for {audio_s:.0} s of audio (limit {MAX_RSS_MB} MB)",
         peak_kb / 1024
     );
-    let rep: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let rep = util::read_json(&report);
     let turns = rep["summary"]["turns"].as_u64().unwrap() as usize;
     // every utterance of the concatenated fixtures is found (allowing a split or merge or two)
     assert!(

@@ -53,7 +53,7 @@ fn an_engine_error_fails_its_turn_and_the_next_turns_run() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = util::read_json(&report);
     let turns = r["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 3);
     assert!(turns[0]["response"].is_string() && turns[2]["response"].is_string());
@@ -99,7 +99,7 @@ fn a_panicking_stage_shuts_down_in_order_and_the_report_says_so() {
         err.contains("the pipeline failed: stage `stt` panicked"),
         "{err}"
     );
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = util::read_json(&report);
     assert!(r["failed"].as_str().unwrap().contains("injected panic"));
     let turns = r["turns"].as_array().unwrap();
     assert!(
@@ -140,7 +140,7 @@ fn an_injected_turn_error_is_reported_and_the_session_goes_on() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = util::read_json(&report);
     let turns = r["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 3);
     assert!(turns[0]["error"]
@@ -219,7 +219,7 @@ fn sigint_during_a_turn_finishes_it_and_writes_the_report() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = util::read_json(&report);
     assert_eq!(r["interrupted"], true);
     let turns = r["turns"].as_array().unwrap();
     assert!(

@@ -85,7 +85,7 @@ fn live_session_through_alsa_transcribes_every_turn() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = util::read_json(&report);
     let expected = util::expected_texts("multi_turn.wav");
     let turns = r["turns"].as_array().unwrap();
     assert_eq!(turns.len(), expected.len(), "{turns:#?}");
@@ -165,7 +165,7 @@ fn ctrl_c_ends_a_live_session_cleanly_with_a_report() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("stopping"), "{err}");
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = util::read_json(&report);
     assert!(!r["turns"].as_array().unwrap().is_empty());
     // the turn in flight finished: every turn that started has a response or an error
     for t in r["turns"].as_array().unwrap() {

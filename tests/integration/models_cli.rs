@@ -47,8 +47,7 @@ fn fetch_installs_then_is_a_no_op_and_verify_names_a_flipped_byte() {
     let (code, out, err) = run(&["models", "fetch", "--dir", s(d.path())], &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(out.matches("installed").count(), 2, "{out}");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(d.path().join("manifest.json")).unwrap()).unwrap();
+    let manifest = util::read_json(&d.path().join("manifest.json"));
     let models = manifest["models"].as_array().unwrap();
     assert_eq!(models.len(), 2);
     for m in models {

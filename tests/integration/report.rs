@@ -65,7 +65,7 @@ fn report_json_matches_the_golden_schema_and_budgets_set_the_exit_code() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let v = util::read_json(&report);
     let mut got = BTreeSet::new();
     paths(&v, "", &mut got);
     let golden_path = util::root().join("tests/golden/report_schema.txt");
@@ -155,7 +155,7 @@ fn report_json_matches_the_golden_schema_and_budgets_set_the_exit_code() {
         err.contains("budget broken: response_latency_ms.p50 <= 1"),
         "{err}"
     );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let v = util::read_json(&report);
     let violations = v["summary"]["budget"]["violations"].as_array().unwrap();
     assert_eq!(violations.len(), 2, "{violations:?}");
     assert!(violations[0]["measured"].as_f64().unwrap() > 1.0);
@@ -208,7 +208,6 @@ impl Stage for FixedStt {
             start_sample: u.start_sample,
             end_sample: u.end_sample,
             end_wall: u.end_wall,
-            engine: Default::default(),
         });
         Ok(())
     }
@@ -278,7 +277,7 @@ fn synthetic(
         None,
     )
     .unwrap();
-    voxline::report::build(&run, voxline::report::RunConfig::default(), 0, 0.0)
+    voxline::report::build(&run, voxline::report::RunConfig::default(), 0.0, None)
 }
 
 #[test]

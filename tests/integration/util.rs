@@ -39,9 +39,7 @@ pub fn fixture(name: &str) -> PathBuf {
 
 /// A fixture's sidecar JSON.
 pub fn sidecar(name: &str) -> serde_json::Value {
-    let p = fixture(name).with_extension("json");
-    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
-        .unwrap()
+    read_json(&fixture(name).with_extension("json"))
 }
 
 /// The expected transcripts of a fixture, in order.
@@ -125,8 +123,14 @@ pub fn replay(
         None,
     )
     .unwrap();
-    let report = voxline::report::build(&run, voxline::report::RunConfig::default(), 0, 0.0);
+    let report = voxline::report::build(&run, voxline::report::RunConfig::default(), 0.0, None);
     (run, report)
+}
+
+/// Reads a JSON file (a report, a manifest) the test expects to exist.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The voxline binary built for this test run.

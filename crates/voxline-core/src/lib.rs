@@ -58,8 +58,8 @@ pub use edge::{
     EdgeStatsSnapshot, Envelope, FullPolicy, RecvTimeoutError, TryRecvError,
 };
 pub use message::{
-    AudioFrame, LlmEngineTimings, LlmOut, Message, PipelineEvent, StopReason, SttEngineTimings,
-    TimedEvent, Token, Transcript, TurnComplete, TurnError, Utterance, UtteranceId, UtteranceInfo,
+    AudioFrame, LlmEngineTimings, LlmOut, Message, PipelineEvent, StopReason, TimedEvent, Token,
+    Transcript, TurnComplete, TurnError, Utterance, UtteranceId, UtteranceInfo,
 };
 pub use runtime::{
     CpuLease, EventBus, EventReceiver, Pipeline, PipelineBuilder, RunOutcome, RuntimeError,

@@ -113,20 +113,6 @@ impl From<&Utterance> for UtteranceInfo {
     }
 }
 
-/// What the speech-to-text engine reported about its own work, in
-/// milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct SttEngineTimings {
-    /// Time computing the log-mel spectrogram.
-    pub mel_ms: f64,
-    /// Time in the encoder.
-    pub encode_ms: f64,
-    /// Time in the decoder.
-    pub decode_ms: f64,
-    /// Total time of the engine call.
-    pub total_ms: f64,
-}
-
 /// The text of one utterance.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transcript {
@@ -145,8 +131,6 @@ pub struct Transcript {
     /// When the end sample was captured or due (carried over from the
     /// utterance, for end-to-end latency).
     pub end_wall: Instant,
-    /// The engine's own timings.
-    pub engine: SttEngineTimings,
 }
 
 /// One generated piece of the response.
@@ -345,7 +329,6 @@ impl PipelineEvent {
                 start_sample: t.start_sample,
                 end_sample: t.end_sample,
                 end_t_ms: clock.ms_since_origin(t.end_wall),
-                engine: &t.engine,
             },
             Self::Token(t) => Body::Token {
                 index: t.index,
@@ -407,7 +390,6 @@ enum Body<'a> {
         start_sample: u64,
         end_sample: u64,
         end_t_ms: f64,
-        engine: &'a SttEngineTimings,
     },
     Token {
         index: u32,
@@ -593,7 +575,7 @@ mod tests {
     }
 
     #[test]
-    fn transcript_event_json_carries_engine_timings() {
+    fn transcript_event_json_carries_tokens_and_audio_length() {
         let c = clock();
         let t = Transcript {
             id: 2,
@@ -603,12 +585,6 @@ mod tests {
             start_sample: 100,
             end_sample: 19_300,
             end_wall: c.sample_due(19_300),
-            engine: SttEngineTimings {
-                encode_ms: 70.0,
-                decode_ms: 12.5,
-                total_ms: 90.0,
-                ..SttEngineTimings::default()
-            },
         };
         let v = t
             .event()
@@ -620,8 +596,8 @@ mod tests {
         assert_eq!(v["sample"], 19_300);
         assert!((v["t_ms"].as_f64().unwrap() - 2_000.0).abs() < 1e-6);
         assert_eq!(v["text"], "what time is it");
-        assert_eq!(v["engine"]["encode_ms"], 70.0);
-        assert_eq!(v["engine"]["decode_ms"], 12.5);
+        assert_eq!(v["n_tokens"], 5);
+        assert_eq!(v["audio_ms"], 1_200.0);
     }
 
     #[test]

@@ -180,9 +180,8 @@ impl<'a, T: Message> Emitter<'a, T> {
             Target::Edge(tx) => {
                 // Holding the CPU lease while waiting for room downstream would
                 // deadlock with a downstream stage that needs the lease to drain.
-                let full = tx.stats().capacity() <= tx.len();
                 let lease = match &mut self.lease {
-                    Some((lease, guard)) if full => {
+                    Some((lease, guard)) if tx.stats().capacity() <= tx.len() => {
                         *guard = None;
                         Some(*lease)
                     }

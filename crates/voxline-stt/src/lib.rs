@@ -364,7 +364,6 @@ impl voxline_core::Stage for SttStage {
             start_sample: u.start_sample,
             end_sample: u.end_sample,
             end_wall: u.end_wall,
-            engine: voxline_core::SttEngineTimings::default(),
         });
         Ok(())
     }
