@@ -56,7 +56,8 @@ pub fn to_csv(r: &Report) -> String {
 ///
 /// # Errors
 /// A message when the SVG cannot be drawn or written.
-pub fn timeline_svg(r: &Report, path: &Path) -> Result<(), String> {
+pub fn timeline_svg(r: &Report) -> Result<String, String> {
+    let mut svg = String::new();
     let rows = ["speech", "endpoint", "stt", "llm"];
     let end = r
         .turns
@@ -70,7 +71,18 @@ pub fn timeline_svg(r: &Report, path: &Path) -> Result<(), String> {
         .fold(r.summary.audio_s * 1000.0, f64::max)
         .max(1.0);
     let bottleneck = r.summary.bottleneck.throughput.clone().unwrap_or_default();
-    let root = SVGBackend::new(path, (1200, 360)).into_drawing_area();
+    draw_timeline(r, &rows, end, &bottleneck, &mut svg)?;
+    Ok(svg)
+}
+
+fn draw_timeline(
+    r: &Report,
+    rows: &[&str; 4],
+    end: f64,
+    bottleneck: &str,
+    svg: &mut String,
+) -> Result<(), String> {
+    let root = SVGBackend::with_string(svg, (1200, 360)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let title = format!(
         "voxline timeline ({} clock) — throughput bottleneck: {} · latency bottleneck: {}",
@@ -136,8 +148,7 @@ pub fn timeline_svg(r: &Report, path: &Path) -> Result<(), String> {
             )
         }))
         .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())?;
-    Ok(())
+    root.present().map_err(|e| e.to_string())
 }
 
 #[derive(Serialize)]

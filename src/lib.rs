@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod budget;
 pub mod fault;
+pub mod output;
 pub mod pipeline;
 pub mod report;
 pub mod settings;
@@ -23,5 +24,16 @@ impl BadInput {
     /// Wraps any displayable error.
     pub fn from_display(e: impl std::fmt::Display) -> Self {
         Self(e.to_string())
+    }
+}
+
+/// The operating system's reason for an I/O error, without Rust's
+/// "(os error N)" suffix: what a user reads.
+#[must_use]
+pub fn io_reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_owned(),
+        None => s,
     }
 }

@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use voxline::budget::Budget;
+use voxline::output::{self, Output};
 use voxline::pipeline::{self, Pace, RunOptions};
 use voxline::report::{self, Report, RunConfig};
 use voxline::settings::{EngineSettings, ThreadBudget};
@@ -240,6 +241,8 @@ enum Outcome {
     BudgetBroken,
     BadInputSeen,
     Failed,
+    /// Stopped by Ctrl-C or SIGTERM before the input was done (exit 130 / 143).
+    Interrupted,
 }
 
 fn main() -> ExitCode {
@@ -262,6 +265,10 @@ fn main() -> ExitCode {
         Ok(Outcome::BudgetBroken) => ExitCode::from(1),
         Ok(Outcome::BadInputSeen) => ExitCode::from(2),
         Ok(Outcome::Failed) => ExitCode::from(3),
+        Ok(Outcome::Interrupted) => {
+            eprintln!("voxline: interrupted — the input was not played to the end");
+            ExitCode::from(interrupted_status())
+        }
         Err(e) => {
             let bad = e.chain().any(is_bad_input);
             eprintln!("voxline: {e:#}");
@@ -481,35 +488,42 @@ impl VadArgs {
     }
 }
 
-/// Fails early when an output file could not be written (its directory is missing or read-only).
-fn check_writable(path: &Path, flag: &str) -> Result<(), BadInput> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let probe = pipeline::partial_path(path);
-    match std::fs::File::create(&probe) {
-        Ok(_) => {
-            let _ = std::fs::remove_file(&probe);
-            Ok(())
-        }
-        Err(e) => Err(BadInput(format!(
-            "{}: cannot write here ({e}); give {flag} a path in a writable directory (now {})",
-            path.display(),
-            dir.display()
-        ))),
-    }
+/// Checks the outputs (`(flag, path)`; `None` = not given) against each
+/// other and everything the run reads, before any model loads. The result
+/// is aligned with `outputs`.
+fn plan_outputs(
+    outputs: &[(&'static str, Option<&Path>)],
+    settings: &EngineSettings,
+    recordings: &[PathBuf],
+    other_inputs: &[Option<&Path>],
+) -> Result<Vec<Option<Output>>, BadInput> {
+    let given: Vec<(&'static str, &Path)> = outputs
+        .iter()
+        .filter_map(|(f, p)| p.map(|p| (*f, p)))
+        .collect();
+    let mut inputs: Vec<PathBuf> = recordings.to_vec();
+    inputs.push(settings.whisper_model.clone());
+    inputs.push(settings.llm_model.clone());
+    inputs.extend(other_inputs.iter().flatten().map(|p| p.to_path_buf()));
+    let mut planned = output::plan(&given, &inputs, recordings)?.into_iter();
+    Ok(outputs
+        .iter()
+        .map(|(_, p)| p.and_then(|_| planned.next()))
+        .collect())
 }
 
-/// Writes a file atomically (temporary name, then rename).
-fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let tmp = pipeline::partial_path(path);
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .with_context(|| {
-            let _ = std::fs::remove_file(&tmp);
-            format!("writing {}", path.display())
-        })
+/// Writes a whole output (atomically for a file).
+fn write_output(out: &Output, bytes: &[u8]) -> anyhow::Result<()> {
+    out.write_all(bytes).map_err(anyhow::Error::msg)
+}
+
+/// The signal that asked for a stop (2 = SIGINT, 15 = SIGTERM; 0 = none).
+static SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The exit status of a run stopped by a signal: 128 + its number (130 for
+/// Ctrl-C, 143 for SIGTERM), as shells report it.
+fn interrupted_status() -> u8 {
+    u8::try_from(128 + SIGNAL.load(std::sync::atomic::Ordering::Relaxed).max(2)).unwrap_or(130)
 }
 
 /// Ctrl-C and SIGTERM request an orderly stop (tokio, at the edge).
@@ -540,8 +554,8 @@ fn install_signal_handler(handle: ShutdownHandle) {
             {
                 let (mut int, mut term) = streams;
                 tokio::select! {
-                    _ = int.recv() => {}
-                    _ = term.recv() => {}
+                    _ = int.recv() => SIGNAL.store(2, std::sync::atomic::Ordering::Relaxed),
+                    _ = term.recv() => SIGNAL.store(15, std::sync::atomic::Ordering::Relaxed),
                 }
                 eprintln!("voxline: stopping — finishing the turn in flight (press Ctrl-C again to abort)");
                 handle.request();
@@ -553,11 +567,13 @@ fn install_signal_handler(handle: ShutdownHandle) {
             #[cfg(not(unix))]
             {
                 let _ = tokio::signal::ctrl_c().await;
+                SIGNAL.store(2, std::sync::atomic::Ordering::Relaxed);
                 eprintln!("voxline: stopping — finishing the turn in flight (press Ctrl-C again to abort)");
                 handle.request();
                 let _ = tokio::signal::ctrl_c().await;
             }
-            std::process::exit(130);
+            voxline::output::remove_partials();
+            std::process::exit(128 + SIGNAL.load(std::sync::atomic::Ordering::Relaxed).max(2));
         });
     });
 }
@@ -568,14 +584,16 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     let settings = args.engine.settings()?;
     let vad = args.vad.config()?;
     let budget = args.out.budget.as_deref().map(Budget::load).transpose()?;
-    for (p, flag) in [
-        (&args.out.report_json, "--report-json"),
-        (&args.out.events, "--events"),
-    ] {
-        if let Some(p) = p {
-            check_writable(p, flag)?;
-        }
-    }
+    let [report_out, events_out] = <[Option<Output>; 2]>::try_from(plan_outputs(
+        &[
+            ("--report-json", args.out.report_json.as_deref()),
+            ("--events", args.out.events.as_deref()),
+        ],
+        &settings,
+        &args.files,
+        &[args.out.budget.as_deref()],
+    )?)
+    .map_err(|_| anyhow::anyhow!("internal: two outputs planned"))?;
     let inputs = pipeline::open_inputs(&args.files)?;
     let fault = voxline::fault::Fault::from_env()?;
     let shutdown = ShutdownHandle::new();
@@ -583,12 +601,12 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
 
     let (stt, llm, model_load_ms) = load_engines(&settings, args.out.quiet)?;
     if shutdown.is_requested() {
-        return Ok(Outcome::Ok);
+        return Ok(Outcome::Interrupted);
     }
     let opts = RunOptions {
         pace,
         vad,
-        events_path: args.out.events.clone(),
+        events: events_out,
         console: !args.out.quiet,
         cpu_shared: settings.threads.shared,
         ..RunOptions::default()
@@ -603,7 +621,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     let config =
         RunConfig::from_settings(&settings, &args.pace, args.files.clone(), args.out.warmup);
     let rep = report::build(&result, config, model_load_ms, budget.as_ref());
-    finish_report(&rep, args.out.report_json.as_deref(), args.out.quiet)?;
+    finish_report(&rep, report_out.as_ref(), args.out.quiet)?;
     Ok(outcome_of(&rep))
 }
 
@@ -658,18 +676,39 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         .as_deref()
         .map(|b| voxline::bench::load_baseline(b).map(|v| (b.to_path_buf(), v)))
         .transpose()?;
-    std::fs::create_dir_all(&args.out).map_err(|e| {
-        BadInput(format!(
-            "{}: cannot create the output directory ({e})",
+    if args.out.exists() && !args.out.is_dir() {
+        return Err(BadInput(format!(
+            "--out {}: is a file, not a directory; give --out a directory for the report files",
             args.out.display()
         ))
-    })?;
-    check_writable(&args.out.join("report.json"), "--out")?;
-    for (p, flag) in [(&args.trace, "--trace"), (&args.events, "--events")] {
-        if let Some(p) = p {
-            check_writable(p, flag)?;
-        }
+        .into());
     }
+    std::fs::create_dir_all(&args.out).map_err(|e| {
+        BadInput(format!(
+            "--out {}: cannot create the output directory ({}); give --out a writable directory",
+            args.out.display(),
+            voxline::io_reason(&e)
+        ))
+    })?;
+    let names = ["report.json", "report.md", "report.csv", "timeline.svg"];
+    let in_out: Vec<PathBuf> = names.iter().map(|n| args.out.join(n)).collect();
+    let mut planned = plan_outputs(
+        &[
+            ("--out", Some(in_out[0].as_path())),
+            ("--out", Some(in_out[1].as_path())),
+            ("--out", Some(in_out[2].as_path())),
+            ("--out", Some(in_out[3].as_path())),
+            ("--trace", args.trace.as_deref()),
+            ("--events", args.events.as_deref()),
+        ],
+        &settings,
+        &files,
+        &[args.budget.as_deref(), args.baseline.as_deref()],
+    )?
+    .into_iter();
+    let mut next = || planned.next().flatten();
+    let (json_out, md_out, csv_out, svg_out, trace_out, events_out) =
+        (next(), next(), next(), next(), next(), next());
     let shutdown = ShutdownHandle::new();
     install_signal_handler(shutdown.clone());
 
@@ -680,6 +719,10 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     );
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
     let (stt, llm, model_load_ms) = load_engines(&settings, true)?;
+    if shutdown.is_requested() {
+        bar.finish_and_clear();
+        return Ok(Outcome::Interrupted);
+    }
     bar.set_style(
         indicatif::ProgressStyle::with_template(
             "{spinner} {bar:40} {pos}/{len} turns {elapsed} (eta {eta}) {msg}",
@@ -699,7 +742,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     let opts = RunOptions {
         pace,
         vad,
-        events_path: args.events.clone(),
+        events: events_out,
         console: false,
         on_event: Some(hook),
         cpu_shared: settings.threads.shared,
@@ -723,25 +766,20 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
             metrics,
         });
     }
-    write_atomic(
-        &args.out.join("report.json"),
-        &serde_json::to_vec_pretty(&rep)?,
-    )?;
-    write_atomic(
-        &args.out.join("report.md"),
-        report::to_markdown(&rep).as_bytes(),
-    )?;
-    write_atomic(
-        &args.out.join("report.csv"),
-        voxline::bench::to_csv(&rep).as_bytes(),
-    )?;
-    let svg = args.out.join("timeline.svg");
-    let tmp = pipeline::partial_path(&svg);
-    voxline::bench::timeline_svg(&rep, &tmp)
-        .map_err(|e| anyhow::anyhow!("drawing {}: {e}", svg.display()))?;
-    std::fs::rename(&tmp, &svg).with_context(|| format!("writing {}", svg.display()))?;
-    if let Some(t) = &args.trace {
-        write_atomic(t, voxline::bench::chrome_trace(&result).as_bytes())?;
+    let svg = voxline::bench::timeline_svg(&rep)
+        .map_err(|e| anyhow::anyhow!("drawing the timeline: {e}"))?;
+    for (out, bytes) in [
+        (&json_out, serde_json::to_vec_pretty(&rep)?),
+        (&md_out, report::to_markdown(&rep).into_bytes()),
+        (&csv_out, voxline::bench::to_csv(&rep).into_bytes()),
+        (&svg_out, svg.into_bytes()),
+    ] {
+        if let Some(o) = out {
+            write_output(o, &bytes)?;
+        }
+    }
+    if let Some(t) = &trace_out {
+        write_output(t, voxline::bench::chrome_trace(&result).as_bytes())?;
     }
     finish_report(&rep, None, false)?;
     if let Some(b) = &rep.baseline {
@@ -850,19 +888,22 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     if args.max_turns == Some(0) {
         return Err(BadInput("--max-turns 0: allow at least one turn".into()).into());
     }
-    for (p, flag) in [
-        (&args.out.report_json, "--report-json"),
-        (&args.out.events, "--events"),
-    ] {
-        if let Some(p) = p {
-            check_writable(p, flag)?;
-        }
-    }
+    let [report_out, events_out] = <[Option<Output>; 2]>::try_from(plan_outputs(
+        &[
+            ("--report-json", args.out.report_json.as_deref()),
+            ("--events", args.out.events.as_deref()),
+        ],
+        &settings,
+        &[],
+        &[args.out.budget.as_deref()],
+    )?)
+    .map_err(|_| anyhow::anyhow!("internal: two outputs planned"))?;
     let shutdown = ShutdownHandle::new();
     install_signal_handler(shutdown.clone());
     let (stt, llm, model_load_ms) = load_engines(&settings, args.out.quiet)?;
     if shutdown.is_requested() {
-        return Ok(Outcome::Ok);
+        // stopped before listening: no session happened
+        return Ok(Outcome::Interrupted);
     }
     let mut llm = voxline_llm::LlmStage::new(llm);
     if args.cancel_on_stop {
@@ -871,7 +912,7 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     let opts = RunOptions {
         pace: Pace::Realtime,
         vad,
-        events_path: args.out.events.clone(),
+        events: events_out,
         console: !args.out.quiet,
         cpu_shared: settings.threads.shared,
         ..RunOptions::default()
@@ -908,7 +949,7 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
             );
         }
     }
-    finish_report(&rep, args.out.report_json.as_deref(), args.out.quiet)?;
+    finish_report(&rep, report_out.as_ref(), args.out.quiet)?;
     Ok(outcome_of(&rep))
 }
 
@@ -928,9 +969,9 @@ fn load_engines(
     Ok((stt, llm, t0.elapsed().as_secs_f64() * 1000.0))
 }
 
-fn finish_report(rep: &Report, json: Option<&Path>, quiet: bool) -> anyhow::Result<()> {
-    if let Some(p) = json {
-        write_atomic(p, &serde_json::to_vec_pretty(rep)?)?;
+fn finish_report(rep: &Report, json: Option<&Output>, quiet: bool) -> anyhow::Result<()> {
+    if let Some(o) = json {
+        write_output(o, &serde_json::to_vec_pretty(rep)?)?;
     }
     for e in &rep.input_errors {
         eprintln!("voxline: {e}");
@@ -968,6 +1009,8 @@ fn finish_report(rep: &Report, json: Option<&Path>, quiet: bool) -> anyhow::Resu
 fn outcome_of(rep: &Report) -> Outcome {
     if rep.failed.is_some() {
         Outcome::Failed
+    } else if rep.interrupted && rep.config.pace != "live" {
+        Outcome::Interrupted
     } else if !rep.input_errors.is_empty() {
         Outcome::BadInputSeen
     } else if !rep.summary.budget.passed {

@@ -5,7 +5,7 @@
 //! a slow stage slows the source instead of dropping speech.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use voxline_audio::{VadConfig, VadStage, WavSource};
@@ -152,8 +152,8 @@ pub struct RunOptions {
     pub vad: VadConfig,
     /// Silence inserted between files, in ms (lets the endpointer close the last utterance).
     pub gap_ms: u32,
-    /// Write every event as JSON lines here.
-    pub events_path: Option<PathBuf>,
+    /// Write every event as JSON lines here (checked by [`crate::output::plan`]).
+    pub events: Option<crate::output::Output>,
     /// Print transcripts and streamed answers to stdout.
     pub console: bool,
     /// Capacity of the utterance and transcript edges.
@@ -171,7 +171,7 @@ impl std::fmt::Debug for RunOptions {
             .field("pace", &self.pace)
             .field("vad", &self.vad)
             .field("gap_ms", &self.gap_ms)
-            .field("events_path", &self.events_path)
+            .field("events", &self.events)
             .field("console", &self.console)
             .field("queue_capacity", &self.queue_capacity)
             .field("cpu_shared", &self.cpu_shared)
@@ -185,7 +185,7 @@ impl Default for RunOptions {
             pace: Pace::Fast,
             vad: VadConfig::default(),
             gap_ms: 1000,
-            events_path: None,
+            events: None,
             console: false,
             queue_capacity: 16,
             on_event: None,
@@ -233,34 +233,38 @@ pub struct RunResult {
     pub live: Option<LiveReport>,
 }
 
-/// Writes events to the console and an optional JSONL file (atomically:
-/// written beside the target and renamed at the end).
+/// Writes events to the console and an optional JSONL output (a regular
+/// file is written under a partial name and moved into place at the end).
 struct EventSink {
     clock: Clock,
     console: bool,
-    file: Option<(PathBuf, PathBuf, std::io::BufWriter<std::fs::File>)>,
+    file: Option<(crate::output::Output, crate::output::Writer)>,
     events: Vec<TimedEvent>,
     write_error: Option<String>,
 }
 
 impl EventSink {
-    fn new(clock: Clock, console: bool, path: Option<&Path>) -> Result<Self, BadInput> {
-        let file = match path {
+    fn new(
+        clock: Clock,
+        console: bool,
+        output: Option<&crate::output::Output>,
+    ) -> Result<Self, BadInput> {
+        let file = match output {
             None => None,
-            Some(p) => {
-                let tmp = partial_path(p);
-                let f = std::fs::File::create(&tmp).map_err(|e| {
+            Some(o) => {
+                let w = o.open().map_err(|e| {
                     BadInput(format!(
-                        "{}: cannot write the event log ({e}); choose a writable path for --events",
-                        p.display()
+                        "{}; choose a writable path for --events",
+                        o.describe(&e)
                     ))
                 })?;
-                Some((p.to_path_buf(), tmp, std::io::BufWriter::new(f)))
+                Some((o.clone(), w))
             }
         };
         Ok(Self {
             clock,
-            console,
+            // the event log on standard output must not be interleaved with the console
+            console: console && !output.is_some_and(crate::output::Output::is_stdout),
             file,
             events: Vec::new(),
             write_error: None,
@@ -268,10 +272,10 @@ impl EventSink {
     }
 
     fn handle(&mut self, ev: TimedEvent) {
-        if let Some((_, _, w)) = &mut self.file {
+        if let Some((o, w)) = &mut self.file {
             let line = ev.to_json_line(&self.clock).unwrap_or_default();
             if let Err(e) = writeln!(w, "{line}") {
-                self.write_error.get_or_insert(e.to_string());
+                self.write_error.get_or_insert(o.describe(&e));
             }
         }
         if self.console {
@@ -310,32 +314,13 @@ impl EventSink {
 
     /// Finishes the event log; returns the events and any write error.
     fn finish(mut self) -> (Vec<TimedEvent>, Option<String>) {
-        if let Some((path, tmp, w)) = self.file.take() {
-            let done = w
-                .into_inner()
-                .map_err(|e| e.to_string())
-                .and_then(|f| f.sync_all().map_err(|e| e.to_string()));
-            match done.and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| e.to_string())) {
-                Ok(()) => {}
-                Err(e) => {
-                    let _ = std::fs::remove_file(&tmp);
-                    self.write_error
-                        .get_or_insert(format!("{}: {e}", path.display()));
-                }
+        if let Some((o, w)) = self.file.take() {
+            if let Err(e) = w.finish() {
+                self.write_error.get_or_insert(o.describe(&e));
             }
         }
         (self.events, self.write_error)
     }
-}
-
-/// The temporary name a file is written under before it is renamed into place.
-#[must_use]
-pub fn partial_path(p: &Path) -> PathBuf {
-    let name = p
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    p.with_file_name(format!(".{name}.partial-{}", std::process::id()))
 }
 
 /// Replays `inputs` through VAD → `stt` → `llm`, returning every event and span.
@@ -401,8 +386,13 @@ where
         ),
         Source::Replay(_) => None,
     };
-    let mut sink = EventSink::new(clock, opts.console, opts.events_path.as_deref())?;
-    let mut p = Pipeline::new(clock);
+    let mut sink = EventSink::new(clock, opts.console, opts.events.as_ref())?;
+    let mut builder = Pipeline::builder(clock);
+    if let (Source::Replay(_), Some(stop)) = (&source, &shutdown) {
+        // Ctrl-C during replay: stop feeding, cancel what is queued, finish what runs.
+        builder = builder.cancel_queued_on(stop.clone());
+    }
+    let mut p = builder.build();
     let cap = opts.queue_capacity.max(1);
     let (utt_tx, utt_rx) = edge::<Utterance>("utterances", cap, FullPolicy::Block);
     let (tr_tx, tr_rx) = edge::<Transcript>("transcripts", cap, FullPolicy::Block);
@@ -469,6 +459,7 @@ where
                 Vec::new(),
                 Vec::new(),
                 stopped,
+                shutdown.as_ref(),
                 samples,
                 Some(report),
             ));
@@ -548,7 +539,7 @@ where
         });
     }
     drop(audio_tx);
-    let interrupted = interrupted && shutdown.as_ref().is_some_and(ShutdownHandle::is_requested);
+    let interrupted = interrupted || shutdown.is_some();
     Ok(finish_run(
         p,
         sink_thread,
@@ -557,6 +548,7 @@ where
         spans,
         input_errors,
         interrupted,
+        shutdown.as_ref(),
         pos,
         None,
     ))
@@ -574,10 +566,13 @@ fn finish_run(
     inputs: Vec<InputSpan>,
     mut input_errors: Vec<String>,
     interrupted: bool,
+    stop_requested: Option<&ShutdownHandle>,
     audio_samples: u64,
     live: Option<LiveReport>,
 ) -> RunResult {
     let outcome = p.join();
+    // a stop asked for at any moment of the run (even after the last audio was fed) interrupted it
+    let interrupted = interrupted && stop_requested.is_some_and(ShutdownHandle::is_requested);
     let (events, write_error) = sink_thread
         .join()
         .unwrap_or_else(|_| (Vec::new(), Some("the event sink panicked".into())));

@@ -150,39 +150,143 @@ fn an_injected_turn_error_is_reported_and_the_session_goes_on() {
     assert!(turns[1]["response"].is_string() && turns[2]["response"].is_string());
 }
 
-/// Sends SIGINT to a child.
-fn interrupt(child: &std::process::Child) {
+/// Sends a signal (`INT`, `TERM`) to a child.
+fn signal(child: &std::process::Child, sig: &str) {
     assert!(std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args([&format!("-{sig}"), &child.id().to_string()])
         .status()
         .unwrap()
         .success());
 }
 
+/// Sends SIGINT to a child.
+fn interrupt(child: &std::process::Child) {
+    signal(child, "INT");
+}
+
 #[test]
-fn sigint_during_model_load_exits_cleanly() {
+fn a_signal_during_model_load_exits_with_the_interrupted_status() {
+    let _g = util::engine_lock();
+    // a cancelled CI job must not look green: 130 for SIGINT, 143 for SIGTERM
+    for (sig, code) in [("INT", 130), ("TERM", 143)] {
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join("r.json");
+        let mut child = util::voxline_bin()
+            .args(["replay", &fixture("multi_turn.wav")])
+            .arg("--report-json")
+            .arg(&report)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // the handler is registered before anything is checked or loaded; interrupt as loading starts
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        assert!(err
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains("loading models")));
+        signal(&child, sig);
+        let rest: Vec<String> = err.map_while(Result::ok).collect();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(code), "SIG{sig}: {rest:?}");
+        assert!(
+            rest.iter().any(|l| l.contains("interrupted")),
+            "says so: {rest:?}"
+        );
+        assert!(partials(dir.path()).is_empty());
+    }
+}
+
+#[test]
+fn ctrl_c_in_a_fast_replay_stops_feeding_cancels_the_queue_and_marks_the_report() {
     let _g = util::engine_lock();
     let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("r.json");
+    let (report, events) = (dir.path().join("r.json"), dir.path().join("e.jsonl"));
+    let files: Vec<String> = [
+        "multi_turn.wav",
+        "q_capital.wav",
+        "q_tea.wav",
+        "multi_turn.wav",
+    ]
+    .iter()
+    .map(|f| fixture(f))
+    .collect();
     let mut child = util::voxline_bin()
-        .args(["replay", &fixture("multi_turn.wav")])
+        .arg("replay")
+        .args(&files)
+        .args(["--pace", "fast", "--max-tokens", "16"])
         .arg("--report-json")
         .arg(&report)
-        .stdout(Stdio::null())
+        .arg("--events")
+        .arg(&events)
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // the handler is registered before anything is checked or loaded; interrupt as loading starts
-    let mut err = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    assert!(err
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines
         .by_ref()
         .map_while(Result::ok)
-        .any(|l| l.contains("loading models")));
+        .any(|l| l.starts_with("[1] you:")));
     interrupt(&child);
-    for _ in err {}
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(0));
+    for _ in lines {}
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = util::read_json(&report);
+    assert_eq!(r["interrupted"], true);
+    let answered = r["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["response"].is_string())
+        .count();
+    assert!(
+        answered < 8,
+        "the queued turns were not all answered ({answered} of 8)"
+    );
     assert!(partials(dir.path()).is_empty());
+}
+
+#[test]
+fn a_second_ctrl_c_aborts_and_leaves_no_partial_file() {
+    let _g = util::engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let (report, events) = (dir.path().join("r.json"), dir.path().join("e.jsonl"));
+    let mut child = util::voxline_bin()
+        .args(["replay", &fixture("multi_turn.wav"), "--pace", "realtime"])
+        .arg("--report-json")
+        .arg(&report)
+        .arg("--events")
+        .arg(&events)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("[1] you:")));
+    assert!(
+        !partials(dir.path()).is_empty(),
+        "the event log is being written"
+    );
+    interrupt(&child);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    interrupt(&child);
+    for _ in lines {}
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        partials(dir.path()).is_empty(),
+        "{:?}",
+        partials(dir.path())
+    );
 }
 
 #[test]
@@ -215,7 +319,7 @@ fn sigint_during_a_turn_finishes_it_and_writes_the_report() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),
-        Some(0),
+        Some(130),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

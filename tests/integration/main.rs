@@ -8,6 +8,7 @@ mod faults;
 mod ggml_guard;
 mod live;
 mod models_cli;
+mod outputs;
 mod replay;
 mod report;
 mod util;

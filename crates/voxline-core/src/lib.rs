@@ -9,7 +9,8 @@
 //! - [`stage`]: the [`Stage`] trait and the [`Emitter`] it writes to;
 //! - [`runtime`]: the threaded [`Pipeline`] that times stages from outside
 //!   and shuts down in order;
-//! - [`span`]: the runtime's record of each call ([`Span`]).
+//! - [`span`]: the runtime's record of each call ([`Span`]);
+//! - [`files`]: atomic file writing, with partial files removed on abort.
 //!
 //! ```
 //! use voxline_core::{edge, Clock, Emitter, FullPolicy, Pipeline, Stage, StageError, Token};
@@ -47,6 +48,7 @@
 
 pub mod clock;
 pub mod edge;
+pub mod files;
 pub mod message;
 pub mod runtime;
 pub mod span;

@@ -152,6 +152,7 @@ impl RunOutcome {
 pub struct PipelineBuilder {
     clock: Clock,
     publish_messages: bool,
+    cancel_queued: Option<ShutdownHandle>,
 }
 
 impl PipelineBuilder {
@@ -161,6 +162,17 @@ impl PipelineBuilder {
     #[must_use]
     pub fn publish_messages(mut self, on: bool) -> Self {
         self.publish_messages = on;
+        self
+    }
+
+    /// Once `stop` is requested, every stage discards the inputs still queued
+    /// for it instead of processing them: an input that belongs to a turn ends
+    /// that turn with a `TurnError` ("cancelled"), others vanish. Calls already
+    /// running finish. For replay, where a Ctrl-C must not wait for every
+    /// queued turn.
+    #[must_use]
+    pub fn cancel_queued_on(mut self, stop: ShutdownHandle) -> Self {
+        self.cancel_queued = Some(stop);
         self
     }
 
@@ -175,6 +187,7 @@ impl PipelineBuilder {
             events,
             events_taken: false,
             publish_messages: self.publish_messages,
+            cancel_queued: self.cancel_queued,
             threads: Vec::new(),
             edges: Vec::new(),
         }
@@ -225,6 +238,7 @@ pub struct Pipeline {
     events: EventReceiver,
     events_taken: bool,
     publish_messages: bool,
+    cancel_queued: Option<ShutdownHandle>,
     threads: Vec<(String, JoinHandle<()>)>,
     edges: Vec<Arc<EdgeStats>>,
 }
@@ -236,6 +250,7 @@ impl Pipeline {
         PipelineBuilder {
             clock,
             publish_messages: true,
+            cancel_queued: None,
         }
     }
 
@@ -291,6 +306,7 @@ impl Pipeline {
             bus: self.bus.clone(),
             publish_messages: self.publish_messages,
             lease: None,
+            cancel_queued: self.cancel_queued.clone(),
         }
     }
 
@@ -451,6 +467,7 @@ struct StageContext {
     bus: EventBus,
     publish_messages: bool,
     lease: Option<CpuLease>,
+    cancel_queued: Option<ShutdownHandle>,
 }
 
 impl StageContext {
@@ -514,6 +531,20 @@ fn run_stage<S: Stage>(
 ) {
     let bus = ctx.bus_for_messages();
     while let Ok(envelope) = input.recv() {
+        if ctx
+            .cancel_queued
+            .as_ref()
+            .is_some_and(ShutdownHandle::is_requested)
+        {
+            if let Some(id) = envelope.item.utterance_id() {
+                ctx.bus.post(PipelineEvent::TurnError(TurnError {
+                    id,
+                    stage: ctx.name.clone(),
+                    message: "cancelled: the run was stopped before this turn was done".into(),
+                }));
+            }
+            continue;
+        }
         let depth = input.len();
         let mut out = Emitter::to_edge(output, bus);
         if let Some(lease) = &ctx.lease {

@@ -83,8 +83,7 @@ impl ModelError {
     }
 }
 
-/// Writes a file atomically: into a temporary file in the same directory,
-/// synced, then renamed over `path`. On any failure nothing is left behind.
+/// Writes a file atomically (see [`voxline_core::files::atomic_write`]).
 ///
 /// # Errors
 /// [`ModelError::Io`] naming `path`.
@@ -92,30 +91,7 @@ pub fn atomic_write<T>(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> std::io::Result<T>,
 ) -> Result<T, ModelError> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.partial-{}", std::process::id()));
-    let result = (|| {
-        let file = std::fs::File::create(&tmp)?;
-        let mut w = std::io::BufWriter::new(file);
-        let value = write(&mut w)?;
-        let file = w
-            .into_inner()
-            .map_err(std::io::IntoInnerError::into_error)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        Ok(value)
-    })();
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        ModelError::io(path, e)
-    })
+    voxline_core::files::atomic_write(path, write).map_err(|e| ModelError::io(path, e))
 }
 
 /// The sha256 of a file, as lowercase hex, read in a streaming way.
