@@ -162,6 +162,13 @@ struct VadArgs {
     /// Longest utterance before a forced split, ms.
     #[arg(long, default_value_t = VadConfig::default().max_utterance_ms)]
     max_utterance_ms: u32,
+    /// Silence after which a turn is sent to STT and the LLM early (speculatively), ms;
+    /// the hangover then commits it, or resumed speech cancels it.
+    #[arg(long, default_value_t = voxline::settings::DEFAULT_SPEC_SILENCE_MS)]
+    spec_silence_ms: u32,
+    /// Wait for the hangover before any work starts (no speculative turns).
+    #[arg(long)]
+    no_speculation: bool,
 }
 
 /// What a replay or live session writes and is held to.
@@ -484,8 +491,51 @@ impl VadArgs {
             max_utterance_ms: self.max_utterance_ms,
         };
         c.validate().map_err(BadInput::from_display)?;
+        if self.spec_silence_ms == 0 || self.spec_silence_ms > voxline_audio::vad::MAX_PAD_MS {
+            return Err(BadInput(format!(
+                "--spec-silence-ms {}: use 1..={} ms (or --no-speculation to turn speculation off)",
+                self.spec_silence_ms,
+                voxline_audio::vad::MAX_PAD_MS
+            )));
+        }
         Ok(c)
     }
+
+    /// The silence after which turns are sent early, if speculation is on
+    /// (a silence as long as the hangover never fires, so it is off then too).
+    fn speculation(&self) -> Option<u32> {
+        (!self.no_speculation && self.spec_silence_ms < self.hangover_ms)
+            .then_some(self.spec_silence_ms)
+    }
+
+    /// Records the endpointing choices in the report's configuration.
+    fn record(&self, config: &mut RunConfig) {
+        config.hangover_ms = self.hangover_ms;
+        config.spec_silence_ms = self.speculation();
+    }
+}
+
+/// The engine stages as the session runs them: wrapped for fault injection
+/// and, when `board` is given, told about speculative attempts.
+fn engine_stages(
+    stt: voxline_stt::SttEngine,
+    llm: voxline_llm::LlmStage,
+    fault: &Option<voxline::fault::Fault>,
+    board: Option<&voxline_core::SpecBoard>,
+) -> (
+    voxline::fault::Faulty<voxline_stt::SttStage>,
+    voxline::fault::Faulty<voxline_llm::LlmStage>,
+) {
+    let mut stt = voxline_stt::SttStage::new(stt);
+    let mut llm = llm;
+    if let Some(b) = board {
+        stt = stt.with_speculation(b.clone());
+        llm = llm.with_speculation(b.clone());
+    }
+    (
+        voxline::fault::Faulty::new(stt, fault.clone()),
+        voxline::fault::Faulty::new(llm, fault.clone()),
+    )
 }
 
 /// Checks the outputs (`(flag, path)`; `None` = not given) against each
@@ -603,23 +653,26 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     if shutdown.is_requested() {
         return Ok(Outcome::Interrupted);
     }
+    let board = voxline_core::SpecBoard::new();
     let opts = RunOptions {
         pace,
         vad,
         events: events_out,
         console: !args.out.quiet,
         cpu_shared: settings.threads.shared,
+        speculation: args.vad.speculation().map(|ms| (board.clone(), ms)),
         ..RunOptions::default()
     };
-    let result = pipeline::run(
-        inputs,
-        voxline::fault::Faulty::new(voxline_stt::SttStage::new(stt), fault.clone()),
-        voxline::fault::Faulty::new(voxline_llm::LlmStage::new(llm), fault.clone()),
-        &opts,
-        Some(shutdown),
-    )?;
-    let config =
+    let (stt, llm) = engine_stages(
+        stt,
+        voxline_llm::LlmStage::new(llm),
+        &fault,
+        opts.speculation.as_ref().map(|(b, _)| b),
+    );
+    let result = pipeline::run(inputs, stt, llm, &opts, Some(shutdown))?;
+    let mut config =
         RunConfig::from_settings(&settings, &args.pace, args.files.clone(), args.out.warmup);
+    args.vad.record(&mut config);
     let rep = report::build(&result, config, model_load_ms, budget.as_ref());
     finish_report(&rep, report_out.as_ref(), args.out.quiet)?;
     Ok(outcome_of(&rep))
@@ -739,6 +792,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
             }
             _ => {}
         });
+    let board = voxline_core::SpecBoard::new();
     let opts = RunOptions {
         pace,
         vad,
@@ -746,17 +800,19 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         console: false,
         on_event: Some(hook),
         cpu_shared: settings.threads.shared,
+        speculation: args.vad.speculation().map(|ms| (board.clone(), ms)),
         ..RunOptions::default()
     };
-    let result = pipeline::run(
-        inputs,
-        voxline::fault::Faulty::new(voxline_stt::SttStage::new(stt), fault.clone()),
-        voxline::fault::Faulty::new(voxline_llm::LlmStage::new(llm), fault.clone()),
-        &opts,
-        Some(shutdown),
-    )?;
+    let (stt, llm) = engine_stages(
+        stt,
+        voxline_llm::LlmStage::new(llm),
+        &fault,
+        opts.speculation.as_ref().map(|(b, _)| b),
+    );
+    let result = pipeline::run(inputs, stt, llm, &opts, Some(shutdown))?;
     bar.finish_and_clear();
-    let config = RunConfig::from_settings(&settings, &args.pace, files.clone(), args.warmup);
+    let mut config = RunConfig::from_settings(&settings, &args.pace, files.clone(), args.warmup);
+    args.vad.record(&mut config);
     let mut rep = report::build(&result, config, model_load_ms, budget.as_ref());
     if let Some((path, base)) = &baseline {
         let (metrics, verdict) = voxline::bench::compare_values(&serde_json::to_value(&rep)?, base);
@@ -909,14 +965,17 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     if args.cancel_on_stop {
         llm = llm.cancel_on(shutdown.clone());
     }
+    let board = voxline_core::SpecBoard::new();
     let opts = RunOptions {
         pace: Pace::Realtime,
         vad,
         events: events_out,
         console: !args.out.quiet,
         cpu_shared: settings.threads.shared,
+        speculation: args.vad.speculation().map(|ms| (board.clone(), ms)),
         ..RunOptions::default()
     };
+    let (stt, llm) = engine_stages(stt, llm, &fault, opts.speculation.as_ref().map(|(b, _)| b));
     let source = pipeline::Source::Live(pipeline::LiveOptions {
         device: args.device.clone(),
         max_turns: args.max_turns,
@@ -932,14 +991,9 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
                 .map_or(String::new(), |d| format!(" on {d}"))
         );
     }
-    let result = pipeline::run_source(
-        source,
-        voxline::fault::Faulty::new(voxline_stt::SttStage::new(stt), fault.clone()),
-        voxline::fault::Faulty::new(llm, fault.clone()),
-        &opts,
-        Some(shutdown),
-    )?;
-    let config = RunConfig::from_settings(&settings, "live", Vec::new(), args.out.warmup);
+    let result = pipeline::run_source(source, stt, llm, &opts, Some(shutdown))?;
+    let mut config = RunConfig::from_settings(&settings, "live", Vec::new(), args.out.warmup);
+    args.vad.record(&mut config);
     let rep = report::build(&result, config, model_load_ms, budget.as_ref());
     if let Some(l) = &rep.live {
         if l.frames_dropped_in_ring > 0 {

@@ -163,6 +163,10 @@ pub struct RunOptions {
     /// The two engines share the cores and take turns on them (one CPU
     /// lease) instead of each owning a part of them.
     pub cpu_shared: bool,
+    /// Speculative turn-taking: the board the STT and LLM stages were given
+    /// (see their `with_speculation`) and the silence, in ms, after which
+    /// the VAD sends an utterance early. `None`: off.
+    pub speculation: Option<(voxline_core::SpecBoard, u32)>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -175,6 +179,7 @@ impl std::fmt::Debug for RunOptions {
             .field("console", &self.console)
             .field("queue_capacity", &self.queue_capacity)
             .field("cpu_shared", &self.cpu_shared)
+            .field("speculation", &self.speculation.as_ref().map(|(_, ms)| ms))
             .finish_non_exhaustive()
     }
 }
@@ -190,6 +195,7 @@ impl Default for RunOptions {
             queue_capacity: 16,
             on_event: None,
             cpu_shared: false,
+            speculation: None,
         }
     }
 }
@@ -368,7 +374,10 @@ where
     S: Stage<In = Utterance, Out = Transcript>,
     L: Stage<In = Transcript, Out = LlmOut>,
 {
-    let vad = VadStage::new(opts.vad.clone()).map_err(BadInput::from_display)?;
+    let mut vad = VadStage::new(opts.vad.clone()).map_err(BadInput::from_display)?;
+    if let Some((board, silence_ms)) = &opts.speculation {
+        vad = vad.with_speculation(board.clone(), *silence_ms);
+    }
     let clock = Clock::start();
     let (audio_tx, audio_rx) = match &source {
         Source::Replay(_) => edge::<AudioFrame>("audio", 64, FullPolicy::Block),
@@ -423,17 +432,21 @@ where
     let sink_thread = std::thread::Builder::new()
         .name("events".into())
         .spawn(move || {
+            // nothing of a speculative attempt is shown before its commit
+            let mut gate = voxline_core::SpecGate::new();
             for ev in events.iter() {
-                if let Some(h) = &hook {
-                    h(&ev.event);
+                for ev in gate.push(ev) {
+                    if let Some(h) = &hook {
+                        h(&ev.event);
+                    }
+                    if matches!(
+                        ev.event,
+                        PipelineEvent::TurnComplete(_) | PipelineEvent::TurnError(_)
+                    ) {
+                        done_counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    sink.handle(ev);
                 }
-                if matches!(
-                    ev.event,
-                    PipelineEvent::TurnComplete(_) | PipelineEvent::TurnError(_)
-                ) {
-                    done_counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                sink.handle(ev);
             }
             sink.finish()
         })

@@ -54,12 +54,20 @@ pub struct TurnReport {
     pub end_sample: u64,
     /// End of speech per the sidecar (else the VAD's).
     pub true_end_sample: u64,
-    /// Where the VAD closed the utterance.
+    /// Where the VAD closed the utterance (confirmed the end, for a speculative turn).
     pub closed_sample: u64,
+    /// Where the speculative attempt that became this turn was sent.
+    pub spec_sample: Option<u64>,
     /// Utterance length.
     pub audio_ms: f64,
-    /// True end of speech → utterance closed.
+    /// True end of speech → utterance closed (for a speculative turn: its end confirmed, the commit).
     pub endpoint_delay_ms: Option<f64>,
+    /// Speculative turns: true end of speech → the attempt was sent downstream.
+    pub spec_delay_ms: Option<f64>,
+    /// Speculative turns: the first token was ready this long before the commit released it.
+    pub commit_wait_ms: Option<f64>,
+    /// Utterance committed (closed) → first token shown: the processing the user waits for after the endpointer decided.
+    pub processing_ms: Option<f64>,
     /// Utterance closed → STT started.
     pub stt_queue_ms: Option<f64>,
     /// STT started → transcript.
@@ -206,6 +214,11 @@ pub struct Summary {
     pub session_s: f64,
     /// End of speech → first token.
     pub response_latency_ms: Option<Percentiles>,
+    /// Turn committed (closed) → first token.
+    pub processing_ms: Option<Percentiles>,
+    /// Speculative turn-taking: attempts started, committed, cancelled, and
+    /// the CPU time (stage busy time) cancelled attempts cost.
+    pub speculation: SpecSummary,
     /// Endpoint delay.
     pub endpoint_delay_ms: Option<Percentiles>,
     /// STT latency.
@@ -226,6 +239,19 @@ pub struct Summary {
     pub bottleneck: Bottleneck,
     /// The budget verdict.
     pub budget: BudgetResult,
+}
+
+/// What speculative turn-taking did over a run.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct SpecSummary {
+    /// Attempts sent early.
+    pub started: usize,
+    /// Attempts that became turns.
+    pub committed: usize,
+    /// Attempts thrown away because speech resumed.
+    pub cancelled: usize,
+    /// Busy time stages spent on cancelled attempts, ms per stage.
+    pub cancelled_busy_ms: BTreeMap<String, f64>,
 }
 
 /// What the run was configured with (for comparing runs).
@@ -255,6 +281,10 @@ pub struct RunConfig {
     pub inputs: Vec<PathBuf>,
     /// Warm-up turns excluded.
     pub warmup: usize,
+    /// Silence that ends a turn, ms.
+    pub hangover_ms: u32,
+    /// Silence after which a turn is sent early (speculation), ms; `null` = off.
+    pub spec_silence_ms: Option<u32>,
 }
 
 impl RunConfig {
@@ -293,6 +323,7 @@ impl RunConfig {
             llm_model: name(&settings.llm_model),
             inputs,
             warmup,
+            ..Self::default()
         }
     }
 }
@@ -358,6 +389,8 @@ struct Gathered {
     error: Option<String>,
     stt_span: Option<(Instant, Instant, f64)>,
     llm_span: Option<(Instant, Instant, Instant, f64)>,
+    /// The attempt's commit: (sent at, confirmed at) stream positions, and when.
+    commit: Option<(u64, u64, Instant)>,
 }
 
 /// Builds the report of a run and checks it against `budget`, if given.
@@ -373,6 +406,8 @@ pub fn build(
     let warmup = config.warmup;
     let clock = run.clock;
     let mut by_id: BTreeMap<u64, Gathered> = BTreeMap::new();
+    let mut spec = SpecSummary::default();
+    let mut cancelled_ids = std::collections::BTreeSet::new();
     for ev in &run.events {
         match &ev.event {
             PipelineEvent::Utterance(u) => by_id.entry(u.id).or_default().utt = Some((*u, ev.at)),
@@ -388,7 +423,26 @@ pub fn build(
                     .error
                     .get_or_insert(format!("{}: {}", e.stage, e.message));
             }
+            PipelineEvent::SpecStart { .. } => spec.started += 1,
+            PipelineEvent::SpecCancel { id, .. } => {
+                spec.cancelled += 1;
+                cancelled_ids.insert(*id);
+            }
+            PipelineEvent::Commit {
+                id,
+                spec_sample,
+                sample,
+            } => {
+                spec.committed += 1;
+                by_id.entry(*id).or_default().commit = Some((*spec_sample, *sample, ev.at));
+            }
             _ => {}
+        }
+    }
+    for s in &run.outcome.spans {
+        if s.utterance.is_some_and(|id| cancelled_ids.contains(&id)) {
+            *spec.cancelled_busy_ms.entry(s.stage.clone()).or_default() +=
+                s.elapsed().as_secs_f64() * 1000.0;
         }
     }
     for s in &run.outcome.spans {
@@ -421,6 +475,7 @@ pub fn build(
             start_sample: u.start_sample,
             end_sample: u.end_sample,
             closed_sample: u.closed_sample,
+            spec_sample: g.commit.map(|(sent, _, _)| sent),
             audio_ms: u.duration_ms(),
             ..Default::default()
         };
@@ -508,14 +563,19 @@ pub fn build(
                         .unwrap_or(u.end_wall)
                 };
                 let at = |i: Instant| clock.ms_since_origin(i);
+                // a speculative turn was sent at `utt_at` and confirmed at its commit
+                let closed_at = g.commit.map_or(utt_at, |(_, _, c)| c);
                 t.timeline = TurnTimeline {
                     end_of_speech_ms: at(t_end),
-                    closed_ms: at(utt_at),
+                    closed_ms: at(closed_at),
                     stt_ms: g.stt_span.map(|(a, b, _)| [at(a), at(b)]),
                     llm_ms: g.llm_span.map(|(a, _, b, _)| [at(a), at(b)]),
                     first_token_ms: g.tokens.first().map(|f| at(*f)),
                 };
-                t.endpoint_delay_ms = Some(ms(t_end, utt_at));
+                t.endpoint_delay_ms = Some(ms(t_end, closed_at));
+                if g.commit.is_some() {
+                    t.spec_delay_ms = Some(ms(t_end, utt_at));
+                }
                 if let Some((st, _, _)) = g.stt_span {
                     t.stt_queue_ms = Some(ms(utt_at, st));
                 }
@@ -525,7 +585,13 @@ pub fn build(
                     t.llm_ms = Some(ms(st, fin));
                     if let Some(first) = g.tokens.first() {
                         t.llm_ttft_ms = Some(ms(*tr_at, *first));
-                        t.response_latency_ms = Some(ms(t_end, *first));
+                        // shown when computed, or at the commit if it was computed earlier
+                        let shown = (*first).max(closed_at);
+                        t.response_latency_ms = Some(ms(t_end, shown));
+                        t.processing_ms = Some(ms(closed_at, shown));
+                        if g.commit.is_some() {
+                            t.commit_wait_ms = Some(ms(*first, shown));
+                        }
                     }
                 }
                 t.llm_first_token_ms = llm_first;
@@ -537,9 +603,16 @@ pub fn build(
                 t.timeline.end_of_speech_ms = v_end;
                 t.timeline.closed_ms = v_utt;
                 t.llm_first_token_ms = llm_first;
+                if let Some((sent, _, _)) = g.commit {
+                    t.spec_delay_ms = Some(Clock::samples_to_ms(sent) - v_end);
+                }
                 jobs.push(SimJob {
                     turn: turns.len(),
-                    ready: v_utt,
+                    ready: g
+                        .commit
+                        .map_or(v_utt, |(sent, _, _)| Clock::samples_to_ms(sent)),
+                    commit: v_utt,
+                    speculative: g.commit.is_some(),
                     stt: g.stt_span.map(|(_, _, busy)| (busy, stt_service)),
                     llm: g.llm_span.map(|(_, _, _, busy)| (busy, llm_first)),
                 });
@@ -583,6 +656,8 @@ pub fn build(
         audio_s: audio_ms / 1000.0,
         session_s: session_ms / 1000.0,
         response_latency_ms: pick(&|t| t.response_latency_ms),
+        processing_ms: pick(&|t| t.processing_ms),
+        speculation: spec,
         endpoint_delay_ms: pick(&|t| t.endpoint_delay_ms),
         stt_ms: pick(&|t| t.stt_ms),
         stt_rtfx: pick(&|t| t.stt_rtfx),
@@ -705,8 +780,12 @@ fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<
 struct SimJob {
     /// Index into the turns.
     turn: usize,
-    /// When the utterance closed (virtual ms).
+    /// When the utterance was sent downstream (virtual ms).
     ready: f64,
+    /// When its end was confirmed (= `ready` unless speculative).
+    commit: f64,
+    /// Sent early, before `commit`.
+    speculative: bool,
     /// STT busy time and its time to the transcript.
     stt: Option<(f64, Option<f64>)>,
     /// LLM busy time and its time to the first token.
@@ -780,9 +859,15 @@ fn simulate(jobs: &[SimJob], shared: bool, turns: &mut [TurnReport]) -> f64 {
                 t.llm_queue_ms = Some(start - ready);
                 t.llm_ms = Some(busy);
                 if let Some(first) = first {
-                    t.timeline.first_token_ms = Some(start + first);
+                    let computed = start + first;
+                    let shown = computed.max(j.commit);
+                    t.timeline.first_token_ms = Some(shown);
                     t.llm_ttft_ms = Some(start - ready + first);
-                    t.response_latency_ms = Some(start + first - t.timeline.end_of_speech_ms);
+                    t.response_latency_ms = Some(shown - t.timeline.end_of_speech_ms);
+                    t.processing_ms = Some(shown - j.commit);
+                    if j.speculative {
+                        t.commit_wait_ms = Some(shown - computed);
+                    }
                 }
             }
         }
@@ -829,21 +914,26 @@ fn with_virtual_waits(mut stages: Vec<StageReport>, turns: &[TurnReport]) -> Vec
 }
 
 /// The latency terms of a turn, in critical-path order.
-const TERMS: [&str; 5] = [
+/// For a speculative turn `endpoint` is the time until the attempt was sent
+/// and `commit_wait` the time a ready first token waited for the commit;
+/// the terms add up to the response latency exactly.
+const TERMS: [&str; 6] = [
     "endpoint",
     "stt_queue",
     "stt",
     "llm_queue",
     "llm_first_token",
+    "commit_wait",
 ];
 
-fn terms(t: &TurnReport) -> Option<[f64; 5]> {
+fn terms(t: &TurnReport) -> Option<[f64; 6]> {
     Some([
-        t.endpoint_delay_ms?,
+        t.spec_delay_ms.or(t.endpoint_delay_ms)?,
         t.stt_queue_ms?,
         t.stt_ms?,
         t.llm_queue_ms?,
         t.llm_first_token_ms?,
+        t.commit_wait_ms.unwrap_or(0.0),
     ])
 }
 
@@ -869,10 +959,10 @@ fn bottleneck(stages: &[StageReport], turns: &[&TurnReport]) -> Bottleneck {
             s.name, s.utilization, s.busy_ms, s.queue_max_depth, s.queue_capacity
         ));
     }
-    let all: Vec<[f64; 5]> = turns.iter().filter_map(|t| terms(t)).collect();
+    let all: Vec<[f64; 6]> = turns.iter().filter_map(|t| terms(t)).collect();
     if !all.is_empty() {
         let n = all.len() as f64;
-        let means: Vec<f64> = (0..5)
+        let means: Vec<f64> = (0..TERMS.len())
             .map(|i| all.iter().map(|a| a[i]).sum::<f64>() / n)
             .collect();
         let total: f64 = means.iter().sum();

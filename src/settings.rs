@@ -7,6 +7,10 @@ use voxline_stt::{AudioCtx, SttConfig};
 
 use crate::BadInput;
 
+/// The default silence after which a turn is sent early (speculative
+/// turn-taking), ms; chosen by measurement (see the README's latency section).
+pub const DEFAULT_SPEC_SILENCE_MS: u32 = 200;
+
 /// How the CPU thread budget is shared by the two engines.
 ///
 /// ggml's CPU threads spin while they wait, so two engines whose threads

@@ -2,18 +2,38 @@
 
 use std::time::{Duration, Instant};
 
-use voxline_core::{AudioFrame, Clock, Emitter, Stage, StageError, Utterance, UtteranceId};
+use voxline_core::{
+    AudioFrame, Clock, Emitter, PipelineEvent, SpecBoard, Stage, StageError, Utterance, UtteranceId,
+};
 
-use crate::vad::{Endpointer, Segment, VadConfig};
+use crate::vad::{Endpointer, Segment, VadConfig, FRAME_SAMPLES};
 use crate::AudioError;
+
+/// A speculative attempt in flight.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    id: UtteranceId,
+    start: u64,
+    end: u64,
+    sent_at: u64,
+}
 
 /// Cuts the 16 kHz stream into [`Utterance`]s with an [`Endpointer`],
 /// numbering them from 1 and placing each on the session clock: the wall
 /// time of its end sample is extrapolated from the capture time of the
 /// frame that closed it.
+///
+/// With [`VadStage::with_speculation`], an utterance is also sent early, as
+/// a speculative attempt under its own id, once a short silence follows
+/// speech; the hangover then commits it, or resumed speech cancels it (see
+/// [`voxline_core::spec`]). Ids therefore number attempts, and a turn's id
+/// may skip the ids of cancelled attempts.
 pub struct VadStage {
     endpointer: Endpointer,
     next_id: UtteranceId,
+    /// The board and the silence (in samples) after which to speculate.
+    spec: Option<(SpecBoard, u64)>,
+    pending: Option<Pending>,
     /// Stream position and capture instant of the latest frame.
     last: Option<(u64, Instant)>,
     /// Offset from endpointer positions to stream positions (the first frame's start).
@@ -37,9 +57,107 @@ impl VadStage {
         Ok(Self {
             endpointer: Endpointer::new(config)?,
             next_id: 1,
+            spec: None,
+            pending: None,
             last: None,
             origin: None,
         })
+    }
+
+    /// Sends each utterance early, as a speculative attempt registered on
+    /// `board`, once `silence_ms` of non-speech follows its speech (0 = never).
+    /// A silence as long as the hangover or longer never fires: the utterance
+    /// closes first.
+    #[must_use]
+    pub fn with_speculation(mut self, board: SpecBoard, silence_ms: u32) -> Self {
+        self.spec = (silence_ms > 0).then(|| {
+            (
+                board,
+                u64::from(silence_ms) * u64::from(voxline_core::SAMPLE_RATE) / 1000,
+            )
+        });
+        self
+    }
+
+    /// Handles a closed segment: commits the attempt that sent exactly it, or
+    /// cancels a stale attempt and sends the segment as an ordinary utterance.
+    fn close(&mut self, seg: Segment, closed: u64, out: &mut Emitter<'_, Utterance>) {
+        let origin = self.origin.unwrap_or(0);
+        if let Some(p) = self.pending.take() {
+            let same = !seg.forced_split
+                && p.start == seg.start_sample + origin
+                && p.end == seg.end_sample + origin;
+            if let Some((board, _)) = &self.spec {
+                if same {
+                    board.commit(p.id);
+                    out.publish(PipelineEvent::Commit {
+                        id: p.id,
+                        spec_sample: p.sent_at,
+                        sample: closed,
+                    });
+                    return;
+                }
+                board.cancel(p.id);
+                out.publish(PipelineEvent::SpecCancel {
+                    id: p.id,
+                    sample: closed,
+                });
+            }
+        }
+        self.emit(seg, closed, out);
+    }
+
+    /// After each detector frame: cancels an attempt whose utterance went on,
+    /// and starts one when the silence after speech is long enough.
+    fn speculate(&mut self, pos: u64, out: &mut Emitter<'_, Utterance>) {
+        let Some((board, silence)) = self.spec.clone() else {
+            return;
+        };
+        let origin = self.origin.unwrap_or(0);
+        let open = self
+            .endpointer
+            .open_utterance()
+            .map(|o| (o.start_sample + origin, o.end_sample + origin, o.keepable));
+        if let Some(p) = self.pending {
+            if open.is_none_or(|(start, end, _)| (start, end) != (p.start, p.end)) {
+                board.cancel(p.id);
+                out.publish(PipelineEvent::SpecCancel {
+                    id: p.id,
+                    sample: pos,
+                });
+                self.pending = None;
+            }
+        }
+        let Some((start, end, keepable)) = open else {
+            return;
+        };
+        if self.pending.is_some() || !keepable || pos < end + silence {
+            return;
+        }
+        let samples = self
+            .endpointer
+            .open_utterance()
+            .map(|o| o.samples.to_vec())
+            .unwrap_or_default();
+        let id = self.next_id;
+        self.next_id += 1;
+        board.start(id);
+        out.publish(PipelineEvent::SpecStart { id, sample: pos });
+        self.pending = Some(Pending {
+            id,
+            start,
+            end,
+            sent_at: pos,
+        });
+        out.emit(Utterance {
+            id,
+            start_sample: start,
+            end_sample: end,
+            end_wall: self.wall_of(end),
+            samples,
+            forced_split: false,
+            closed_sample: pos,
+        });
     }
 
     fn wall_of(&self, sample: u64) -> Instant {
@@ -92,10 +210,23 @@ impl Stage for VadStage {
                     frame.samples.len() as f64 / f64::from(voxline_core::SAMPLE_RATE),
                 ),
         ));
-        let segments = self.endpointer.push(&frame.samples);
-        let closed = self.endpointer.position() + origin;
-        for seg in segments {
-            self.emit(seg, closed, out);
+        if self.spec.is_none() {
+            let segments = self.endpointer.push(&frame.samples);
+            let closed = self.endpointer.position() + origin;
+            for seg in segments {
+                self.emit(seg, closed, out);
+            }
+            return Ok(());
+        }
+        // Detector frame by detector frame, so an attempt starts (or is
+        // cancelled) at the frame where the silence reached its length.
+        for part in frame.samples.chunks(FRAME_SAMPLES) {
+            let segments = self.endpointer.push(part);
+            let pos = self.endpointer.position() + origin;
+            for seg in segments {
+                self.close(seg, pos, out);
+            }
+            self.speculate(pos, out);
         }
         Ok(())
     }
@@ -103,7 +234,14 @@ impl Stage for VadStage {
     fn finish(&mut self, out: &mut Emitter<'_, Utterance>) -> Result<(), StageError> {
         let closed = self.endpointer.position() + self.origin.unwrap_or(0);
         if let Some(seg) = self.endpointer.finish() {
-            self.emit(seg, closed, out);
+            self.close(seg, closed, out);
+        }
+        if let (Some(p), Some((board, _))) = (self.pending.take(), &self.spec) {
+            board.cancel(p.id);
+            out.publish(PipelineEvent::SpecCancel {
+                id: p.id,
+                sample: closed,
+            });
         }
         Ok(())
     }

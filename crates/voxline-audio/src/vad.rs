@@ -173,6 +173,19 @@ impl Segment {
     }
 }
 
+/// A view of the open utterance (see [`SegmentTracker::open_utterance`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OpenUtterance<'a> {
+    /// First sample, pre-roll included.
+    pub start_sample: u64,
+    /// One past the end of the last speech frame.
+    pub end_sample: u64,
+    /// Whether it would be kept if it closed now (long enough, or a continuation).
+    pub keepable: bool,
+    /// The audio from `start_sample` to `end_sample`.
+    pub samples: &'a [f32],
+}
+
 /// Counters kept by the tracker since it was created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct VadStats {
@@ -260,6 +273,25 @@ impl SegmentTracker {
     /// Whether an utterance is open (speech seen and not yet closed).
     pub fn in_utterance(&self) -> bool {
         self.open.is_some()
+    }
+
+    /// The open utterance as it would close now, if one is open and holds
+    /// speech: what a speculative end of turn sends downstream.
+    pub fn open_utterance(&self) -> Option<OpenUtterance<'_>> {
+        let open = self.open.as_ref()?;
+        let first_speech = open.first_speech?;
+        if open.speech_end <= open.start {
+            return None;
+        }
+        let keep = usize::try_from(open.speech_end - open.start)
+            .unwrap_or(usize::MAX)
+            .min(open.samples.len());
+        Some(OpenUtterance {
+            start_sample: open.start,
+            end_sample: open.speech_end,
+            keepable: open.continuation || open.speech_end - first_speech >= self.min_speech,
+            samples: &open.samples[..keep],
+        })
     }
 
     /// Feeds one frame (normally [`FRAME_SAMPLES`] long; any length is accepted)
@@ -468,6 +500,11 @@ impl Endpointer {
     /// Counters since creation.
     pub fn stats(&self) -> VadStats {
         self.tracker.stats()
+    }
+
+    /// The open utterance as it would close now (see [`SegmentTracker::open_utterance`]).
+    pub fn open_utterance(&self) -> Option<OpenUtterance<'_>> {
+        self.tracker.open_utterance()
     }
 
     /// The configuration in use.

@@ -4,12 +4,14 @@
 //! - [`clock`]: the one clock of a session ([`Clock`], [`StreamTime`]);
 //! - [`message`]: what travels between stages and what sinks see
 //!   ([`PipelineEvent`]);
+//! - [`cpu`]: the CPU budget: a priority lease, a thread meter, a governor;
 //! - [`mod@edge`]: bounded channels with a declared full-queue policy
 //!   ([`FullPolicy`]) and counters;
 //! - [`stage`]: the [`Stage`] trait and the [`Emitter`] it writes to;
 //! - [`runtime`]: the threaded [`Pipeline`] that times stages from outside
 //!   and shuts down in order;
 //! - [`span`]: the runtime's record of each call ([`Span`]);
+//! - [`spec`]: speculative turns ([`SpecBoard`], [`SpecGate`]);
 //! - [`files`]: atomic file writing, with partial files removed on abort.
 //!
 //! ```
@@ -47,14 +49,17 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod cpu;
 pub mod edge;
 pub mod files;
 pub mod message;
 pub mod runtime;
 pub mod span;
+pub mod spec;
 pub mod stage;
 
 pub use clock::{Clock, StreamTime, SAMPLE_RATE};
+pub use cpu::{CpuGovernor, LeaseGuard, Priority, ThreadMeter};
 pub use edge::{
     edge, try_edge, Disconnected, EdgeError, EdgeReceiver, EdgeSender, EdgeStats,
     EdgeStatsSnapshot, Envelope, FullPolicy, RecvTimeoutError, TryRecvError,
@@ -68,4 +73,5 @@ pub use runtime::{
     ShutdownHandle,
 };
 pub use span::{Span, SpanKind, SpanRecord};
+pub use spec::{SpecBoard, SpecGate, SpecState};
 pub use stage::{drive, Emitter, Stage, StageError};

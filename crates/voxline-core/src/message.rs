@@ -239,6 +239,32 @@ pub enum PipelineEvent {
         /// How many items were discarded since the last report.
         count: u64,
     },
+    /// The endpointer sent utterance `id` early, after a short silence
+    /// (a speculative attempt; see [`crate::spec`]).
+    SpecStart {
+        /// The attempt's utterance id.
+        id: UtteranceId,
+        /// Stream position at which it was sent.
+        sample: u64,
+    },
+    /// Speech resumed before the turn's end was confirmed: attempt `id` is
+    /// thrown away, and nothing it produced is shown.
+    SpecCancel {
+        /// The attempt's utterance id.
+        id: UtteranceId,
+        /// Stream position at which speech resumed.
+        sample: u64,
+    },
+    /// The hangover confirmed the end of the turn: attempt `id` is the turn,
+    /// and what it produced is released.
+    Commit {
+        /// The attempt's utterance id.
+        id: UtteranceId,
+        /// Stream position at which the attempt was sent.
+        spec_sample: u64,
+        /// Stream position at which the end was confirmed.
+        sample: u64,
+    },
     /// A stage failed fatally (error or panic); the pipeline shuts down.
     StageFailed {
         /// The stage.
@@ -261,6 +287,9 @@ impl PipelineEvent {
             Self::StageError { .. } => "stage_error",
             Self::Dropped { .. } => "dropped",
             Self::StageFailed { .. } => "stage_failed",
+            Self::SpecStart { .. } => "spec_start",
+            Self::SpecCancel { .. } => "spec_cancel",
+            Self::Commit { .. } => "commit",
         }
     }
 
@@ -273,6 +302,9 @@ impl PipelineEvent {
             Self::Token(t) => Some(t.id),
             Self::TurnComplete(t) => Some(t.id),
             Self::TurnError(e) => Some(e.id),
+            Self::SpecStart { id, .. } | Self::SpecCancel { id, .. } | Self::Commit { id, .. } => {
+                Some(*id)
+            }
             Self::StageError { .. } | Self::Dropped { .. } | Self::StageFailed { .. } => None,
         }
     }
@@ -284,6 +316,9 @@ impl PipelineEvent {
         match self {
             Self::Utterance(u) => Some(u.end_sample),
             Self::Transcript(t) => Some(t.end_sample),
+            Self::SpecStart { sample, .. }
+            | Self::SpecCancel { sample, .. }
+            | Self::Commit { sample, .. } => Some(*sample),
             _ => None,
         }
     }
@@ -349,6 +384,10 @@ impl PipelineEvent {
                 edge,
                 count: *count,
             },
+            Self::SpecStart { .. } | Self::SpecCancel { .. } => Body::Empty {},
+            Self::Commit { spec_sample, .. } => Body::Commit {
+                spec_sample: *spec_sample,
+            },
         };
         EventLine {
             kind: self.kind(),
@@ -411,6 +450,10 @@ enum Body<'a> {
         edge: &'a str,
         count: u64,
     },
+    Commit {
+        spec_sample: u64,
+    },
+    Empty {},
 }
 
 /// An event with the instant it happened, as carried by the event bus.

@@ -15,6 +15,7 @@ use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
@@ -29,27 +30,7 @@ use crate::stage::{Emitter, Stage, StageError};
 /// The receiving end of the event bus.
 pub type EventReceiver = cb::Receiver<TimedEvent>;
 
-/// A CPU lease shared by stages whose engines use the same cores.
-///
-/// ggml's threads spin, so two engines computing at once on the same cores
-/// collapse each other's throughput. Stages spawned with the same lease
-/// never compute at the same time: the runtime takes the lease after an
-/// item is received and before the stage starts on it, so the time spent
-/// waiting for the cores is recorded as queue wait, not as work.
-#[derive(Debug, Clone, Default)]
-pub struct CpuLease(Arc<Mutex<()>>);
-
-impl CpuLease {
-    /// A new, free lease.
-    #[must_use]
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    pub(crate) fn acquire(&self) -> MutexGuard<'_, ()> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
+pub use crate::cpu::CpuLease;
 
 /// Where the runtime (and anyone holding a clone) publishes
 /// [`PipelineEvent`]s. Unbounded, so publishing never blocks a stage.
@@ -548,7 +529,7 @@ fn run_stage<S: Stage>(
         let depth = input.len();
         let mut out = Emitter::to_edge(output, bus);
         if let Some(lease) = &ctx.lease {
-            out = out.with_lease(lease);
+            out = out.with_lease(lease, stage.priority(&envelope.item));
         }
         let started = Instant::now();
         report_drops(&ctx.bus, &input.stats());

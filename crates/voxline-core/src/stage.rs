@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::cpu::{CpuLease, LeaseGuard, Priority};
 use crate::edge::EdgeSender;
 use crate::message::{Message, TimedEvent, UtteranceId};
 use crate::runtime::EventBus;
@@ -34,6 +35,14 @@ pub trait Stage: Send + 'static {
         input: Self::In,
         out: &mut Emitter<'_, Self::Out>,
     ) -> Result<(), StageError>;
+
+    /// How urgent `input` is, for a stage that shares the cores under a
+    /// [`CpuLease`](crate::CpuLease): the lease is taken at this priority
+    /// before [`Stage::process`] runs. Default: [`Priority::Committed`].
+    fn priority(&self, input: &Self::In) -> Priority {
+        let _ = input;
+        Priority::Committed
+    }
 
     /// End of stream: flushes anything buffered (e.g. an open utterance).
     ///
@@ -114,11 +123,9 @@ pub struct Emitter<'a, T> {
     first_utterance: Option<UtteranceId>,
     blocked: Duration,
     closed: bool,
-    /// The CPU lease this call holds, if the stage is leased.
-    lease: Option<(
-        &'a crate::runtime::CpuLease,
-        Option<std::sync::MutexGuard<'a, ()>>,
-    )>,
+    /// The CPU lease this call holds, if the stage is leased (`None` inside
+    /// while it is let go around a blocked send).
+    lease: Option<(&'a CpuLease, Option<LeaseGuard>, Priority)>,
 }
 
 impl<'a, T: Message> Emitter<'a, T> {
@@ -153,9 +160,28 @@ impl<'a, T: Message> Emitter<'a, T> {
     /// Takes `lease` for the duration of the call. While a send would block
     /// on a full edge the lease is let go (the stage downstream may need it
     /// to make room) and taken back afterwards.
-    pub(crate) fn with_lease(mut self, lease: &'a crate::runtime::CpuLease) -> Self {
-        self.lease = Some((lease, Some(lease.acquire())));
+    pub(crate) fn with_lease(mut self, lease: &'a CpuLease, priority: Priority) -> Self {
+        self.lease = Some((lease, Some(lease.acquire(priority)), priority));
         self
+    }
+
+    /// Changes how urgent the rest of this call is (e.g. from first token to
+    /// streaming once an answer streams); no-op for a stage without a lease.
+    pub fn set_priority(&mut self, priority: Priority) {
+        if let Some((_, guard, p)) = &mut self.lease {
+            *p = priority;
+            if let Some(g) = guard {
+                g.set_priority(priority);
+            }
+        }
+    }
+
+    /// At a step boundary of long work (a token): if more urgent work waits
+    /// for the cores, lets it run first. The wait is not counted as busy.
+    pub fn yield_cpu(&mut self) {
+        if let Some((_, Some(g), _)) = &mut self.lease {
+            self.blocked += g.yield_to_urgent();
+        }
     }
 
     /// Lets go of the lease (the call is over).
@@ -181,15 +207,15 @@ impl<'a, T: Message> Emitter<'a, T> {
                 // Holding the CPU lease while waiting for room downstream would
                 // deadlock with a downstream stage that needs the lease to drain.
                 let lease = match &mut self.lease {
-                    Some((lease, guard)) if tx.stats().capacity() <= tx.len() => {
+                    Some((lease, guard, p)) if tx.stats().capacity() <= tx.len() => {
                         *guard = None;
-                        Some(*lease)
+                        Some((*lease, *p))
                     }
                     _ => None,
                 };
                 let sent = tx.send_stamped(item, at);
-                if let (Some(lease), Some((_, guard))) = (lease, &mut self.lease) {
-                    *guard = Some(lease.acquire());
+                if let (Some((lease, p)), Some((_, guard, _))) = (lease, &mut self.lease) {
+                    *guard = Some(lease.acquire(p));
                 }
                 if sent.is_err() {
                     self.closed = true;
@@ -207,6 +233,14 @@ impl<'a, T: Message> Emitter<'a, T> {
         }
         if let (Some(bus), Some(event)) = (self.bus, event) {
             bus.publish(TimedEvent { at, event });
+        }
+    }
+
+    /// Publishes a control event (not a message) on the event bus, stamped
+    /// now; a no-op for an emitter without a bus (e.g. [`drive`]).
+    pub fn publish(&mut self, event: crate::message::PipelineEvent) {
+        if let Some(bus) = self.bus {
+            bus.post(event);
         }
     }
 

@@ -144,6 +144,8 @@ pub enum Stop {
     MaxTokens,
     /// The consumer asked to stop.
     Cancelled,
+    /// The context window filled up before the answer ended.
+    ContextFull,
 }
 
 /// The engine's own token counters for one turn (llama.cpp's perf
@@ -155,6 +157,13 @@ pub struct EngineCounters {
     pub n_p_eval: u32,
     /// Tokens evaluated one at a time (llama.cpp `n_eval`).
     pub n_eval: u32,
+}
+
+/// The conversation at one moment (see [`LlmEngine::checkpoint`]).
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    cached: Vec<LlamaToken>,
+    history: Vec<(String, String)>,
 }
 
 /// One turn's answer.
@@ -358,6 +367,46 @@ impl LlmEngine {
         self.history.clear();
     }
 
+    /// The conversation as it is now, to return to with [`LlmEngine::rollback`].
+    #[must_use]
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            cached: self.cached.clone(),
+            history: self.history.clone(),
+        }
+    }
+
+    /// Returns the conversation to `cp`: the history exactly as it was, and
+    /// the KV cache trimmed to the longest prefix it still shares with what
+    /// was cached then (normally all of it: a turn only appends). Whatever
+    /// is missing is evaluated again by the next turn.
+    ///
+    /// # Errors
+    /// [`LlmError::Engine`] when llama.cpp refuses to trim the cache.
+    pub fn rollback(&mut self, cp: Checkpoint) -> Result<(), LlmError> {
+        let keep = self
+            .cached
+            .iter()
+            .zip(&cp.cached)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if keep < self.cached.len() {
+            let p0 = u32::try_from(keep).unwrap_or(u32::MAX);
+            self.ctx
+                .clear_kv_cache_seq(Some(0), Some(p0), None)
+                .map_err(|e| LlmError::Engine(e.to_string()))?;
+            self.cached.truncate(keep);
+        }
+        self.history = cp.history;
+        Ok(())
+    }
+
+    /// The remembered turns, oldest first: (user, assistant).
+    #[must_use]
+    pub fn history(&self) -> &[(String, String)] {
+        &self.history
+    }
+
     fn render(&self, history: &[(String, String)], user: Option<&str>) -> Result<String, LlmError> {
         let msg = |role: &str, content: &str| {
             LlamaChatMessage::new(role.into(), content.into())
@@ -498,7 +547,7 @@ impl LlmEngine {
                 break Stop::Cancelled;
             }
             if self.cached.len() + 1 >= self.config.n_ctx as usize {
-                break Stop::MaxTokens;
+                break Stop::ContextFull;
             }
             self.batch.clear();
             let pos = i32::try_from(self.cached.len()).unwrap_or(i32::MAX);
@@ -569,6 +618,10 @@ impl LlmEngine {
 pub struct LlmStage {
     engine: LlmEngine,
     cancel: Option<voxline_core::ShutdownHandle>,
+    board: Option<voxline_core::SpecBoard>,
+    /// A speculative turn answered but not yet committed, with the
+    /// conversation as it was before it.
+    pending: Option<(voxline_core::UtteranceId, Checkpoint)>,
 }
 
 impl LlmStage {
@@ -578,7 +631,52 @@ impl LlmStage {
         Self {
             engine,
             cancel: None,
+            board: None,
+            pending: None,
         }
+    }
+
+    /// Speculative turns on `board`: a cancelled one stops at the next token
+    /// and the conversation (KV cache and history) returns to exactly what it
+    /// was before it; one still pending when the next turn arrives is
+    /// settled first.
+    #[must_use]
+    pub fn with_speculation(mut self, board: voxline_core::SpecBoard) -> Self {
+        self.board = Some(board);
+        self
+    }
+
+    /// The engine (e.g. to inspect the conversation).
+    #[must_use]
+    pub fn engine(&self) -> &LlmEngine {
+        &self.engine
+    }
+
+    fn spec_state(&self, id: voxline_core::UtteranceId) -> voxline_core::SpecState {
+        self.board
+            .as_ref()
+            .map_or(voxline_core::SpecState::Final, |b| b.state(id))
+    }
+
+    /// Rolls back a speculative turn that was cancelled; forgets one that was committed.
+    fn settle(&mut self) -> Result<(), voxline_core::StageError> {
+        let Some((id, _)) = &self.pending else {
+            return Ok(());
+        };
+        let state = self.spec_state(*id);
+        if state == voxline_core::SpecState::Pending {
+            return Ok(());
+        }
+        if let Some((id, cp)) = self.pending.take() {
+            if state == voxline_core::SpecState::Cancelled {
+                self.engine.rollback(cp).map_err(|e| {
+                    voxline_core::StageError::fatal(format!(
+                        "rolling back cancelled turn {id}: {e}"
+                    ))
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// Once `cancel` is requested, the answer in flight stops at the next
@@ -604,6 +702,13 @@ impl voxline_core::Stage for LlmStage {
         "llm"
     }
 
+    fn finish(
+        &mut self,
+        _out: &mut voxline_core::Emitter<'_, Self::Out>,
+    ) -> Result<(), voxline_core::StageError> {
+        self.settle()
+    }
+
     fn process(
         &mut self,
         t: Self::In,
@@ -611,6 +716,13 @@ impl voxline_core::Stage for LlmStage {
     ) -> Result<(), voxline_core::StageError> {
         use voxline_core::{LlmEngineTimings, LlmOut, StopReason, Token, TurnComplete};
         let id = t.id;
+        self.settle()?;
+        if self.spec_state(id) == voxline_core::SpecState::Cancelled {
+            return Ok(());
+        }
+        if self.spec_state(id) == voxline_core::SpecState::Pending {
+            self.pending = Some((id, self.engine.checkpoint()));
+        }
         if self.cancelled() {
             return Err(voxline_core::StageError::turn(
                 id,
@@ -631,21 +743,27 @@ impl voxline_core::Stage for LlmStage {
         }
         let mut index = 0u32;
         let cancel = self.cancel.clone();
-        let r = self
-            .engine
-            .respond(&t.text, &mut |piece| {
-                out.emit(LlmOut::Token(Token {
-                    id,
-                    index,
-                    text: piece.to_string(),
-                }));
-                index += 1;
-                !out.is_closed()
-                    && !cancel
-                        .as_ref()
-                        .is_some_and(voxline_core::ShutdownHandle::is_requested)
-            })
-            .map_err(|e| voxline_core::StageError::turn(id, e.to_string()))?;
+        let board = self.board.clone();
+        let spec_cancelled = || board.as_ref().is_some_and(|b| b.is_cancelled(id));
+        let r = self.engine.respond(&t.text, &mut |piece| {
+            out.emit(LlmOut::Token(Token {
+                id,
+                index,
+                text: piece.to_string(),
+            }));
+            index += 1;
+            !out.is_closed()
+                && !spec_cancelled()
+                && !cancel
+                    .as_ref()
+                    .is_some_and(voxline_core::ShutdownHandle::is_requested)
+        });
+        if spec_cancelled() {
+            // what it produced is never shown; the conversation goes back now
+            self.settle()?;
+            return Ok(());
+        }
+        let r = r.map_err(|e| voxline_core::StageError::turn(id, e.to_string()))?;
         out.emit(LlmOut::Done(TurnComplete {
             id,
             transcript: t.text,
@@ -660,6 +778,7 @@ impl voxline_core::Stage for LlmStage {
                 Stop::EndOfGeneration => StopReason::EndOfGeneration,
                 Stop::MaxTokens => StopReason::MaxTokens,
                 Stop::Cancelled => StopReason::Cancelled,
+                Stop::ContextFull => StopReason::ContextFull,
             },
         }));
         Ok(())

@@ -1,0 +1,243 @@
+//! Speculative turns: work started before the end of a turn is certain,
+//! held from the user until it is committed, and discarded if cancelled.
+//!
+//! The endpointer sends an utterance downstream as soon as it has seen a
+//! short silence, under a fresh utterance id it registers as *pending* on a
+//! [`SpecBoard`]. If the hangover then confirms the end of the turn it
+//! *commits* the id; if speech resumes first it *cancels* it (and a later
+//! attempt goes out under a new id). Downstream stages consult the board:
+//! the recogniser aborts a cancelled attempt, the language model stops at
+//! its next step and rolls its context back.
+//!
+//! Nothing of a pending attempt reaches the user: a [`SpecGate`] in front of
+//! every sink holds the attempt's events until its
+//! [`PipelineEvent::Commit`] passes (then releases them in order) or its
+//! [`PipelineEvent::SpecCancel`] does (then drops them, and everything the
+//! attempt still produces afterwards).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::message::{PipelineEvent, TimedEvent, UtteranceId};
+
+/// Where a speculative attempt stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecState {
+    /// Not a speculative attempt: an ordinary, final utterance.
+    Final,
+    /// Sent early; the turn's end is not confirmed yet.
+    Pending,
+    /// The end of the turn was confirmed: the work is used.
+    Committed,
+    /// Speech resumed: the work is thrown away.
+    Cancelled,
+}
+
+/// How many resolved attempts the board remembers (older ones read as
+/// [`SpecState::Final`]; a stage never asks about one that old).
+const REMEMBERED: usize = 1024;
+
+#[derive(Debug, Default)]
+struct Board {
+    states: HashMap<UtteranceId, SpecState>,
+    order: VecDeque<UtteranceId>,
+}
+
+/// The shared record of speculative attempts, written by the endpointer and
+/// read by the stages downstream. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct SpecBoard(Arc<Mutex<Board>>);
+
+impl SpecBoard {
+    /// An empty board.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn set(&self, id: UtteranceId, state: SpecState) {
+        let mut b = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if b.states.insert(id, state).is_none() {
+            b.order.push_back(id);
+            while b.order.len() > REMEMBERED {
+                if let Some(old) = b.order.pop_front() {
+                    b.states.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Registers `id` as a pending attempt (before it is sent downstream).
+    pub fn start(&self, id: UtteranceId) {
+        self.set(id, SpecState::Pending);
+    }
+
+    /// Confirms attempt `id`.
+    pub fn commit(&self, id: UtteranceId) {
+        self.set(id, SpecState::Committed);
+    }
+
+    /// Cancels attempt `id`.
+    pub fn cancel(&self, id: UtteranceId) {
+        self.set(id, SpecState::Cancelled);
+    }
+
+    /// The state of `id` ([`SpecState::Final`] for an ordinary utterance).
+    #[must_use]
+    pub fn state(&self, id: UtteranceId) -> SpecState {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .states
+            .get(&id)
+            .copied()
+            .unwrap_or(SpecState::Final)
+    }
+
+    /// Whether `id` was cancelled (its work should stop now).
+    #[must_use]
+    pub fn is_cancelled(&self, id: UtteranceId) -> bool {
+        self.state(id) == SpecState::Cancelled
+    }
+}
+
+/// Holds the events of pending attempts until they are committed or
+/// cancelled; everything else passes straight through, in order.
+///
+/// Feed it every event in bus order with [`SpecGate::push`]; it returns what
+/// may be shown now. A released [`PipelineEvent::Utterance`] carries the
+/// commit position as its `closed_sample` (when the turn's end was
+/// confirmed), not the earlier point the attempt was sent at.
+#[derive(Debug, Default)]
+pub struct SpecGate {
+    held: HashMap<UtteranceId, Vec<TimedEvent>>,
+    cancelled: std::collections::HashSet<UtteranceId>,
+}
+
+impl SpecGate {
+    /// An empty gate.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes one event; returns the events that may be shown now.
+    pub fn push(&mut self, ev: TimedEvent) -> Vec<TimedEvent> {
+        match &ev.event {
+            PipelineEvent::SpecStart { id, .. } => {
+                self.held.insert(*id, Vec::new());
+                vec![ev]
+            }
+            PipelineEvent::SpecCancel { id, .. } => {
+                self.held.remove(id);
+                self.cancelled.insert(*id);
+                vec![ev]
+            }
+            PipelineEvent::Commit { id, sample, .. } => {
+                let (id, sample) = (*id, *sample);
+                let mut out = vec![ev];
+                for mut held in self.held.remove(&id).unwrap_or_default() {
+                    if let PipelineEvent::Utterance(u) = &mut held.event {
+                        u.closed_sample = u.closed_sample.max(sample);
+                    }
+                    out.push(held);
+                }
+                out
+            }
+            other => match other.utterance_id() {
+                Some(id) if self.cancelled.contains(&id) => Vec::new(),
+                Some(id) if self.held.contains_key(&id) => {
+                    if let Some(h) = self.held.get_mut(&id) {
+                        h.push(ev);
+                    }
+                    Vec::new()
+                }
+                _ => vec![ev],
+            },
+        }
+    }
+
+    /// Attempts still waiting for a decision.
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        self.held.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{Token, TurnError};
+    use std::time::Instant;
+
+    fn ev(event: PipelineEvent) -> TimedEvent {
+        TimedEvent {
+            at: Instant::now(),
+            event,
+        }
+    }
+
+    fn token(id: u64, index: u32) -> TimedEvent {
+        ev(PipelineEvent::Token(Token {
+            id,
+            index,
+            text: format!("t{index}"),
+        }))
+    }
+
+    fn kinds(evs: &[TimedEvent]) -> Vec<(&'static str, Option<u64>)> {
+        evs.iter()
+            .map(|e| (e.event.kind(), e.event.utterance_id()))
+            .collect()
+    }
+
+    #[test]
+    fn the_board_tracks_attempts_and_forgets_old_ones() {
+        let b = SpecBoard::new();
+        assert_eq!(b.state(1), SpecState::Final);
+        b.start(1);
+        assert_eq!(b.state(1), SpecState::Pending);
+        b.cancel(1);
+        assert!(b.is_cancelled(1));
+        b.start(2);
+        b.commit(2);
+        assert_eq!(b.state(2), SpecState::Committed);
+        for id in 10..(10 + REMEMBERED as u64) {
+            b.start(id);
+        }
+        assert_eq!(b.state(1), SpecState::Final, "bounded memory");
+    }
+
+    #[test]
+    fn pending_events_are_held_until_commit_and_dropped_on_cancel() {
+        let mut g = SpecGate::new();
+        assert_eq!(g.push(token(7, 0)).len(), 1, "ordinary turns pass");
+        let out = g.push(ev(PipelineEvent::SpecStart { id: 1, sample: 100 }));
+        assert_eq!(kinds(&out), [("spec_start", Some(1))]);
+        assert!(g.push(token(1, 0)).is_empty());
+        assert!(g.push(token(1, 1)).is_empty());
+        assert_eq!(g.pending(), 1);
+        let out = g.push(ev(PipelineEvent::SpecCancel { id: 1, sample: 200 }));
+        assert_eq!(kinds(&out), [("spec_cancel", Some(1))]);
+        // late work of the cancelled attempt never shows
+        assert!(g.push(token(1, 2)).is_empty());
+        assert!(g
+            .push(ev(PipelineEvent::TurnError(TurnError {
+                id: 1,
+                stage: "stt".into(),
+                message: "aborted".into()
+            })))
+            .is_empty());
+        g.push(ev(PipelineEvent::SpecStart { id: 2, sample: 300 }));
+        assert!(g.push(token(2, 0)).is_empty());
+        let out = g.push(ev(PipelineEvent::Commit {
+            id: 2,
+            spec_sample: 300,
+            sample: 400,
+        }));
+        assert_eq!(kinds(&out), [("commit", Some(2)), ("token", Some(2))]);
+        // after the commit the attempt's events flow
+        assert_eq!(g.push(token(2, 1)).len(), 1);
+        assert_eq!(g.pending(), 0);
+    }
+}
