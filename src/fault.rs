@@ -91,4 +91,8 @@ impl<S: Stage> Stage for Faulty<S> {
     fn finish(&mut self, out: &mut Emitter<'_, S::Out>) -> Result<(), StageError> {
         self.inner.finish(out)
     }
+
+    fn priority(&self, input: &S::In) -> voxline_core::Priority {
+        self.inner.priority(input)
+    }
 }

@@ -109,9 +109,11 @@ struct EngineArgs {
     /// Of those, threads for whisper with `--cpu-share split` (default: half); the LLM gets the rest.
     #[arg(long)]
     stt_threads: Option<usize>,
+    /// `priority`: the engines take turns on all threads, the current turn's critical
+    /// path first, whisper's threads adapted to the free cores, LLM decode on one thread;
     /// `split`: each engine owns part of the threads and they may run at once;
-    /// `shared`: each engine uses all of them and they take turns (a CPU lease).
-    #[arg(long, default_value = "split")]
+    /// `shared`: each engine uses all of them and they take turns in arrival order.
+    #[arg(long, default_value = "priority")]
     cpu_share: String,
     /// whisper encoder window: `full` (30 s), `auto`, `auto+PAD`, or a number of positions (50 per second).
     #[arg(long, default_value = "default")]
@@ -424,7 +426,11 @@ impl EngineArgs {
                 return Err(BadInput("--stt-threads only applies to --cpu-share split; with shared both engines use --threads".into()))
             }
             "shared" => ThreadBudget::shared(self.threads)?,
-            other => return Err(BadInput(format!("--cpu-share {other:?}: expected `split` or `shared`"))),
+            "priority" if self.stt_threads.is_some() => {
+                return Err(BadInput("--stt-threads only applies to --cpu-share split; with priority the engines take turns on --threads".into()))
+            }
+            "priority" => ThreadBudget::priority(self.threads)?,
+            other => return Err(BadInput(format!("--cpu-share {other:?}: expected `priority`, `split` or `shared`"))),
         };
         let audio_ctx =
             voxline_stt::AudioCtx::parse(&self.audio_ctx).map_err(BadInput::from_display)?;
@@ -521,13 +527,19 @@ fn engine_stages(
     stt: voxline_stt::SttEngine,
     llm: voxline_llm::LlmStage,
     fault: &Option<voxline::fault::Fault>,
-    board: Option<&voxline_core::SpecBoard>,
+    opts: &RunOptions,
+    threads: &voxline::settings::ThreadBudget,
 ) -> (
     voxline::fault::Faulty<voxline_stt::SttStage>,
     voxline::fault::Faulty<voxline_llm::LlmStage>,
 ) {
-    let mut stt = voxline_stt::SttStage::new(stt);
-    let mut llm = llm;
+    let board = opts.speculation.as_ref().map(|(b, _)| b);
+    // in priority mode whisper's threads follow the cores other processes leave free
+    let governor = threads
+        .priority
+        .then(|| voxline_core::CpuGovernor::new(threads.stt, true));
+    let mut stt = voxline_stt::SttStage::new(stt).with_cpu(governor, opts.meter.clone());
+    let mut llm = llm.with_meter(opts.meter.clone());
     if let Some(b) = board {
         stt = stt.with_speculation(b.clone());
         llm = llm.with_speculation(b.clone());
@@ -667,7 +679,8 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         stt,
         voxline_llm::LlmStage::new(llm),
         &fault,
-        opts.speculation.as_ref().map(|(b, _)| b),
+        &opts,
+        &settings.threads,
     );
     let result = pipeline::run(inputs, stt, llm, &opts, Some(shutdown))?;
     let mut config =
@@ -807,7 +820,8 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         stt,
         voxline_llm::LlmStage::new(llm),
         &fault,
-        opts.speculation.as_ref().map(|(b, _)| b),
+        &opts,
+        &settings.threads,
     );
     let result = pipeline::run(inputs, stt, llm, &opts, Some(shutdown))?;
     bar.finish_and_clear();
@@ -975,7 +989,7 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         speculation: args.vad.speculation().map(|ms| (board.clone(), ms)),
         ..RunOptions::default()
     };
-    let (stt, llm) = engine_stages(stt, llm, &fault, opts.speculation.as_ref().map(|(b, _)| b));
+    let (stt, llm) = engine_stages(stt, llm, &fault, &opts, &settings.threads);
     let source = pipeline::Source::Live(pipeline::LiveOptions {
         device: args.device.clone(),
         max_turns: args.max_turns,

@@ -167,6 +167,8 @@ pub struct RunOptions {
     /// (see their `with_speculation`) and the silence, in ms, after which
     /// the VAD sends an utterance early. `None`: off.
     pub speculation: Option<(voxline_core::SpecBoard, u32)>,
+    /// The meter the engine stages count their threads on (see their `with_meter`/`with_cpu`).
+    pub meter: voxline_core::ThreadMeter,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -196,6 +198,7 @@ impl Default for RunOptions {
             on_event: None,
             cpu_shared: false,
             speculation: None,
+            meter: voxline_core::ThreadMeter::new(),
         }
     }
 }
@@ -235,6 +238,8 @@ pub struct RunResult {
     pub audio_samples: u64,
     /// Whether the engines shared the cores under one lease.
     pub cpu_shared: bool,
+    /// The most engine threads that computed at once.
+    pub engine_threads_peak: usize,
     /// The live capture's figures, for a live session.
     pub live: Option<LiveReport>,
 }
@@ -602,6 +607,7 @@ fn finish_run(
         interrupted,
         audio_samples,
         cpu_shared: opts.cpu_shared,
+        engine_threads_peak: opts.meter.peak(),
         live,
     }
 }

@@ -235,6 +235,8 @@ pub struct Summary {
     pub wer: Option<f64>,
     /// Items dropped anywhere.
     pub dropped: u64,
+    /// The most engine threads that computed at once (never above the thread budget).
+    pub engine_threads_peak: usize,
     /// The bottlenecks.
     pub bottleneck: Bottleneck,
     /// The budget verdict.
@@ -261,7 +263,7 @@ pub struct RunConfig {
     pub pace: String,
     /// Threads in all / whisper / LLM.
     pub threads: [usize; 3],
-    /// `split` or `shared` (engines take turns on all threads).
+    /// `split`, `shared` (engines take turns on all threads) or `priority` (take turns, critical path first).
     pub cpu_share: String,
     /// whisper encoder window policy.
     pub audio_ctx: String,
@@ -309,11 +311,7 @@ impl RunConfig {
                 settings.threads.stt,
                 settings.threads.llm,
             ],
-            cpu_share: if settings.threads.shared {
-                "shared".into()
-            } else {
-                "split".into()
-            },
+            cpu_share: settings.threads.mode().into(),
             audio_ctx: settings.audio_ctx.to_string(),
             max_tokens: settings.max_tokens,
             n_ctx: settings.n_ctx,
@@ -665,6 +663,7 @@ pub fn build(
         llm_decode_tps: pick(&|t| t.llm_decode_tps),
         llm_prefill_tps: pick(&|t| t.llm_prefill_tps),
         wer: (!wers.is_empty()).then(|| wers.iter().sum::<f64>() / wers.len() as f64),
+        engine_threads_peak: run.engine_threads_peak,
         dropped: run.outcome.edges.iter().map(|e| e.dropped).sum::<u64>()
             + run.live.as_ref().map_or(0, |l| l.frames_dropped_in_ring),
         ..Default::default()

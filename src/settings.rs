@@ -26,8 +26,13 @@ pub struct ThreadBudget {
     pub stt: usize,
     /// Threads given to llama.cpp.
     pub llm: usize,
-    /// The engines take turns on all `total` threads.
+    /// The engines take turns on all `total` threads (under one CPU lease).
     pub shared: bool,
+    /// Taking turns by priority (the critical path first), with whisper's
+    /// threads adapted to the cores other processes leave free.
+    pub priority: bool,
+    /// Threads the LLM decodes with (one token at a time); prefill uses `llm`.
+    pub llm_decode: usize,
 }
 
 impl ThreadBudget {
@@ -48,7 +53,35 @@ impl ThreadBudget {
             stt: total,
             llm: total,
             shared: true,
+            priority: false,
+            llm_decode: total,
         })
+    }
+
+    /// The default: one engine computes at a time, with every thread, the
+    /// current turn's critical path first (committed STT > first token >
+    /// streaming decode > speculative work); whisper gets as many threads as
+    /// other processes leave free cores; the LLM decodes on one thread
+    /// (decoding is memory-bound: one thread is ~80 % of two, and a single
+    /// thread cannot stall on a barrier when another process takes a core).
+    ///
+    /// # Errors
+    /// [`BadInput`] when `total` is 0.
+    pub fn priority(total: Option<usize>) -> Result<Self, BadInput> {
+        let mut b = Self::shared(total)?;
+        b.priority = true;
+        b.llm_decode = 1;
+        Ok(b)
+    }
+
+    /// How the budget is shared, as the report names it.
+    #[must_use]
+    pub fn mode(&self) -> &'static str {
+        match (self.shared, self.priority) {
+            (_, true) => "priority",
+            (true, false) => "shared",
+            (false, false) => "split",
+        }
     }
 
     /// Splits `total` threads (`None` = the available cores): `stt` threads to
@@ -72,6 +105,8 @@ impl ThreadBudget {
                 stt: 1,
                 llm: 1,
                 shared: true,
+                priority: false,
+                llm_decode: 1,
             });
         }
         let stt = stt.unwrap_or((total / 2).max(1));
@@ -86,6 +121,8 @@ impl ThreadBudget {
             stt,
             llm: total - stt,
             shared: false,
+            priority: false,
+            llm_decode: total - stt,
         })
     }
 }
@@ -133,6 +170,7 @@ impl EngineSettings {
     #[must_use]
     pub fn llm_config(&self) -> LlmConfig {
         let mut c = LlmConfig::new(&self.llm_model, self.threads.llm);
+        c.decode_threads = self.threads.llm_decode;
         c.n_gpu_layers = self.n_gpu_layers;
         c.max_tokens = self.max_tokens;
         c.n_ctx = self.n_ctx;
@@ -170,5 +208,11 @@ mod tests {
         let b = ThreadBudget::shared(Some(2)).unwrap();
         assert_eq!((b.stt, b.llm, b.shared), (2, 2, true));
         assert!(ThreadBudget::shared(Some(0)).is_err());
+        let b = ThreadBudget::priority(Some(2)).unwrap();
+        assert_eq!(
+            (b.stt, b.llm, b.llm_decode, b.mode()),
+            (2, 2, 1, "priority")
+        );
+        assert_eq!(ThreadBudget::split(Some(2), None).unwrap().mode(), "split");
     }
 }

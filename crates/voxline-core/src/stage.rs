@@ -176,6 +176,15 @@ impl<'a, T: Message> Emitter<'a, T> {
         }
     }
 
+    /// Whether more urgent work is waiting for the cores this call holds.
+    #[must_use]
+    pub fn cpu_wanted(&self) -> bool {
+        match &self.lease {
+            Some((lease, Some(_), p)) => lease.wanted_above(*p),
+            _ => false,
+        }
+    }
+
     /// At a step boundary of long work (a token): if more urgent work waits
     /// for the cores, lets it run first. The wait is not counted as busy.
     pub fn yield_cpu(&mut self) {

@@ -93,8 +93,10 @@ impl Default for Sampling {
 pub struct LlmConfig {
     /// The GGUF model.
     pub model: PathBuf,
-    /// CPU threads (from the pipeline's budget; never the engine's default).
+    /// CPU threads for prompt evaluation (from the pipeline's budget; never the engine's default).
     pub threads: usize,
+    /// CPU threads for decoding one token at a time.
+    pub decode_threads: usize,
     /// Layers to offload to a GPU (0 = CPU only; needs the `cuda` feature).
     pub n_gpu_layers: u32,
     /// Context size in tokens.
@@ -123,6 +125,7 @@ impl LlmConfig {
         Self {
             model: model.into(),
             threads,
+            decode_threads: threads,
             n_gpu_layers: 0,
             n_ctx: 2048,
             max_tokens: 64,
@@ -310,10 +313,11 @@ impl LlmEngine {
             detail: e.to_string(),
         })?;
         let threads = i32::try_from(config.threads).unwrap_or(1);
+        let decode_threads = i32::try_from(config.decode_threads.max(1)).unwrap_or(1);
         let cparams = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(config.n_ctx))
             .with_n_batch(512)
-            .with_n_threads(threads)
+            .with_n_threads(decode_threads)
             .with_n_threads_batch(threads);
         // SAFETY: the model is boxed (stable address), never moved out or
         // replaced, and dropped after the context (field order).
@@ -622,6 +626,7 @@ pub struct LlmStage {
     /// A speculative turn answered but not yet committed, with the
     /// conversation as it was before it.
     pending: Option<(voxline_core::UtteranceId, Checkpoint)>,
+    meter: Option<voxline_core::ThreadMeter>,
 }
 
 impl LlmStage {
@@ -633,7 +638,15 @@ impl LlmStage {
             cancel: None,
             board: None,
             pending: None,
+            meter: None,
         }
+    }
+
+    /// Counts the engine's threads on `meter` while it computes.
+    #[must_use]
+    pub fn with_meter(mut self, meter: voxline_core::ThreadMeter) -> Self {
+        self.meter = Some(meter);
+        self
     }
 
     /// Speculative turns on `board`: a cancelled one stops at the next token
@@ -709,6 +722,14 @@ impl voxline_core::Stage for LlmStage {
         self.settle()
     }
 
+    fn priority(&self, t: &Self::In) -> voxline_core::Priority {
+        if self.spec_state(t.id) == voxline_core::SpecState::Pending {
+            voxline_core::Priority::Speculative
+        } else {
+            voxline_core::Priority::FirstToken
+        }
+    }
+
     fn process(
         &mut self,
         t: Self::In,
@@ -745,6 +766,18 @@ impl voxline_core::Stage for LlmStage {
         let cancel = self.cancel.clone();
         let board = self.board.clone();
         let spec_cancelled = || board.as_ref().is_some_and(|b| b.is_cancelled(id));
+        let speculative = || {
+            board
+                .as_ref()
+                .is_some_and(|b| b.state(id) == voxline_core::SpecState::Pending)
+        };
+        let threads = self
+            .engine
+            .config()
+            .threads
+            .max(self.engine.config().decode_threads);
+        let meter = self.meter.clone();
+        let mut running = meter.as_ref().map(|m| m.enter(threads));
         let r = self.engine.respond(&t.text, &mut |piece| {
             out.emit(LlmOut::Token(Token {
                 id,
@@ -752,12 +785,25 @@ impl voxline_core::Stage for LlmStage {
                 text: piece.to_string(),
             }));
             index += 1;
+            // the answer streams: more urgent work (a committed turn's STT) goes first
+            out.set_priority(if speculative() {
+                voxline_core::Priority::Speculative
+            } else {
+                voxline_core::Priority::Streaming
+            });
+            if out.cpu_wanted() {
+                // not computing while the urgent work runs
+                running = None;
+                out.yield_cpu();
+                running = meter.as_ref().map(|m| m.enter(threads));
+            }
             !out.is_closed()
                 && !spec_cancelled()
                 && !cancel
                     .as_ref()
                     .is_some_and(voxline_core::ShutdownHandle::is_requested)
         });
+        drop(running);
         if spec_cancelled() {
             // what it produced is never shown; the conversation goes back now
             self.settle()?;

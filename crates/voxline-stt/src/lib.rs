@@ -238,6 +238,11 @@ impl SttEngine {
         &self.config
     }
 
+    /// Changes the threads used from the next transcription on (at least 1).
+    pub fn set_threads(&mut self, threads: usize) {
+        self.config.threads = threads.max(1);
+    }
+
     /// Changes the encoder window policy.
     pub fn set_audio_ctx(&mut self, audio_ctx: AudioCtx) {
         self.config.audio_ctx = audio_ctx;
@@ -383,6 +388,8 @@ pub fn word_error_rate(reference: &str, hypothesis: &str) -> f64 {
 pub struct SttStage {
     engine: SttEngine,
     board: Option<voxline_core::SpecBoard>,
+    governor: Option<voxline_core::CpuGovernor>,
+    meter: Option<voxline_core::ThreadMeter>,
 }
 
 impl SttStage {
@@ -392,7 +399,22 @@ impl SttStage {
         Self {
             engine,
             board: None,
+            governor: None,
+            meter: None,
         }
+    }
+
+    /// Each transcription runs with the threads `governor` grants (the cores
+    /// other processes leave free), counted on `meter`.
+    #[must_use]
+    pub fn with_cpu(
+        mut self,
+        governor: Option<voxline_core::CpuGovernor>,
+        meter: voxline_core::ThreadMeter,
+    ) -> Self {
+        self.governor = governor;
+        self.meter = Some(meter);
+        self
     }
 
     /// Speculative attempts cancelled on `board` are skipped, or aborted
@@ -412,6 +434,13 @@ impl voxline_core::Stage for SttStage {
         "stt"
     }
 
+    fn priority(&self, u: &Self::In) -> voxline_core::Priority {
+        match self.board.as_ref().map(|b| b.state(u.id)) {
+            Some(voxline_core::SpecState::Pending) => voxline_core::Priority::Speculative,
+            _ => voxline_core::Priority::Committed,
+        }
+    }
+
     fn process(
         &mut self,
         u: Self::In,
@@ -422,6 +451,13 @@ impl voxline_core::Stage for SttStage {
         if cancelled() {
             return Ok(());
         }
+        if let Some(g) = &self.governor {
+            self.engine.set_threads(g.threads());
+        }
+        let _running = self
+            .meter
+            .as_ref()
+            .map(|m| m.enter(self.engine.config().threads));
         let t = match self.engine.transcribe_abortable(&u.samples, &cancelled) {
             Ok(t) => t,
             Err(SttError::Aborted) => return Ok(()),
