@@ -446,3 +446,52 @@ fn parse_fmt(
     }
     Ok((channels, sample_rate, block_align, layout, valid_bits))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sniffs_formats_by_their_first_bytes() {
+        let cases: &[(&[u8], Sniffed)] = &[
+            (b"RIFF\0\0\0\0WAVE", Sniffed::Riff),
+            (b"RF64", Sniffed::Riff),
+            (b"fLaC\0\0\0\x22", Sniffed::Compressed("FLAC")),
+            (b"OggS\0\x02", Sniffed::Compressed("Ogg")),
+            (b"ID3\x04\0\0", Sniffed::Compressed("MP3")),
+            // MPEG-1 layer III, 128 kbit/s, 44.1 kHz
+            (&[0xFF, 0xFB, 0x90, 0x64], Sniffed::Compressed("MP3")),
+            // ADTS AAC
+            (&[0xFF, 0xF1, 0x50, 0x80], Sniffed::Compressed("AAC (ADTS)")),
+            (b"\0\0\0\x20ftypM4A ", Sniffed::Compressed("MP4/M4A")),
+            (b"FORM\0\0\0\0AIFF", Sniffed::Unsupported("AIFF")),
+            (
+                &[0x1A, 0x45, 0xDF, 0xA3, 0x01],
+                Sniffed::Unsupported("Matroska/WebM"),
+            ),
+            // a frame sync with the reserved sample-rate index is not MP3
+            (&[0xFF, 0xFB, 0x9C, 0x64], Sniffed::Unknown),
+            (b"These are notes", Sniffed::Unknown),
+            (b"", Sniffed::Unknown),
+        ];
+        for (head, want) in cases {
+            assert_eq!(sniff(head), *want, "{head:02X?}");
+        }
+    }
+
+    #[test]
+    fn streaming_writers_placeholders_are_unknown_lengths() {
+        for (len, align) in [
+            (0xFFFF_FFFF, 2),
+            (0, 4),
+            (0x8000_0000, 2),
+            (0x7FFF_F000, 4),
+            (0x7FFF_EFFF, 3),
+        ] {
+            assert!(is_unknown_length(len, align), "0x{len:08X} / {align}");
+        }
+        for (len, align) in [(0xFFFF_FFF0, 2), (32_000, 2), (0x7FFF_EFFF, 4)] {
+            assert!(!is_unknown_length(len, align), "0x{len:08X} / {align}");
+        }
+    }
+}

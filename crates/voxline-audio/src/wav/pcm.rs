@@ -130,6 +130,17 @@ impl Level {
     }
 }
 
+impl std::fmt::Display for Level {
+    /// `peak -60 dBFS, RMS -63 dBFS`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "peak {:.0} dBFS, RMS {:.0} dBFS",
+            self.peak_dbfs, self.rms_dbfs
+        )
+    }
+}
+
 /// Accumulates peak and mean square.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct LevelMeter {
@@ -191,6 +202,7 @@ mod tests {
         assert!((l.rms_dbfs + 63.01).abs() < 0.05, "{l:?}");
         assert_eq!(l.samples, 1600);
         assert!(l.is_near_silent());
+        assert_eq!(l.to_string(), "peak -60 dBFS, RMS -63 dBFS");
 
         let mut loud = LevelMeter::default();
         loud.add(&[0.5, -1.0, f32::NAN, 0.0]);
