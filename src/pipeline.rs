@@ -112,6 +112,8 @@ pub struct InputSpan {
 
 /// Opens every recording up front, so a bad file is reported before any work starts.
 ///
+/// The path `-` is standard input (at most once; it has no sidecar).
+///
 /// # Errors
 /// [`BadInput`] naming the first file that cannot be replayed (or whose sidecar is malformed).
 pub fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>, BadInput> {
@@ -120,17 +122,32 @@ pub fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>, BadInput> {
             "no input files: give one or more WAV files".into(),
         ));
     }
+    let is_stdin = |p: &Path| p.as_os_str() == "-";
+    if paths.iter().filter(|p| is_stdin(p)).count() > 1 {
+        return Err(BadInput(
+            "`-` (standard input) is given more than once; it can be read only once".into(),
+        ));
+    }
     paths
         .iter()
         .map(|p| {
-            let source = WavSource::open(p).map_err(BadInput::from_display)?;
+            let source = if is_stdin(p) {
+                WavSource::stdin()
+            } else {
+                WavSource::open(p)
+            }
+            .map_err(BadInput::from_display)?;
             if source.spec().duration_frames == Some(0) {
                 return Err(BadInput(format!(
                     "{}: holds no audio (0 samples); record or export it again",
                     p.display()
                 )));
             }
-            let sidecar = Sidecar::load_for(p)?;
+            let sidecar = if is_stdin(p) {
+                None
+            } else {
+                Sidecar::load_for(p)?
+            };
             Ok(Input {
                 path: p.clone(),
                 sidecar,

@@ -287,6 +287,12 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
         "zero_hz.wav",
         &wav_bytes(Fmt { rate: 0, ..fmt }, &tone, None, None),
     );
+    let hz1 = put(
+        dir,
+        "one_hz.wav",
+        &wav_bytes(Fmt { rate: 1, ..fmt }, &tone, None, None),
+    );
+    let stdin = PathBuf::from("-");
     let mhz = put(
         dir,
         "ten_mhz.wav",
@@ -498,6 +504,28 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
         "0 Hz",
         &|o| replay(&hz0, &[], o),
         &[&name_of(&hz0), &"sample rate"],
+        Style::OneLine,
+    );
+    add(
+        "1 Hz (too low to hold speech)",
+        &|o| replay(&hz1, &[], o),
+        &[&name_of(&hz1), &"1 Hz", &"4000"],
+        Style::OneLine,
+    );
+    add(
+        "`-` (standard input) twice",
+        &|o| {
+            let mut a = replay(&stdin, &[], o);
+            a.insert(2, os("-"));
+            a
+        },
+        &[&"standard input", &"once"],
+        Style::OneLine,
+    );
+    add(
+        "empty standard input",
+        &|o| replay(&stdin, &[], o),
+        &[&"standard input", &"empty"],
         Style::OneLine,
     );
     add(
@@ -962,6 +990,71 @@ fn truncated_audio_is_played_to_the_cut_then_reported() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+// ---------------------------------------------------------------- pipes
+
+/// A WAV written to a pipe (ffmpeg's unknown-length sizes in its header) is
+/// replayed from standard input (`voxline replay -`) and from a FIFO: exit 0,
+/// and the question in it is heard.
+#[test]
+fn pipe_written_wav_replays_from_stdin_and_from_a_fifo() {
+    use std::io::Write as _;
+    let _g = util::engine_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut wav = std::fs::read(util::fixture("q_capital.wav")).unwrap();
+    wav[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+    let data = wav.windows(4).position(|w| w == b"data").unwrap();
+    wav[data + 4..data + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+
+    let fifo = tmp.path().join("mic.fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for (name, input) in [("stdin", PathBuf::from("-")), ("fifo", fifo.clone())] {
+        let report = tmp.path().join(format!("{name}.json"));
+        let mut child = util::voxline_bin()
+            .current_dir(util::root())
+            .arg("replay")
+            .arg(&input)
+            .args(["--quiet", "--pace", "fast", "--max-tokens", "8"])
+            .arg("--report-json")
+            .arg(&report)
+            .arg("--models-dir")
+            .arg(util::models_dir())
+            .stdin(if name == "stdin" {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Written from a thread: opening a FIFO for writing waits for its reader.
+        let writer = {
+            let (bytes, stdin, fifo) = (wav.clone(), child.stdin.take(), fifo.clone());
+            std::thread::spawn(move || match stdin {
+                Some(mut stdin) => stdin.write_all(&bytes),
+                None => std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&fifo)?
+                    .write_all(&bytes),
+            })
+        };
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{name}: {stderr}");
+        writer.join().unwrap().unwrap();
+        let rep: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        assert!(
+            rep["summary"]["turns"].as_u64().unwrap_or(0) >= 1,
+            "{name}: no turn heard: {rep:#}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------- odd but valid audio

@@ -20,15 +20,31 @@ pub enum AudioError {
         source: io::Error,
     },
 
-    /// The file is not a RIFF/WAVE file at all (empty, random bytes, another container).
+    /// The file is not audio voxline recognises (empty, random bytes, text).
     #[error(
-        "{} is not a WAV file: {reason}; supply a RIFF/WAVE file (e.g. convert it with `sox INPUT -b 16 OUTPUT.wav`)",
+        "{} is not a WAV file or other audio voxline reads (MP3, FLAC, Ogg Vorbis, M4A): {reason}; \
+         convert it to WAV (e.g. `ffmpeg -i INPUT -ar 16000 -ac 1 OUTPUT.wav`)",
         .path.display()
     )]
     NotWav {
         /// The file.
         path: PathBuf,
         /// What was found instead.
+        reason: String,
+    },
+
+    /// An audio format voxline does not decode (AIFF, WebM, …), or a compressed
+    /// file whose codec or structure the decoder rejects.
+    #[error(
+        "{}: cannot read this {format} file ({reason}); convert it to WAV: `ffmpeg -i INPUT -ar 16000 -ac 1 OUTPUT.wav`",
+        .path.display()
+    )]
+    UnsupportedFormat {
+        /// The file.
+        path: PathBuf,
+        /// The format, as its first bytes say.
+        format: String,
+        /// Why it cannot be read.
         reason: String,
     },
 
@@ -59,10 +75,12 @@ pub enum AudioError {
         channels: u16,
     },
 
-    /// The WAV header declares a sample rate outside `1..=384000` Hz.
+    /// The file declares a sample rate outside `4000..=384000` Hz.
     #[error(
-        "{}: the WAV header declares a sample rate of {rate} Hz; 1 to {max} Hz is supported — the header is damaged",
+        "{}: the file declares a sample rate of {rate} Hz; {min} to {max} Hz is supported (below {min} Hz it cannot \
+         hold speech) — the header is damaged or the file needs resampling (e.g. `sox INPUT -r 16000 OUTPUT.wav`)",
         .path.display(),
+        min = crate::MIN_SAMPLE_RATE,
         max = crate::MAX_SAMPLE_RATE
     )]
     UnsupportedSampleRate {

@@ -1,7 +1,8 @@
 //! Audio input for voxline: WAV replay, down-mixing and resampling to 16 kHz
 //! mono, and voice-activity end-pointing.
 //!
-//! - [`WavSource`] streams a WAV file as 16 kHz mono `f32` chunks with bounded memory.
+//! - [`WavSource`] streams an audio file (WAV, MP3, FLAC, Ogg/Vorbis, M4A), a FIFO or
+//!   standard input as 16 kHz mono `f32` chunks with bounded memory.
 //! - [`StreamResampler`] converts any interleaved `f32` stream (file or live) to 16 kHz mono.
 //! - [`Capture`] records a live input device (cpal) into 16 kHz mono [`AudioFrame`](voxline_core::AudioFrame)s;
 //!   [`list_input_devices`] lists the devices.
@@ -24,10 +25,14 @@ pub use error::AudioError;
 pub use resample::StreamResampler;
 pub use stage::VadStage;
 pub use vad::{Endpointer, Segment, SegmentTracker, VadConfig, VadStats, FRAME_SAMPLES};
-pub use wav::{SampleEncoding, WavSource, WavSpec};
+pub use wav::{HeaderWarning, Level, SampleEncoding, WavSource, WavSpec};
 
 /// The sample rate every stage after audio input works at, in Hz.
 pub const TARGET_RATE: u32 = 16_000;
+
+/// Lowest accepted file sample rate, in Hz: below it a recording cannot hold
+/// speech (telephone audio is 8 kHz).
+pub const MIN_SAMPLE_RATE: u32 = 4_000;
 
 /// Highest accepted input sample rate, in Hz.
 pub const MAX_SAMPLE_RATE: u32 = 384_000;

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use voxline_audio::{AudioError, SampleEncoding, WavSource};
 
+mod real_world;
+
 const BURST_START: f64 = 0.5;
 const BURST_END: f64 = 0.8;
 const TOTAL: f64 = 1.0;
@@ -204,7 +206,7 @@ fn full_scale_integers_normalise_into_unit_range() {
 #[test]
 fn odd_sample_rates_stream_with_the_right_length() {
     let dir = tempfile::tempdir().unwrap();
-    for rate in [1u32, 50, 11_025, 22_050, 96_000, 192_000, 384_000] {
+    for rate in [4_000u32, 11_025, 22_050, 96_000, 192_000, 384_000] {
         let path = dir.path().join(format!("r{rate}.wav"));
         let spec = hound::WavSpec {
             channels: 1,
@@ -495,16 +497,13 @@ fn huge_float_samples_do_not_panic_the_resampler() {
         let Ok(mut src) = voxline_audio::WavSource::open(&path) else {
             continue;
         };
-        loop {
-            match src.next_chunk() {
-                // finite, and near full scale (a resampler rings a little past a full-scale step)
-                Ok(Some(chunk)) => assert!(
-                    chunk.iter().all(|s| s.is_finite() && s.abs() <= 2.0),
-                    "{}",
-                    path.display()
-                ),
-                Ok(None) | Err(_) => break,
-            }
+        // finite, and near full scale (a resampler rings a little past a full-scale step)
+        while let Ok(Some(chunk)) = src.next_chunk() {
+            assert!(
+                chunk.iter().all(|s| s.is_finite() && s.abs() <= 2.0),
+                "{}",
+                path.display()
+            );
         }
         n += 1;
     }
