@@ -195,7 +195,8 @@ struct SessionOutput {
 
 #[derive(Args)]
 struct ReplayArgs {
-    /// WAV files (int 8/16/24/32 or float 32, any rate, mono or stereo), played one after another.
+    /// Recordings played one after another: WAV (int 8/16/24/32 or float 32, any rate and
+    /// channels), FLAC, Ogg/Vorbis, MP3, M4A; `-` reads one from standard input.
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// `realtime`: as a microphone would deliver it; `fast`: as fast as the pipeline takes it (virtual clock).
@@ -262,7 +263,7 @@ fn main() -> ExitCode {
                 // The engines' own logs are off unless asked for (VOXLINE_LOG=llama-cpp-2=info,...):
                 // every failure reaches the user as one voxline line with what to do.
                 .unwrap_or_else(|_| {
-                    "warn,voxline_core=error,voxline_audio=error,llama-cpp-2=off,whisper_rs=off"
+                    "warn,voxline_core=error,voxline_audio=error,llama-cpp-2=off,whisper_rs=off,symphonia=off"
                         .into()
                 }),
         )
@@ -1040,6 +1041,9 @@ fn load_engines(
 fn finish_report(rep: &Report, json: Option<&Output>, quiet: bool) -> anyhow::Result<()> {
     if let Some(o) = json {
         write_output(o, &serde_json::to_vec_pretty(rep)?)?;
+    }
+    for w in &rep.input_warnings {
+        eprintln!("voxline: warning: {w}");
     }
     for e in &rep.input_errors {
         eprintln!("voxline: {e}");

@@ -5,7 +5,7 @@
 //! a slow stage slows the source instead of dropping speech.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use voxline_audio::{VadConfig, VadStage, WavSource};
@@ -249,6 +249,9 @@ pub struct RunResult {
     pub inputs: Vec<InputSpan>,
     /// Problems reading the input (a truncated file, say), one line each.
     pub input_errors: Vec<String>,
+    /// Things about the input worth knowing that are no error (a header
+    /// that lies, a near-silent recording), one line each.
+    pub input_warnings: Vec<String>,
     /// Whether the run was interrupted (Ctrl-C).
     pub interrupted: bool,
     /// Audio replayed, in 16 kHz samples.
@@ -431,7 +434,12 @@ where
     let rt = |e: voxline_core::RuntimeError| RunError::Runtime(e.to_string());
     p.spawn_stage(vad, audio_rx, utt_tx).map_err(rt)?;
     if opts.cpu_shared {
-        let lease = voxline_core::CpuLease::new();
+        // fast replay measures service times: no call is interrupted by a yield
+        let lease = if opts.pace == Pace::Fast && matches!(source, Source::Replay(_)) {
+            voxline_core::CpuLease::non_preemptive()
+        } else {
+            voxline_core::CpuLease::new()
+        };
         p.spawn_stage_leased(stt, utt_rx, tr_tx, lease.clone())
             .map_err(rt)?;
         p.spawn_stage_leased(llm, tr_rx, out_tx, lease)
@@ -493,6 +501,7 @@ where
                 opts,
                 Vec::new(),
                 Vec::new(),
+                Vec::new(),
                 stopped,
                 shutdown.as_ref(),
                 samples,
@@ -503,6 +512,7 @@ where
     let mut pos: u64 = 0;
     let mut spans = Vec::new();
     let mut input_errors = Vec::new();
+    let mut input_warnings = Vec::new();
     let mut interrupted = false;
     let send = |frame_samples: Vec<f32>, pos: u64| -> bool {
         let captured = match opts.pace {
@@ -566,6 +576,16 @@ where
                 }
             }
         }
+        let shown = input.path.display().to_string();
+        for w in input.source.warnings() {
+            input_warnings.push(format!("{shown}: {w}"));
+        }
+        let level = input.source.level();
+        if level.samples > 0 && level.is_near_silent() {
+            input_warnings.push(format!(
+                "{shown}: near-silent ({level}); speech this quiet is not detected — check the recording level"
+            ));
+        }
         spans.push(InputSpan {
             path: input.path,
             sidecar: input.sidecar,
@@ -582,6 +602,7 @@ where
         opts,
         spans,
         input_errors,
+        input_warnings,
         interrupted,
         shutdown.as_ref(),
         pos,
@@ -600,6 +621,7 @@ fn finish_run(
     opts: &RunOptions,
     inputs: Vec<InputSpan>,
     mut input_errors: Vec<String>,
+    input_warnings: Vec<String>,
     interrupted: bool,
     stop_requested: Option<&ShutdownHandle>,
     audio_samples: u64,
@@ -621,6 +643,7 @@ fn finish_run(
         events,
         inputs,
         input_errors,
+        input_warnings,
         interrupted,
         audio_samples,
         cpu_shared: opts.cpu_shared,

@@ -349,6 +349,8 @@ pub struct Report {
     pub edges: Vec<EdgeStatsSnapshot>,
     /// Input problems.
     pub input_errors: Vec<String>,
+    /// Warnings about the input (a lying header, a near-silent recording).
+    pub input_warnings: Vec<String>,
     /// Set when a stage failed and the run stopped.
     pub failed: Option<String>,
     /// Set when the run was interrupted.
@@ -440,14 +442,15 @@ pub fn build(
     for s in &run.outcome.spans {
         if s.utterance.is_some_and(|id| cancelled_ids.contains(&id)) {
             *spec.cancelled_busy_ms.entry(s.stage.clone()).or_default() +=
-                s.elapsed().as_secs_f64() * 1000.0;
+                s.busy().as_secs_f64() * 1000.0;
         }
     }
     for s in &run.outcome.spans {
         let (Some(id), SpanKind::Process) = (s.utterance, s.kind) else {
             continue;
         };
-        let busy = s.elapsed().as_secs_f64() * 1000.0;
+        // service time: waits for room downstream or for the cores are not work
+        let busy = s.busy().as_secs_f64() * 1000.0;
         match s.stage.as_str() {
             "stt" => by_id.entry(id).or_default().stt_span = Some((s.started, s.finished, busy)),
             "llm" => {
@@ -692,6 +695,7 @@ pub fn build(
         stages,
         edges: run.outcome.edges.clone(),
         input_errors: run.input_errors.clone(),
+        input_warnings: run.input_warnings.clone(),
         failed: run.outcome.failed.clone(),
         interrupted: run.interrupted,
         baseline: None,

@@ -34,6 +34,8 @@ pub enum Priority {
 
 #[derive(Debug, Default)]
 struct LeaseState {
+    /// Holders never yield (see [`CpuLease::non_preemptive`]).
+    no_preemption: bool,
     /// The holder's ticket and priority.
     holder: Option<(u64, Priority)>,
     /// Waiting tickets and their priorities.
@@ -90,6 +92,17 @@ impl CpuLease {
         }
     }
 
+    /// A lease whose holders never yield to more urgent waiters: the order
+    /// of turns still follows priority, but each call runs to its end. For
+    /// measuring service times (fast replay), where the waits a yield adds
+    /// would be counted into a call and every queued turn is "urgent".
+    #[must_use]
+    pub fn non_preemptive() -> Self {
+        let lease = Self::default();
+        lease.state().no_preemption = true;
+        lease
+    }
+
     /// Queues at `priority`, waits until it is this ticket's turn, takes the lease.
     fn wait_for(&self, priority: Priority) -> u64 {
         let (_, cv) = &*self.0;
@@ -108,7 +121,8 @@ impl CpuLease {
     /// Whether someone is waiting at a priority above `than`.
     #[must_use]
     pub fn wanted_above(&self, than: Priority) -> bool {
-        self.state().waiting.iter().any(|(_, p)| *p > than)
+        let st = self.state();
+        !st.no_preemption && st.waiting.iter().any(|(_, p)| *p > than)
     }
 }
 
@@ -402,6 +416,10 @@ mod tests {
         urgent.join().unwrap();
         spec.join().unwrap();
         assert!(lease.state().holder.is_none());
+        let calm = CpuLease::non_preemptive();
+        let _g = calm.acquire(Priority::Streaming);
+        calm.state().waiting.push((99, Priority::Committed));
+        assert!(!calm.wanted_above(Priority::Streaming), "never yields");
     }
 
     #[test]
