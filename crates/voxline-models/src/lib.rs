@@ -7,6 +7,8 @@
 //! - [`ct2`] and [`whisper_ggml`]: the CTranslate2 → whisper.cpp converter.
 //! - [`kind`]: tells a whisper ggml file from a GGUF (and from anything else).
 //! - [`ggml_guard`]: compares the two engines' vendored ggml headers.
+//! - [`location`]: where the models directory is (flag, `VOXLINE_MODELS`,
+//!   `./models`, the user's data directory).
 #![warn(missing_docs)]
 
 use std::io::Write;
@@ -16,6 +18,7 @@ pub mod ct2;
 pub mod fetch;
 pub mod ggml_guard;
 pub mod kind;
+pub mod location;
 pub mod registry;
 pub mod whisper_ggml;
 
@@ -72,6 +75,17 @@ pub enum ModelError {
     /// The manifest is missing or malformed.
     #[error("{0}")]
     Manifest(String),
+    /// The models directory cannot be written to.
+    #[error("{dir}: the models directory is not writable ({reason}); give `--dir` a writable directory, or set VOXLINE_MODELS to one")]
+    NotWritable {
+        /// The models directory.
+        dir: PathBuf,
+        /// The operating system's reason.
+        reason: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl ModelError {
@@ -79,6 +93,24 @@ impl ModelError {
         Self::Io {
             path: path.to_path_buf(),
             source,
+        }
+    }
+
+    /// An error creating something inside the models directory `dir`:
+    /// [`ModelError::NotWritable`] when the directory refuses writes,
+    /// otherwise [`ModelError::Io`] naming `path`.
+    pub(crate) fn writing(dir: &Path, path: &Path, source: std::io::Error) -> Self {
+        use std::io::ErrorKind as K;
+        if matches!(source.kind(), K::PermissionDenied | K::ReadOnlyFilesystem) {
+            let s = source.to_string();
+            let reason = s.find(" (os error").map_or(s.clone(), |i| s[..i].to_owned());
+            Self::NotWritable {
+                dir: dir.to_path_buf(),
+                reason: reason.to_lowercase(),
+                source,
+            }
+        } else {
+            Self::io(path, source)
         }
     }
 }
