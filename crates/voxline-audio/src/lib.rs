@@ -17,7 +17,7 @@ pub mod vad;
 pub mod wav;
 
 pub use capture::{
-    list_input_devices, Capture, CaptureEnd, CaptureError, CaptureFormat, CaptureStats,
+    check_input_device, list_input_devices, Capture, CaptureEnd, CaptureError, CaptureFormat, CaptureStats,
     InputConfigRange, InputDeviceInfo,
 };
 pub use error::AudioError;
