@@ -26,7 +26,7 @@ pub mod whisper_ggml;
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {}", io_reason(.source))]
     Io {
         /// The file.
         path: PathBuf,
@@ -102,17 +102,22 @@ impl ModelError {
     pub(crate) fn writing(dir: &Path, path: &Path, source: std::io::Error) -> Self {
         use std::io::ErrorKind as K;
         if matches!(source.kind(), K::PermissionDenied | K::ReadOnlyFilesystem) {
-            let s = source.to_string();
-            let reason = s.find(" (os error").map_or(s.clone(), |i| s[..i].to_owned());
             Self::NotWritable {
                 dir: dir.to_path_buf(),
-                reason: reason.to_lowercase(),
+                reason: io_reason(&source).to_lowercase(),
                 source,
             }
         } else {
             Self::io(path, source)
         }
     }
+}
+
+/// The operating system's reason for an I/O error, without Rust's
+/// "(os error N)" suffix: what a user reads.
+fn io_reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    s.find(" (os error").map_or(s.clone(), |i| s[..i].to_owned())
 }
 
 /// Writes a file atomically (see [`voxline_core::files::atomic_write`]).
