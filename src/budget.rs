@@ -87,14 +87,13 @@ impl Budget {
     /// # Errors
     /// [`BadInput`] naming the file and the problem (unreadable, invalid TOML, unknown key, no limits).
     pub fn load(path: &Path) -> Result<Self, BadInput> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| {
-                BadInput(format!(
-                    "{}: cannot read the budget ({}); check the path given to --budget",
-                    path.display(),
-                    crate::io_reason(&e)
-                ))
-            })?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            BadInput(format!(
+                "{}: cannot read the budget ({}); check the path given to --budget",
+                path.display(),
+                crate::io_reason(&e)
+            ))
+        })?;
         Self::parse(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))
     }
 
@@ -128,7 +127,12 @@ impl Budget {
             ("llm_ttft_ms", &self.llm_ttft_ms),
         ] {
             let Some(l) = lim else { continue };
-            for (q, v) in [("p50", l.p50), ("p90", l.p90), ("p95", l.p95), ("p99", l.p99)] {
+            for (q, v) in [
+                ("p50", l.p50),
+                ("p90", l.p90),
+                ("p95", l.p95),
+                ("p99", l.p99),
+            ] {
                 if let Some(v) = v {
                     limits.push((format!("{table}.{q}"), v, "milliseconds"));
                 }
@@ -305,17 +309,20 @@ mod tests {
         assert!(Budget::parse("[min]\nllm_decode_tps = \"fast\"").is_err());
         assert!(Budget::parse("").unwrap_err().contains("no limits"));
         for (text, key) in [
-            ("[response_latency_ms]\np50 = -5", "response_latency_ms.p50 = -5"),
-            ("[response_latency_ms]\np50 = nan", "response_latency_ms.p50 = NaN"),
+            (
+                "[response_latency_ms]\np50 = -5",
+                "response_latency_ms.p50 = -5",
+            ),
+            (
+                "[response_latency_ms]\np50 = nan",
+                "response_latency_ms.p50 = NaN",
+            ),
             ("[stt_ms]\np99 = inf", "stt_ms.p99 = inf"),
             ("[min]\nllm_decode_tps = nan", "min.llm_decode_tps = NaN"),
             ("[max]\nwer = -0.1", "max.wer = -0.1"),
         ] {
             let e = Budget::parse(text).unwrap_err();
-            assert!(
-                e.contains(key) && e.contains("from 0 up"),
-                "{text:?}: {e}"
-            );
+            assert!(e.contains(key) && e.contains("from 0 up"), "{text:?}: {e}");
         }
         assert!(Budget::parse("[response_latency_ms]\np50 = 0").is_ok());
         assert!(Budget::parse("[max\n")

@@ -531,8 +531,8 @@ impl EngineArgs {
             };
             check.map_err(BadInput::from_display)?;
         }
-        let trained =
-            voxline_models::kind::gguf_context_length(&llm_model).map_err(BadInput::from_display)?;
+        let trained = voxline_models::kind::gguf_context_length(&llm_model)
+            .map_err(BadInput::from_display)?;
         if let Some(trained) = trained.filter(|&n| u64::from(self.n_ctx) > n) {
             return Err(BadInput(format!(
                 "--ctx {}: {} was trained with a context of {trained} tokens; give --ctx {trained} or less",
@@ -708,8 +708,12 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         &opts,
         Some(shutdown),
     )?;
-    let config =
-        RunConfig::from_settings(&settings, pace_name(pace), args.files.clone(), args.out.warmup);
+    let config = RunConfig::from_settings(
+        &settings,
+        pace_name(pace),
+        args.files.clone(),
+        args.out.warmup,
+    );
     let rep = report::build(&result, config, model_load_ms, budget.as_ref());
     finish_report(&rep, report_out.as_ref(), args.out.quiet)?;
     Ok(outcome_of(&rep))
@@ -720,14 +724,13 @@ fn collect_wavs(items: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
     let mut out = Vec::new();
     for item in items {
         if item.is_dir() {
-            let rd = std::fs::read_dir(item)
-                .map_err(|e| {
-                    BadInput(format!(
-                        "{}: cannot list the directory ({}); check its permissions",
-                        item.display(),
-                        voxline::io_reason(&e)
-                    ))
-                })?;
+            let rd = std::fs::read_dir(item).map_err(|e| {
+                BadInput(format!(
+                    "{}: cannot list the directory ({}); check its permissions",
+                    item.display(),
+                    voxline::io_reason(&e)
+                ))
+            })?;
             let mut wavs: Vec<PathBuf> = rd
                 .filter_map(Result::ok)
                 .map(|e| e.path())

@@ -136,12 +136,7 @@ pub fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>, BadInput> {
             if let Some(sc) = &sidecar {
                 let spec = source.spec();
                 sc.check_against(spec.sample_rate, spec.duration_frames)
-                    .map_err(|e| {
-                        BadInput(format!(
-                            "{}: {e}",
-                            Sidecar::path_for(p).display()
-                        ))
-                    })?;
+                    .map_err(|e| BadInput(format!("{}: {e}", Sidecar::path_for(p).display())))?;
             }
             Ok(Input {
                 path: p.clone(),

@@ -150,8 +150,14 @@ mod tests {
         assert!(s.check_against(16_000, Some(16_000)).is_ok());
         assert!(s.check_against(16_000, None).is_ok());
         let e = s.check_against(44_100, Some(44_100)).unwrap_err();
-        assert!(e.contains("sample_rate is 16000") && e.contains("44100 Hz"), "{e}");
+        assert!(
+            e.contains("sample_rate is 16000") && e.contains("44100 Hz"),
+            "{e}"
+        );
         let e = s.check_against(16_000, Some(15_999)).unwrap_err();
-        assert!(e.contains("turn 0 end_sample 16000") && e.contains("15999"), "{e}");
+        assert!(
+            e.contains("turn 0 end_sample 16000") && e.contains("15999"),
+            "{e}"
+        );
     }
 }

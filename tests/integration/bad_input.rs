@@ -425,11 +425,15 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
     };
     let late_end = sidecar_case(
         "late_end",
-        Some(r#"{"sample_rate":16000,"turns":[{"text":"What is the capital of France?","start_sample":8000,"end_sample":999999999}]}"#),
+        Some(
+            r#"{"sample_rate":16000,"turns":[{"text":"What is the capital of France?","start_sample":8000,"end_sample":999999999}]}"#,
+        ),
     );
     let other_rate = sidecar_case(
         "other_rate",
-        Some(r#"{"sample_rate":44100,"turns":[{"text":"What is the capital of France?","start_sample":8000,"end_sample":35577}]}"#),
+        Some(
+            r#"{"sample_rate":44100,"turns":[{"text":"What is the capital of France?","start_sample":8000,"end_sample":35577}]}"#,
+        ),
     );
     let dir_sidecar = sidecar_case("dir_sidecar", None);
 
@@ -437,7 +441,11 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
     let empty_dir = dir.join("no-fixtures");
     std::fs::create_dir_all(&empty_dir).unwrap();
     let not_json = put(dir, "baseline.json", b"p50 = 12 ms, looked fine\n");
-    let schema_2 = put(dir, "schema2.json", br#"{"schema_version": 2, "summary": {}}"#);
+    let schema_2 = put(
+        dir,
+        "schema2.json",
+        br#"{"schema_version": 2, "summary": {}}"#,
+    );
     let no_schema = put(dir, "noschema.json", br#"{"summary": {}}"#);
 
     // --- unwritable outputs (root ignores permissions: use a regular file as a parent, or /proc)
@@ -615,7 +623,11 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
     add(
         "sidecar: a directory",
         &|o| replay(&dir_sidecar, &[], o),
-        &[&"dir_sidecar.json", &"sidecar", &"is a directory, not a json file"],
+        &[
+            &"dir_sidecar.json",
+            &"sidecar",
+            &"is a directory, not a json file",
+        ],
         Style::OneLine,
     );
 
@@ -902,14 +914,23 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
                 o,
             )
         },
-        &[&name_of(&schema_2), &"schema version 2", &"writes version 1"],
+        &[
+            &name_of(&schema_2),
+            &"schema version 2",
+            &"writes version 1",
+        ],
         Style::OneLine,
     );
     add(
         "bench --baseline without a schema version",
         &|o| {
             bench(
-                &[os("--fixtures"), os(&good), os("--baseline"), os(&no_schema)],
+                &[
+                    os("--fixtures"),
+                    os(&good),
+                    os("--baseline"),
+                    os(&no_schema),
+                ],
                 o,
             )
         },
@@ -964,7 +985,6 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
         &[&"--max-turns"],
         Style::OneLine,
     );
-    drop(add);
     cases
 }
 

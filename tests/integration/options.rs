@@ -10,7 +10,10 @@ use std::process::{Command, Output, Stdio};
 use crate::util;
 
 fn run(mut c: Command) -> (Option<i32>, String, String) {
-    let out: Output = c.stdin(Stdio::null()).output().expect("the voxline binary runs");
+    let out: Output = c
+        .stdin(Stdio::null())
+        .output()
+        .expect("the voxline binary runs");
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -34,7 +37,10 @@ fn replay(file: &Path, report: &Path, extra: &[&str]) -> Command {
 }
 
 fn voxline_lines(stderr: &str) -> Vec<&str> {
-    stderr.lines().filter(|l| l.starts_with("voxline:")).collect()
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("voxline:"))
+        .collect()
 }
 
 #[test]
@@ -56,8 +62,9 @@ fn threads_above_the_cores_are_capped_with_one_warning() {
         .collect();
     assert_eq!(warnings.len(), 1, "{err}");
     assert!(
-        warnings[0].contains(&format!("--threads {asked} is more than the {cores} available"))
-            && warnings[0].contains(&format!("using {cores}")),
+        warnings[0].contains(&format!(
+            "--threads {asked} is more than the {cores} available"
+        )) && warnings[0].contains(&format!("using {cores}")),
         "{err}"
     );
     let r = util::read_json(&report);

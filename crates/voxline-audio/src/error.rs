@@ -7,7 +7,8 @@ use std::path::PathBuf;
 /// "(os error N)" suffix: what a user reads.
 fn io_reason(e: &io::Error) -> String {
     let s = e.to_string();
-    s.find(" (os error").map_or(s.clone(), |i| s[..i].to_owned())
+    s.find(" (os error")
+        .map_or(s.clone(), |i| s[..i].to_owned())
 }
 
 /// Everything that can go wrong while reading, converting or segmenting audio.

