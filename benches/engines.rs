@@ -189,7 +189,7 @@ fn pipeline_vs_raw(c: &mut Criterion) {
     let run_once = || {
         let stt = voxline_stt::SttStage::new(SttEngine::load(settings.stt_config()).unwrap());
         let llm = voxline_llm::LlmStage::new(LlmEngine::load(settings.llm_config()).unwrap());
-        let inputs = voxline::pipeline::open_inputs(&[file.clone()]).unwrap();
+        let inputs = voxline::pipeline::open_inputs(std::slice::from_ref(&file)).unwrap();
         let run = voxline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();
         let r = voxline::report::build(&run, voxline::report::RunConfig::default(), 0.0, None);
         let t = &r.turns[0];

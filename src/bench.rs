@@ -241,8 +241,9 @@ fn lookup(v: &serde_json::Value, path: &str) -> Option<f64> {
 pub fn load_baseline(baseline_path: &Path) -> Result<serde_json::Value, BadInput> {
     let text = std::fs::read(baseline_path).map_err(|e| {
         BadInput(format!(
-            "{}: cannot read the baseline ({e})",
-            baseline_path.display()
+            "{}: cannot read the baseline ({}); check the path given to --baseline",
+            baseline_path.display(),
+            crate::io_reason(&e)
         ))
     })?;
     let base: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
@@ -255,8 +256,12 @@ pub fn load_baseline(baseline_path: &Path) -> Result<serde_json::Value, BadInput
         .get("schema_version")
         .and_then(serde_json::Value::as_u64);
     if version != Some(u64::from(crate::report::SCHEMA_VERSION)) {
+        let found = version.map_or_else(
+            || "has no schema_version (is it a voxline report.json?)".to_string(),
+            |v| format!("is a report of schema version {v}"),
+        );
         return Err(BadInput(format!(
-            "{}: report schema version {version:?}, this voxline writes {}; re-run the baseline with this version",
+            "{}: {found}, this voxline writes version {}; re-run the baseline with this version",
             baseline_path.display(),
             crate::report::SCHEMA_VERSION
         )));

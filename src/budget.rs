@@ -87,8 +87,13 @@ impl Budget {
     /// # Errors
     /// [`BadInput`] naming the file and the problem (unreadable, invalid TOML, unknown key, no limits).
     pub fn load(path: &Path) -> Result<Self, BadInput> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| BadInput(format!("{}: cannot read the budget ({e})", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            BadInput(format!(
+                "{}: cannot read the budget ({}); check the path given to --budget",
+                path.display(),
+                crate::io_reason(&e)
+            ))
+        })?;
         Self::parse(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))
     }
 
@@ -107,7 +112,54 @@ impl Budget {
         if b == Self::default() {
             return Err("the budget sets no limits; see the README for its keys".into());
         }
+        b.check_ranges()?;
         Ok(b)
+    }
+
+    /// Every limit must be a finite number, 0 or more: a negative or NaN
+    /// limit would silently fail (or pass) every run.
+    fn check_ranges(&self) -> Result<(), String> {
+        let mut limits: Vec<(String, f64, &str)> = Vec::new();
+        for (table, lim) in [
+            ("response_latency_ms", &self.response_latency_ms),
+            ("endpoint_delay_ms", &self.endpoint_delay_ms),
+            ("stt_ms", &self.stt_ms),
+            ("llm_ttft_ms", &self.llm_ttft_ms),
+        ] {
+            let Some(l) = lim else { continue };
+            for (q, v) in [
+                ("p50", l.p50),
+                ("p90", l.p90),
+                ("p95", l.p95),
+                ("p99", l.p99),
+            ] {
+                if let Some(v) = v {
+                    limits.push((format!("{table}.{q}"), v, "milliseconds"));
+                }
+            }
+        }
+        if let Some(m) = &self.min {
+            for (k, v, unit) in [
+                ("llm_decode_tps", m.llm_decode_tps, "tokens per second"),
+                ("llm_prefill_tps", m.llm_prefill_tps, "tokens per second"),
+                ("stt_rtfx", m.stt_rtfx, "a real-time factor"),
+            ] {
+                if let Some(v) = v {
+                    limits.push((format!("min.{k}"), v, unit));
+                }
+            }
+        }
+        if let Some(w) = self.max.as_ref().and_then(|m| m.wer) {
+            limits.push(("max.wer".into(), w, "a word error rate"));
+        }
+        for (key, v, unit) in limits {
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!(
+                    "{key} = {v} is out of range: give a finite number from 0 up ({unit})"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Checks a report against the budget.
@@ -256,6 +308,23 @@ mod tests {
             .contains("unknown field"));
         assert!(Budget::parse("[min]\nllm_decode_tps = \"fast\"").is_err());
         assert!(Budget::parse("").unwrap_err().contains("no limits"));
+        for (text, key) in [
+            (
+                "[response_latency_ms]\np50 = -5",
+                "response_latency_ms.p50 = -5",
+            ),
+            (
+                "[response_latency_ms]\np50 = nan",
+                "response_latency_ms.p50 = NaN",
+            ),
+            ("[stt_ms]\np99 = inf", "stt_ms.p99 = inf"),
+            ("[min]\nllm_decode_tps = nan", "min.llm_decode_tps = NaN"),
+            ("[max]\nwer = -0.1", "max.wer = -0.1"),
+        ] {
+            let e = Budget::parse(text).unwrap_err();
+            assert!(e.contains(key) && e.contains("from 0 up"), "{text:?}: {e}");
+        }
+        assert!(Budget::parse("[response_latency_ms]\np50 = 0").is_ok());
         assert!(Budget::parse("[max\n")
             .unwrap_err()
             .starts_with("invalid budget"));

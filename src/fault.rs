@@ -33,7 +33,7 @@ impl Fault {
         };
         let bad = || {
             BadInput(format!(
-                "VOXLINE_FAULT={spec:?}: expected KIND:STAGE:ID, e.g. panic:stt:2 or error:llm:1"
+                "VOXLINE_FAULT={spec}: expected KIND:STAGE:ID, e.g. panic:stt:2 or error:llm:1"
             ))
         };
         let parts: Vec<&str> = spec.split(':').collect();

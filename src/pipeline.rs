@@ -18,7 +18,7 @@ use crate::sidecar::Sidecar;
 use crate::BadInput;
 
 /// How recorded audio is released into the pipeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Pace {
     /// At the rate a microphone would deliver it; latencies are what a live user feels.
@@ -115,7 +115,9 @@ pub struct InputSpan {
 /// The path `-` is standard input (at most once; it has no sidecar).
 ///
 /// # Errors
-/// [`BadInput`] naming the first file that cannot be replayed (or whose sidecar is malformed).
+/// [`BadInput`] naming the first file that cannot be replayed (or whose
+/// sidecar is malformed, or does not match its audio: another sample rate, a
+/// turn past the end).
 pub fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>, BadInput> {
     if paths.is_empty() {
         return Err(BadInput(
@@ -148,6 +150,11 @@ pub fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>, BadInput> {
             } else {
                 Sidecar::load_for(p)?
             };
+            if let Some(sc) = &sidecar {
+                let spec = source.spec();
+                sc.check_against(spec.sample_rate, spec.duration_frames)
+                    .map_err(|e| BadInput(format!("{}: {e}", Sidecar::path_for(p).display())))?;
+            }
             Ok(Input {
                 path: p.clone(),
                 sidecar,

@@ -106,6 +106,9 @@ pub struct TurnReport {
     pub stop: Option<StopReason>,
     /// The error that ended the turn, as `stage: message`.
     pub error: Option<String>,
+    /// Why a figure of this turn was left out (e.g. a latency that came out
+    /// negative because the recorded end of speech is after the answer began).
+    pub note: Option<String>,
     /// When things happened, in ms on the report's clock (for timelines).
     pub timeline: TurnTimeline,
 }
@@ -287,6 +290,10 @@ pub struct RunConfig {
     pub hangover_ms: u32,
     /// Silence after which a turn is sent early (speculation), ms; `null` = off.
     pub spec_silence_ms: Option<u32>,
+    /// Sampling temperature (0 = greedy).
+    pub temperature: f64,
+    /// Sampling seed.
+    pub seed: u32,
 }
 
 impl RunConfig {
@@ -321,6 +328,14 @@ impl RunConfig {
             llm_model: name(&settings.llm_model),
             inputs,
             warmup,
+            // through its shortest decimal form, so 0.7 is written 0.7, not 0.699999988
+            temperature: settings
+                .sampling
+                .temperature
+                .to_string()
+                .parse()
+                .unwrap_or_default(),
+            seed: settings.sampling.seed,
             ..Self::default()
         }
     }
@@ -627,6 +642,7 @@ pub fn build(
         Pace::Fast => audio_ms.max(simulate(&jobs, run.cpu_shared, &mut turns)),
     };
     for t in &mut turns {
+        drop_negative_latencies(t);
         if let Some(s) = t.stt_ms.filter(|s| *s > 0.0) {
             t.stt_rtfx = Some(t.audio_ms / s);
             t.stt_tps = t.stt_tokens.map(|n| f64::from(n) / (s / 1000.0));
@@ -705,6 +721,32 @@ pub fn build(
         report.summary.budget = b.evaluate(&report);
     }
     report
+}
+
+/// A latency is a duration: one that comes out negative measures a wrong
+/// marker (a recorded end of speech after the utterance closed or the answer
+/// began — e.g. a turn the VAD split), not the pipeline. Such a turn keeps
+/// its other figures; its endpoint delay and response latency are left out
+/// (so they count in no percentile and no budget) and a note says why.
+fn drop_negative_latencies(t: &mut TurnReport) {
+    let negative = [
+        ("endpoint delay", t.endpoint_delay_ms),
+        ("response latency", t.response_latency_ms),
+    ]
+    .into_iter()
+    .filter_map(|(name, v)| v.filter(|v| *v < 0.0).map(|v| format!("{name} {v:.0} ms")))
+    .collect::<Vec<_>>();
+    if negative.is_empty() {
+        return;
+    }
+    t.endpoint_delay_ms = None;
+    t.response_latency_ms = None;
+    t.note = Some(format!(
+        "endpoint delay and response latency left out: {} came out negative, so the end of speech recorded for this turn (sample {}) is after the utterance closed (sample {})",
+        negative.join(" and "),
+        t.true_end_sample,
+        t.closed_sample
+    ));
 }
 
 fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<StageReport> {

@@ -35,14 +35,64 @@ pub struct ThreadBudget {
     pub llm_decode: usize,
 }
 
+/// The cores this process may use.
+#[must_use]
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 impl ThreadBudget {
-    /// All `total` threads (`None` = the available cores) to each engine, one at a time.
+    /// [`ThreadBudget::split`] or [`ThreadBudget::shared`] on a machine with
+    /// `cores` cores, with a request for more threads than cores capped at
+    /// the cores: ggml's threads spin, so 16 threads on 2 cores run many
+    /// times slower than 2. The request is checked as given first (so an
+    /// error does not depend on the machine); the second value is the
+    /// warning to show when it was capped.
     ///
     /// # Errors
-    /// [`BadInput`] when `total` is 0.
-    pub fn shared(total: Option<usize>) -> Result<Self, BadInput> {
-        let total =
-            total.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    /// As [`ThreadBudget::split`] and [`ThreadBudget::shared`].
+    pub fn fit(
+        total: Option<usize>,
+        stt: Option<usize>,
+        shared: bool,
+        cores: usize,
+    ) -> Result<(Self, Option<String>), BadInput> {
+        let cores = cores.max(1);
+        let given = if shared {
+            Self::shared_on(total, cores)?
+        } else {
+            Self::split_on(total, stt, cores)?
+        };
+        let Some(asked) = total.filter(|&t| t > cores) else {
+            return Ok((given, None));
+        };
+        let (budget, split) = if shared {
+            (Self::shared_on(Some(cores), cores)?, String::new())
+        } else {
+            // keep whisper's share of the threads, each engine at least one
+            let stt = stt.map(|s| {
+                let scaled = (s * cores + asked / 2) / asked;
+                scaled.clamp(1, cores.saturating_sub(1).max(1))
+            });
+            let b = Self::split_on(Some(cores), stt, cores)?;
+            let split = if b.shared {
+                " (the engines take turns on it)".to_string()
+            } else {
+                format!(" (whisper {}, the LLM {})", b.stt, b.llm)
+            };
+            (b, split)
+        };
+        let cores_word = if cores == 1 { "core" } else { "cores" };
+        Ok((
+            budget,
+            Some(format!(
+                "--threads {asked} is more than the {cores} available {cores_word}; using {cores}{split}: ggml's threads spin, so more threads than cores run many times slower"
+            )),
+        ))
+    }
+
+    fn shared_on(total: Option<usize>, cores: usize) -> Result<Self, BadInput> {
+        let total = total.unwrap_or(cores);
         if total == 0 {
             return Err(BadInput(
                 "--threads 0: the pipeline needs at least one thread".into(),
@@ -84,13 +134,24 @@ impl ThreadBudget {
         }
     }
 
+    /// All `total` threads (`None` = the available cores) to each engine, one at a time.
+    ///
+    /// # Errors
+    /// [`BadInput`] when `total` is 0.
+    pub fn shared(total: Option<usize>) -> Result<Self, BadInput> {
+        Self::shared_on(total, available_cores())
+    }
+
     /// Splits `total` threads (`None` = the available cores): `stt` threads to
     /// whisper if given, otherwise half (rounded down, at least one); the rest to the LLM.
     ///
     /// # Errors
     /// [`BadInput`] when `total` is 0 or the split leaves an engine without a thread.
     pub fn split(total: Option<usize>, stt: Option<usize>) -> Result<Self, BadInput> {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        Self::split_on(total, stt, available_cores())
+    }
+
+    fn split_on(total: Option<usize>, stt: Option<usize>, cores: usize) -> Result<Self, BadInput> {
         let total = total.unwrap_or(cores);
         if total == 0 {
             return Err(BadInput(
@@ -214,5 +275,40 @@ mod tests {
             (2, 2, 1, "priority")
         );
         assert_eq!(ThreadBudget::split(Some(2), None).unwrap().mode(), "split");
+    }
+
+    #[test]
+    fn more_threads_than_cores_are_capped_with_a_warning() {
+        // as many as the cores, or fewer: untouched, no warning
+        let (b, w) = ThreadBudget::fit(Some(2), None, false, 2).unwrap();
+        assert_eq!((b.total, b.stt, b.llm, w), (2, 1, 1, None));
+        let (b, w) = ThreadBudget::fit(None, None, false, 8).unwrap();
+        assert_eq!((b.total, w), (8, None));
+        // 16 on 2 cores: 2, split 1 + 1
+        let (b, w) = ThreadBudget::fit(Some(16), None, false, 2).unwrap();
+        assert_eq!((b.total, b.stt, b.llm, b.shared), (2, 1, 1, false));
+        let w = w.unwrap();
+        assert!(
+            w.contains("--threads 16") && w.contains("2 available cores") && w.contains("using 2"),
+            "{w}"
+        );
+        // whisper's share is kept: 4 of 16 on 8 cores → 2 of 8
+        let (b, _) = ThreadBudget::fit(Some(16), Some(4), false, 8).unwrap();
+        assert_eq!((b.total, b.stt, b.llm), (8, 2, 6));
+        // 15 of 16 on 2 cores: each engine still gets one
+        let (b, _) = ThreadBudget::fit(Some(16), Some(15), false, 2).unwrap();
+        assert_eq!((b.stt, b.llm), (1, 1));
+        // one core: the engines take turns
+        let (b, w) = ThreadBudget::fit(Some(4), None, false, 1).unwrap();
+        assert_eq!((b.total, b.shared), (1, true));
+        assert!(w.unwrap().contains("1 available core;"));
+        // shared: capped too
+        let (b, w) = ThreadBudget::fit(Some(16), None, true, 2).unwrap();
+        assert_eq!((b.total, b.stt, b.llm, b.shared), (2, 2, 2, true));
+        assert!(w.is_some());
+        // the request is checked as given, whatever the machine
+        assert!(ThreadBudget::fit(Some(2), Some(5), false, 1).is_err());
+        assert!(ThreadBudget::fit(Some(0), None, false, 4).is_err());
+        assert!(ThreadBudget::fit(Some(0), None, true, 4).is_err());
     }
 }

@@ -39,13 +39,51 @@ impl Sidecar {
     /// [`BadInput`] naming the file when it exists but is malformed or inconsistent.
     pub fn load_for(wav: &Path) -> Result<Option<Self>, BadInput> {
         let path = Self::path_for(wav);
+        if path.is_dir() {
+            return Err(BadInput(format!(
+                "{}: the sidecar of {} is a directory, not a JSON file; move it out of the way (a sidecar is optional)",
+                path.display(),
+                wav.display()
+            )));
+        }
         match std::fs::read(&path) {
             Ok(bytes) => Self::parse(&bytes)
                 .map(Some)
                 .map_err(|e| BadInput(format!("{}: {e}", path.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(BadInput(format!("{}: {e}", path.display()))),
+            Err(e) => Err(BadInput(format!(
+                "{}: cannot read the sidecar of {} ({}); fix its permissions or move it out of the way",
+                path.display(),
+                wav.display(),
+                crate::io_reason(&e)
+            ))),
         }
+    }
+
+    /// Checks the sidecar against its recording: the same sample rate, and
+    /// every turn inside the audio (`frames` = the file's length in samples
+    /// per channel, when known).
+    ///
+    /// # Errors
+    /// A message naming the field that does not match the audio.
+    pub fn check_against(&self, sample_rate: u32, frames: Option<u64>) -> Result<(), String> {
+        if self.sample_rate != sample_rate {
+            return Err(format!(
+                "sample_rate is {} but the recording is {sample_rate} Hz; set sample_rate to {sample_rate} (the turn boundaries count the recording's samples)",
+                self.sample_rate
+            ));
+        }
+        if let Some(frames) = frames {
+            for (i, t) in self.turns.iter().enumerate() {
+                if t.end_sample > frames {
+                    return Err(format!(
+                        "turn {i} end_sample {} is past the end of the recording ({frames} samples); fix the turn's boundaries",
+                        t.end_sample
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Parses and checks a sidecar.
@@ -101,5 +139,25 @@ mod tests {
         )
         .is_err());
         assert!(Sidecar::parse(br#"{"sample_rate":16000,"turns":[{"text":"a","start_sample":0,"end_sample":9},{"text":"b","start_sample":5,"end_sample":12}]}"#).is_err());
+    }
+
+    #[test]
+    fn checked_against_the_recording() {
+        let s = Sidecar::parse(
+            br#"{"sample_rate":16000,"turns":[{"text":"a","start_sample":0,"end_sample":16000}]}"#,
+        )
+        .unwrap();
+        assert!(s.check_against(16_000, Some(16_000)).is_ok());
+        assert!(s.check_against(16_000, None).is_ok());
+        let e = s.check_against(44_100, Some(44_100)).unwrap_err();
+        assert!(
+            e.contains("sample_rate is 16000") && e.contains("44100 Hz"),
+            "{e}"
+        );
+        let e = s.check_against(16_000, Some(15_999)).unwrap_err();
+        assert!(
+            e.contains("turn 0 end_sample 16000") && e.contains("15999"),
+            "{e}"
+        );
     }
 }

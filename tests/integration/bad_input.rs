@@ -211,6 +211,12 @@ fn check(case: &Case, out: &Path, output: &Output) -> Vec<String> {
     if stderr.contains('\u{1b}') {
         problems.push("stderr holds terminal escape codes although it is not a terminal".into());
     }
+    // Rust's own wording must not reach the user
+    for leak in ["Some(", "None", "os error"] {
+        if case.style == Style::OneLine && stderr.contains(leak) {
+            problems.push(format!("stderr shows internal wording {leak:?}"));
+        }
+    }
     let lower = stderr.to_lowercase();
     for want in &case.expect {
         if !lower.contains(&want.to_lowercase()) {
@@ -408,11 +414,45 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
     let budget_syntax = put(dir, "syntax.toml", b"[response_latency_ms\np50 = 2500\n");
     let budget_unknown = put(dir, "unknown.toml", b"[max]\nerorrs = 0\n");
     let budget_type = put(dir, "type.toml", b"[response_latency_ms]\np50 = \"fast\"\n");
+    let budget_negative = put(dir, "negative.toml", b"[response_latency_ms]\np50 = -5\n");
+    let budget_nan = put(dir, "nan.toml", b"[response_latency_ms]\np50 = nan\n");
+    let budget_tps_nan = put(dir, "tps_nan.toml", b"[min]\nllm_decode_tps = nan\n");
+
+    // --- sidecars that do not match their audio (next to copies of a good fixture)
+    let sidecar_case = |name: &str, json: Option<&str>| -> PathBuf {
+        let wav = put(dir, format!("{name}.wav"), &q_capital);
+        match json {
+            Some(j) => {
+                put(dir, format!("{name}.json"), j.as_bytes());
+            }
+            None => std::fs::create_dir_all(dir.join(format!("{name}.json"))).unwrap(),
+        }
+        wav
+    };
+    let late_end = sidecar_case(
+        "late_end",
+        Some(
+            r#"{"sample_rate":16000,"turns":[{"text":"What is the capital of France?","start_sample":8000,"end_sample":999999999}]}"#,
+        ),
+    );
+    let other_rate = sidecar_case(
+        "other_rate",
+        Some(
+            r#"{"sample_rate":44100,"turns":[{"text":"What is the capital of France?","start_sample":8000,"end_sample":35577}]}"#,
+        ),
+    );
+    let dir_sidecar = sidecar_case("dir_sidecar", None);
 
     // --- bench inputs
     let empty_dir = dir.join("no-fixtures");
     std::fs::create_dir_all(&empty_dir).unwrap();
     let not_json = put(dir, "baseline.json", b"p50 = 12 ms, looked fine\n");
+    let schema_2 = put(
+        dir,
+        "schema2.json",
+        br#"{"schema_version": 2, "summary": {}}"#,
+    );
+    let no_schema = put(dir, "noschema.json", br#"{"summary": {}}"#);
 
     // --- unwritable outputs (root ignores permissions: use a regular file as a parent, or /proc)
     let plain_file = put(dir, "somefile.txt", b"a regular file\n");
@@ -595,6 +635,30 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
         Style::OneLine,
     );
 
+    // sidecars
+    add(
+        "sidecar: end_sample past the audio",
+        &|o| replay(&late_end, &[], o),
+        &[&"late_end.json", &"end_sample", &"past the end"],
+        Style::OneLine,
+    );
+    add(
+        "sidecar: another sample rate",
+        &|o| replay(&other_rate, &[], o),
+        &[&"other_rate.json", &"sample_rate", &"16000 hz"],
+        Style::OneLine,
+    );
+    add(
+        "sidecar: a directory",
+        &|o| replay(&dir_sidecar, &[], o),
+        &[
+            &"dir_sidecar.json",
+            &"sidecar",
+            &"is a directory, not a json file",
+        ],
+        Style::OneLine,
+    );
+
     // models
     let good = good_wav.clone();
     add(
@@ -665,6 +729,28 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
         &[&name_of(&budget_type), &"invalid type"],
         Style::OneLine,
     );
+    add(
+        "budget: negative limit",
+        &|o| replay(&good, &[os("--budget"), os(&budget_negative)], o),
+        &[
+            &name_of(&budget_negative),
+            &"response_latency_ms.p50 = -5",
+            &"from 0 up",
+        ],
+        Style::OneLine,
+    );
+    add(
+        "budget: NaN latency limit",
+        &|o| replay(&good, &[os("--budget"), os(&budget_nan)], o),
+        &[&name_of(&budget_nan), &"response_latency_ms.p50 = nan"],
+        Style::OneLine,
+    );
+    add(
+        "budget: NaN tokens/s limit",
+        &|o| replay(&good, &[os("--budget"), os(&budget_tps_nan)], o),
+        &[&name_of(&budget_tps_nan), &"min.llm_decode_tps = nan"],
+        Style::OneLine,
+    );
     let missing_budget = dir.join("no-budget.toml");
     add(
         "budget: missing file",
@@ -707,8 +793,8 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
     add(
         "--pace sideways",
         &|o| set_flag(replay(&good, &[], o), "--pace", "sideways"),
-        &[&"--pace", &"sideways"],
-        Style::OneLine,
+        &[&"--pace", &"sideways", &"realtime", &"fast"],
+        Style::Clap,
     );
     add(
         "--audio-ctx 5000",
@@ -719,7 +805,61 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
     add(
         "--cpu-share sometimes",
         &|o| replay(&good, &[os("--cpu-share"), os("sometimes")], o),
-        &[&"--cpu-share", &"sometimes"],
+        &[&"--cpu-share", &"sometimes", &"split", &"shared"],
+        Style::Clap,
+    );
+    add(
+        "--temperature -1",
+        &|o| replay(&good, &[os("--temperature"), os("-1")], o),
+        &[&"--temperature -1", &"from 0 (greedy"],
+        Style::OneLine,
+    );
+    add(
+        "--temperature=-1",
+        &|o| replay(&good, &[os("--temperature=-1")], o),
+        &[&"--temperature -1", &"from 0 (greedy"],
+        Style::OneLine,
+    );
+    add(
+        "--temperature nan",
+        &|o| replay(&good, &[os("--temperature"), os("nan")], o),
+        &[&"--temperature nan", &"from 0 (greedy"],
+        Style::OneLine,
+    );
+    add(
+        "--temperature 3",
+        &|o| replay(&good, &[os("--temperature"), os("3")], o),
+        &[&"--temperature 3", &"to 2"],
+        Style::OneLine,
+    );
+    add(
+        "--ctx 4000000000",
+        &|o| replay(&good, &[os("--ctx"), os("4000000000")], o),
+        &[&"--ctx 4000000000", &"8192"],
+        Style::OneLine,
+    );
+    add(
+        "--ctx 10",
+        &|o| replay(&good, &[os("--ctx"), os("10")], o),
+        &[&"--ctx 10", &"at least 64"],
+        Style::OneLine,
+    );
+    add(
+        "--max-tokens 0",
+        &|o| replay(&good, &[os("--max-tokens"), os("0")], o),
+        &[&"--max-tokens 0"],
+        Style::OneLine,
+    );
+    add(
+        "--max-tokens above --ctx",
+        &|o| {
+            replay(
+                &good,
+                &[os("--max-tokens"), os("4096"), os("--ctx"), os("2048")],
+                o,
+            )
+        },
+        &[&"--max-tokens 4096 with --ctx 2048"],
         Style::OneLine,
     );
     add(
@@ -795,6 +935,37 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
         Style::OneLine,
     );
     add(
+        "bench --baseline of another schema version",
+        &|o| {
+            bench(
+                &[os("--fixtures"), os(&good), os("--baseline"), os(&schema_2)],
+                o,
+            )
+        },
+        &[
+            &name_of(&schema_2),
+            &"schema version 2",
+            &"writes version 1",
+        ],
+        Style::OneLine,
+    );
+    add(
+        "bench --baseline without a schema version",
+        &|o| {
+            bench(
+                &[
+                    os("--fixtures"),
+                    os(&good),
+                    os("--baseline"),
+                    os(&no_schema),
+                ],
+                o,
+            )
+        },
+        &[&name_of(&no_schema), &"has no schema_version"],
+        Style::OneLine,
+    );
+    add(
         "bench --repeat 0",
         &|o| bench(&[os("--fixtures"), os(&good), os("--repeat"), os("0")], o),
         &[&"--repeat 0"],
@@ -842,7 +1013,6 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
         &[&"--max-turns"],
         Style::OneLine,
     );
-    drop(add);
     cases
 }
 

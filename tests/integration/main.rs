@@ -8,6 +8,7 @@ mod faults;
 mod ggml_guard;
 mod live;
 mod models_cli;
+mod options;
 mod outputs;
 mod replay;
 mod report;

@@ -570,7 +570,8 @@ fn find_device(host: &cpal::Host, wanted: Option<&str>) -> Result<cpal::Device, 
 fn open_error(device: &str, e: &cpal::Error) -> CaptureError {
     use cpal::ErrorKind as K;
     let device = device.to_owned();
-    let reason = e.to_string();
+    // cpal's sentences end with a full stop; ours goes on after a semicolon
+    let reason = e.to_string().trim_end().trim_end_matches('.').to_owned();
     match e.kind() {
         K::DeviceBusy => CaptureError::DeviceBusy { device, reason },
         K::UnsupportedConfig | K::UnsupportedOperation | K::InvalidInput => {
@@ -605,6 +606,24 @@ impl fmt::Debug for Capture {
             .field("running", &!self.is_finished())
             .finish_non_exhaustive()
     }
+}
+
+/// Checks that `device` (as [`Capture::start`] takes it) exists and reports
+/// a default input configuration, without starting a stream: lets a caller
+/// refuse a missing device before any expensive set-up (loading models).
+///
+/// # Errors
+/// As [`Capture::start`]: [`CaptureError::NoInputDevice`],
+/// [`CaptureError::DeviceNotFound`], [`CaptureError::DeviceBusy`],
+/// [`CaptureError::CannotOpen`], [`CaptureError::UnsupportedConfig`].
+pub fn check_input_device(device: Option<&str>) -> Result<(), AudioError> {
+    let host = cpal::default_host();
+    let device = find_device(&host, device)?;
+    let (device_id, _) = device_names(&device);
+    device
+        .default_input_config()
+        .map_err(|e| open_error(&device_id, &e))?;
+    Ok(())
 }
 
 impl Capture {

@@ -3,6 +3,14 @@
 use std::io;
 use std::path::PathBuf;
 
+/// The operating system's reason for an I/O error, without Rust's
+/// "(os error N)" suffix: what a user reads.
+fn io_reason(e: &io::Error) -> String {
+    let s = e.to_string();
+    s.find(" (os error")
+        .map_or(s.clone(), |i| s[..i].to_owned())
+}
+
 /// Everything that can go wrong while reading, converting or segmenting audio.
 ///
 /// File-related variants name the file, say what is wrong with it and, where
@@ -11,7 +19,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum AudioError {
     /// The file could not be opened or its header could not be read.
-    #[error("cannot read {}: {source}; check that the path exists and is readable", .path.display())]
+    #[error("cannot read {}: {}; check that the path exists and is readable", .path.display(), io_reason(.source))]
     Open {
         /// The file.
         path: PathBuf,

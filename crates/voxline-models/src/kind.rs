@@ -222,3 +222,208 @@ pub fn check_llm_model(path: &Path) -> Result<(), ModelError> {
     }
     Ok(())
 }
+
+/// Bytes of one GGUF metadata value of a fixed-size type, `None` for strings and arrays.
+fn gguf_fixed_size(ty: u32) -> Option<u64> {
+    match ty {
+        0 | 1 | 7 => Some(1), // u8, i8, bool
+        2 | 3 => Some(2),     // u16, i16
+        4..=6 => Some(4),     // u32, i32, f32
+        10..=12 => Some(8),   // u64, i64, f64
+        _ => None,
+    }
+}
+
+/// A small reader over GGUF metadata.
+struct Gguf<R> {
+    r: R,
+}
+
+impl<R: Read + Seek> Gguf<R> {
+    fn bytes<const N: usize>(&mut self) -> std::io::Result<[u8; N]> {
+        let mut b = [0u8; N];
+        self.r.read_exact(&mut b)?;
+        Ok(b)
+    }
+    fn u32(&mut self) -> std::io::Result<u32> {
+        Ok(u32::from_le_bytes(self.bytes()?))
+    }
+    fn u64(&mut self) -> std::io::Result<u64> {
+        Ok(u64::from_le_bytes(self.bytes()?))
+    }
+    fn bad(what: &str) -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned())
+    }
+    fn skip(&mut self, n: u64) -> std::io::Result<()> {
+        let n = i64::try_from(n).map_err(|_| Self::bad("implausible length"))?;
+        self.r.seek(SeekFrom::Current(n)).map(|_| ())
+    }
+    fn string(&mut self) -> std::io::Result<String> {
+        let n = self.u64()?;
+        if n > 1 << 20 {
+            return Err(Self::bad("implausible string length"));
+        }
+        let mut b = vec![0u8; n as usize];
+        self.r.read_exact(&mut b)?;
+        Ok(String::from_utf8_lossy(&b).into_owned())
+    }
+    /// An unsigned integer value of type `ty`, or `None` (skipped) for any other type.
+    fn integer(&mut self, ty: u32) -> std::io::Result<Option<u64>> {
+        Ok(match ty {
+            0 => Some(u64::from(self.bytes::<1>()?[0])),
+            2 => Some(u64::from(u16::from_le_bytes(self.bytes()?))),
+            4 => Some(u64::from(self.u32()?)),
+            5 => u64::try_from(i32::from_le_bytes(self.bytes()?)).ok(),
+            10 => Some(self.u64()?),
+            11 => u64::try_from(i64::from_le_bytes(self.bytes()?)).ok(),
+            _ => {
+                self.skip_value(ty)?;
+                None
+            }
+        })
+    }
+    fn skip_value(&mut self, ty: u32) -> std::io::Result<()> {
+        if let Some(n) = gguf_fixed_size(ty) {
+            return self.skip(n);
+        }
+        match ty {
+            8 => {
+                let n = self.u64()?;
+                self.skip(n)
+            }
+            9 => {
+                let (elem, count) = (self.u32()?, self.u64()?);
+                if let Some(n) = gguf_fixed_size(elem) {
+                    return self.skip(n.checked_mul(count).ok_or_else(|| Self::bad("overflow"))?);
+                }
+                if count > 1 << 26 {
+                    return Err(Self::bad("implausible array length"));
+                }
+                for _ in 0..count {
+                    self.skip_value(elem)?;
+                }
+                Ok(())
+            }
+            _ => Err(Self::bad("unknown metadata value type")),
+        }
+    }
+}
+
+/// The context length a GGUF language model was trained with: its
+/// `<general.architecture>.context_length` metadata (llama.cpp's
+/// `n_ctx_train`). `Ok(None)` when the file does not record one.
+///
+/// # Errors
+/// As [`check_llm_model`], and [`ModelError::Format`] when the metadata is
+/// truncated or malformed.
+pub fn gguf_context_length(path: &Path) -> Result<Option<u64>, ModelError> {
+    check_llm_model(path)?;
+    let f = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
+    let mut g = Gguf {
+        r: std::io::BufReader::new(f),
+    };
+    let read = |g: &mut Gguf<std::io::BufReader<std::fs::File>>| -> std::io::Result<Option<u64>> {
+        g.skip(8)?; // magic, version (checked above)
+        let _n_tensors = g.u64()?;
+        let n_kv = g.u64()?;
+        if n_kv > 1 << 20 {
+            return Err(Gguf::<std::io::BufReader<std::fs::File>>::bad(
+                "implausible metadata count",
+            ));
+        }
+        let mut arch: Option<String> = None;
+        let mut lengths: Vec<(String, u64)> = Vec::new();
+        for _ in 0..n_kv {
+            let key = g.string()?;
+            let ty = g.u32()?;
+            if key == "general.architecture" && ty == 8 {
+                arch = Some(g.string()?);
+            } else if key.ends_with(".context_length") {
+                if let Some(v) = g.integer(ty)? {
+                    lengths.push((key, v));
+                }
+            } else {
+                g.skip_value(ty)?;
+            }
+            if let Some(a) = &arch {
+                let want = format!("{a}.context_length");
+                if let Some((_, v)) = lengths.iter().find(|(k, _)| *k == want) {
+                    return Ok(Some(*v));
+                }
+            }
+        }
+        Ok(None)
+    };
+    read(&mut g).map_err(|e| {
+        ModelError::Format(format!(
+            "{}: the GGUF metadata cannot be read ({}) — fetch the file again",
+            path.display(),
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                "the file ends early".to_owned()
+            } else {
+                e.to_string()
+            }
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GGUF v3 file with the given metadata, written by hand.
+    fn gguf(kvs: &[(&str, u32, Vec<u8>)]) -> Vec<u8> {
+        let mut b = b"GGUF".to_vec();
+        b.extend_from_slice(&3u32.to_le_bytes());
+        b.extend_from_slice(&0u64.to_le_bytes());
+        b.extend_from_slice(&(kvs.len() as u64).to_le_bytes());
+        for (k, ty, v) in kvs {
+            b.extend_from_slice(&(k.len() as u64).to_le_bytes());
+            b.extend_from_slice(k.as_bytes());
+            b.extend_from_slice(&ty.to_le_bytes());
+            b.extend_from_slice(v);
+        }
+        b
+    }
+
+    fn string(s: &str) -> Vec<u8> {
+        let mut b = (s.len() as u64).to_le_bytes().to_vec();
+        b.extend_from_slice(s.as_bytes());
+        b
+    }
+
+    #[test]
+    fn reads_the_architectures_context_length_past_other_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tokens = 8u32.to_le_bytes().to_vec(); // array of strings
+        tokens.extend_from_slice(&3u64.to_le_bytes());
+        for t in ["a", "bb", "<s>"] {
+            tokens.extend(string(t));
+        }
+        let mut floats = 6u32.to_le_bytes().to_vec(); // array of f32
+        floats.extend_from_slice(&2u64.to_le_bytes());
+        floats.extend_from_slice(&[0u8; 8]);
+        let file = dir.path().join("m.gguf");
+        std::fs::write(
+            &file,
+            gguf(&[
+                ("other.context_length", 4, 99u32.to_le_bytes().to_vec()),
+                ("tokenizer.ggml.tokens", 9, tokens),
+                ("tokenizer.ggml.scores", 9, floats),
+                ("general.name", 8, string("tiny")),
+                ("general.architecture", 8, string("llama")),
+                ("llama.context_length", 4, 8192u32.to_le_bytes().to_vec()),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(gguf_context_length(&file).unwrap(), Some(8192));
+        // without the key: unknown
+        std::fs::write(&file, gguf(&[("general.architecture", 8, string("llama"))])).unwrap();
+        assert_eq!(gguf_context_length(&file).unwrap(), None);
+        // cut inside the metadata: a format error naming the file
+        let full = gguf(&[("general.architecture", 8, string("llama"))]);
+        std::fs::write(&file, &full[..full.len() - 2]).unwrap();
+        let e = gguf_context_length(&file).unwrap_err().to_string();
+        assert!(e.contains("m.gguf") && e.contains("ends early"), "{e}");
+    }
+}

@@ -7,6 +7,8 @@
 //! - [`ct2`] and [`whisper_ggml`]: the CTranslate2 → whisper.cpp converter.
 //! - [`kind`]: tells a whisper ggml file from a GGUF (and from anything else).
 //! - [`ggml_guard`]: compares the two engines' vendored ggml headers.
+//! - [`location`]: where the models directory is (flag, `VOXLINE_MODELS`,
+//!   `./models`, the user's data directory).
 #![warn(missing_docs)]
 
 use std::io::Write;
@@ -16,6 +18,7 @@ pub mod ct2;
 pub mod fetch;
 pub mod ggml_guard;
 pub mod kind;
+pub mod location;
 pub mod registry;
 pub mod whisper_ggml;
 
@@ -23,7 +26,7 @@ pub mod whisper_ggml;
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {}", io_reason(.source))]
     Io {
         /// The file.
         path: PathBuf,
@@ -72,6 +75,17 @@ pub enum ModelError {
     /// The manifest is missing or malformed.
     #[error("{0}")]
     Manifest(String),
+    /// The models directory cannot be written to.
+    #[error("{dir}: the models directory is not writable ({reason}); give `--dir` a writable directory, or set VOXLINE_MODELS to one")]
+    NotWritable {
+        /// The models directory.
+        dir: PathBuf,
+        /// The operating system's reason.
+        reason: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl ModelError {
@@ -81,6 +95,30 @@ impl ModelError {
             source,
         }
     }
+
+    /// An error creating something inside the models directory `dir`:
+    /// [`ModelError::NotWritable`] when the directory refuses writes,
+    /// otherwise [`ModelError::Io`] naming `path`.
+    pub(crate) fn writing(dir: &Path, path: &Path, source: std::io::Error) -> Self {
+        use std::io::ErrorKind as K;
+        if matches!(source.kind(), K::PermissionDenied | K::ReadOnlyFilesystem) {
+            Self::NotWritable {
+                dir: dir.to_path_buf(),
+                reason: io_reason(&source).to_lowercase(),
+                source,
+            }
+        } else {
+            Self::io(path, source)
+        }
+    }
+}
+
+/// The operating system's reason for an I/O error, without Rust's
+/// "(os error N)" suffix: what a user reads.
+fn io_reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    s.find(" (os error")
+        .map_or(s.clone(), |i| s[..i].to_owned())
 }
 
 /// Writes a file atomically (see [`voxline_core::files::atomic_write`]).

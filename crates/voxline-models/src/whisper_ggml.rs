@@ -61,6 +61,9 @@ pub enum OutType {
     F16,
 }
 
+/// Copies a CTranslate2 variable (source name) into the output as a whisper.cpp tensor (destination name).
+type CopyTensor<'a> = dyn FnMut(&mut Vec<OutTensor>, &str, &str) -> Result<(), ModelError> + 'a;
+
 /// One tensor as it will be written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutTensor {
@@ -289,79 +292,77 @@ pub fn plan_tensors(model: &Ct2Model) -> Result<(HParams, Vec<OutTensor>), Model
             })
         };
     let ln = |out: &mut Vec<OutTensor>,
-              copy: &mut dyn FnMut(&mut Vec<OutTensor>, &str, &str) -> Result<(), ModelError>,
+              copy: &mut CopyTensor<'_>,
               src: &str,
               dst: &str|
      -> Result<(), ModelError> {
         copy(out, &format!("{src}/gamma"), &format!("{dst}.weight"))?;
         copy(out, &format!("{src}/beta"), &format!("{dst}.bias"))
     };
-    let linear =
-        |out: &mut Vec<OutTensor>,
-         copy: &mut dyn FnMut(&mut Vec<OutTensor>, &str, &str) -> Result<(), ModelError>,
-         src: &str,
-         dst: &str|
-         -> Result<(), ModelError> {
-            copy(out, &format!("{src}/weight"), &format!("{dst}.weight"))?;
-            copy(out, &format!("{src}/bias"), &format!("{dst}.bias"))
-        };
+    let linear = |out: &mut Vec<OutTensor>,
+                  copy: &mut CopyTensor<'_>,
+                  src: &str,
+                  dst: &str|
+     -> Result<(), ModelError> {
+        copy(out, &format!("{src}/weight"), &format!("{dst}.weight"))?;
+        copy(out, &format!("{src}/bias"), &format!("{dst}.bias"))
+    };
 
     // One transformer block's feed-forward and self-attention (the same in
     // the encoder and the decoder), fused q/k/v split by rows; no key bias.
-    let block =
-        |out: &mut Vec<OutTensor>,
-         copy: &mut dyn FnMut(&mut Vec<OutTensor>, &str, &str) -> Result<(), ModelError>,
-         s: &str,
-         d: &str|
-         -> Result<(), ModelError> {
-            ln(
-                out,
-                copy,
-                &format!("{s}/ffn/layer_norm"),
-                &format!("{d}.mlp_ln"),
-            )?;
-            linear(
-                out,
-                copy,
-                &format!("{s}/ffn/linear_0"),
-                &format!("{d}.mlp.0"),
-            )?;
-            linear(
-                out,
-                copy,
-                &format!("{s}/ffn/linear_1"),
-                &format!("{d}.mlp.2"),
-            )?;
-            ln(
-                out,
-                copy,
-                &format!("{s}/self_attention/layer_norm"),
-                &format!("{d}.attn_ln"),
-            )?;
-            let qkv = format!("{s}/self_attention/linear_0");
-            for (part, name, bias) in [(0, "query", true), (1, "key", false), (2, "value", true)] {
+    let block = |out: &mut Vec<OutTensor>,
+                 copy: &mut CopyTensor<'_>,
+                 s: &str,
+                 d: &str|
+     -> Result<(), ModelError> {
+        ln(
+            out,
+            copy,
+            &format!("{s}/ffn/layer_norm"),
+            &format!("{d}.mlp_ln"),
+        )?;
+        linear(
+            out,
+            copy,
+            &format!("{s}/ffn/linear_0"),
+            &format!("{d}.mlp.0"),
+        )?;
+        linear(
+            out,
+            copy,
+            &format!("{s}/ffn/linear_1"),
+            &format!("{d}.mlp.2"),
+        )?;
+        ln(
+            out,
+            copy,
+            &format!("{s}/self_attention/layer_norm"),
+            &format!("{d}.attn_ln"),
+        )?;
+        let qkv = format!("{s}/self_attention/linear_0");
+        for (part, name, bias) in [(0, "query", true), (1, "key", false), (2, "value", true)] {
+            out.push(split(
+                &format!("{qkv}/weight"),
+                &format!("{d}.attn.{name}.weight"),
+                3,
+                part,
+            )?);
+            if bias {
                 out.push(split(
-                    &format!("{qkv}/weight"),
-                    &format!("{d}.attn.{name}.weight"),
+                    &format!("{qkv}/bias"),
+                    &format!("{d}.attn.{name}.bias"),
                     3,
                     part,
                 )?);
-                if bias {
-                    out.push(split(
-                        &format!("{qkv}/bias"),
-                        &format!("{d}.attn.{name}.bias"),
-                        3,
-                        part,
-                    )?);
-                }
             }
-            linear(
-                out,
-                copy,
-                &format!("{s}/self_attention/linear_1"),
-                &format!("{d}.attn.out"),
-            )
-        };
+        }
+        linear(
+            out,
+            copy,
+            &format!("{s}/self_attention/linear_1"),
+            &format!("{d}.attn.out"),
+        )
+    };
 
     // Encoder.
     let mut pos = f32_tensor(

