@@ -157,6 +157,7 @@ fn pipeline_vs_raw(c: &mut Criterion) {
         threads: s.budget,
         audio_ctx: voxline_stt::AudioCtx::Default,
         stt_gpu: false,
+        flash_attn: false,
         n_gpu_layers: 0,
         max_tokens: 33,
         n_ctx: 2048,

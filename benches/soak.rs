@@ -43,6 +43,7 @@ fn main() {
         threads: voxline::settings::ThreadBudget::split(None, None).unwrap(),
         audio_ctx: voxline_stt::AudioCtx::Default,
         stt_gpu: false,
+        flash_attn: false,
         n_gpu_layers: 0,
         max_tokens: 32,
         n_ctx: 2048,

@@ -124,6 +124,9 @@ struct EngineArgs {
     /// Offload whisper to the GPU (needs a `cuda` build).
     #[arg(long)]
     stt_gpu: bool,
+    /// Run whisper with flash attention (off by default: slower on the CPUs measured, see README).
+    #[arg(long)]
+    flash_attn: bool,
     /// LLM layers to offload to the GPU (needs a `cuda` build).
     #[arg(long, default_value_t = 0)]
     n_gpu_layers: u32,
@@ -170,7 +173,7 @@ struct VadArgs {
     #[arg(long, default_value_t = VadConfig::default().min_speech_ms)]
     min_speech_ms: u32,
     /// Silence that ends an utterance, ms.
-    #[arg(long, default_value_t = VadConfig::default().hangover_ms)]
+    #[arg(long, default_value_t = voxline::settings::DEFAULT_HANGOVER_MS)]
     hangover_ms: u32,
     /// Audio kept before the detected start, ms.
     #[arg(long, default_value_t = VadConfig::default().pre_roll_ms)]
@@ -565,6 +568,7 @@ impl EngineArgs {
             threads,
             audio_ctx,
             stt_gpu: self.stt_gpu,
+            flash_attn: self.flash_attn,
             n_gpu_layers: self.n_gpu_layers,
             max_tokens: self.max_tokens,
             n_ctx: self.n_ctx,

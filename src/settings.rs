@@ -9,7 +9,15 @@ use crate::BadInput;
 
 /// The default silence after which a turn is sent early (speculative
 /// turn-taking), ms; chosen by measurement (see the README's latency section).
-pub const DEFAULT_SPEC_SILENCE_MS: u32 = 200;
+pub const DEFAULT_SPEC_SILENCE_MS: u32 = 150;
+
+/// The default silence that ends a turn, ms. With speculation a hangover
+/// costs no latency while it is shorter than STT plus the first token
+/// (~950 ms on 2 cores), and a longer one cuts fewer sentences at a breath
+/// pause: on the nine real recordings in `../shared/speech` 500 ms splits a
+/// counted list in three, 600 ms and more keep every recording whole
+/// (`cargo bench --bench hangover`). 700 ms leaves a margin.
+pub const DEFAULT_HANGOVER_MS: u32 = 700;
 
 /// How the CPU thread budget is shared by the two engines.
 ///
@@ -201,6 +209,8 @@ pub struct EngineSettings {
     pub audio_ctx: AudioCtx,
     /// Offload whisper to the GPU.
     pub stt_gpu: bool,
+    /// whisper's flash attention.
+    pub flash_attn: bool,
     /// LLM layers offloaded to the GPU.
     pub n_gpu_layers: u32,
     /// Most tokens per answer.
@@ -224,6 +234,7 @@ impl EngineSettings {
         let mut c = SttConfig::new(&self.whisper_model, self.threads.stt);
         c.audio_ctx = self.audio_ctx;
         c.use_gpu = self.stt_gpu;
+        c.flash_attn = self.flash_attn;
         c
     }
 

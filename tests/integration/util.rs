@@ -84,6 +84,7 @@ pub fn settings(max_tokens: u32) -> voxline::settings::EngineSettings {
         threads: voxline::settings::ThreadBudget::split(None, None).unwrap(),
         audio_ctx: voxline_stt::AudioCtx::Default,
         stt_gpu: false,
+        flash_attn: false,
         n_gpu_layers: 0,
         max_tokens,
         n_ctx: 2048,

@@ -235,12 +235,11 @@ fn cpu_ticks() -> Option<(u64, u64)> {
     let own = std::fs::read_to_string("/proc/self/stat").ok()?;
     // fields after the command name (which may hold spaces) in parentheses
     let rest = own.rsplit_once(')')?.1;
-    let g: Vec<u64> = rest
-        .split_whitespace()
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    // utime and stime are fields 14 and 15 of the line: 11th and 12th numbers after the state
-    let (utime, stime) = (g.get(10)?, g.get(11)?);
+    // state, ppid, pgrp, session, tty_nr, tpgid (-1 without a terminal), flags,
+    // minflt, cminflt, majflt, cmajflt, utime, stime: fields 3..=15 of the line
+    let g: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = g.get(11)?.parse().ok()?;
+    let stime: u64 = g.get(12)?.parse().ok()?;
     Some((busy, utime + stime))
 }
 
@@ -443,6 +442,27 @@ mod tests {
         let n = g.threads();
         assert!((1..=2).contains(&n), "{n}");
         assert!(g.external_load() >= 0.0);
+    }
+
+    #[test]
+    fn own_cpu_time_is_not_counted_as_external_load() {
+        if cpu_ticks().is_none() {
+            return; // no /proc here
+        }
+        let g = CpuGovernor::new(2, true);
+        let (_, own0) = cpu_ticks().unwrap();
+        // keep one core busy in this process for a while
+        let until = Instant::now() + Duration::from_millis(600);
+        let mut x = 0u64;
+        while Instant::now() < until {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let (_, own1) = cpu_ticks().unwrap();
+        assert!(own1 > own0, "this process's own CPU time is read");
+        let load = g.external_load();
+        // what else runs on the machine is not ours to know, but our own busy core is not in it
+        assert!(load < 2.0, "{load}");
     }
 
     #[test]

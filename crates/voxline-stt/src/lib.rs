@@ -151,9 +151,11 @@ pub struct SttConfig {
     pub audio_ctx: AudioCtx,
     /// Spoken language (`en`); ignored by English-only models.
     pub language: String,
-    /// Flash attention in the encoder and decoder (whisper.cpp's own
-    /// default since 1.8; whisper-rs turns it off unless asked). On 2 cores
-    /// it cuts the tiny.en encoder from ~830 to ~580 ms.
+    /// Flash attention in the encoder and decoder (whisper.cpp's own CLI
+    /// default since 1.8). Off by default here: measured with this build on
+    /// the 2-core machine it made tiny.en slower (q_capital, 2 threads:
+    /// 1050 ms against 869 ms; 1 thread: 2038 against 1642) and, greedy,
+    /// mis-heard the noisy fixture ("What is my capital of France?").
     pub flash_attn: bool,
 }
 
@@ -167,7 +169,7 @@ impl SttConfig {
             use_gpu: false,
             audio_ctx: AudioCtx::Default,
             language: "en".into(),
-            flash_attn: true,
+            flash_attn: false,
         }
     }
 }

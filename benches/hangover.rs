@@ -1,0 +1,121 @@
+//! Turn-taking on real speech: for each hangover, how many single-sentence
+//! recordings the endpointer cuts at an inner breath pause, and how many
+//! turns the fixtures' multi-question recording keeps apart.
+//!
+//! `cargo bench --bench hangover` (VOXLINE_SPEECH_DIR: a folder of real
+//! recordings, one sentence each; default `../shared/speech`). Prints a
+//! Markdown table. No engine runs: this is the endpointer alone.
+
+use std::path::{Path, PathBuf};
+
+use voxline_audio::{Endpointer, VadConfig, VadStage, WavSource};
+use voxline_core::{AudioFrame, Clock, SpecBoard, SpecState};
+
+fn read_16k(path: &Path) -> Vec<f32> {
+    let mut src = WavSource::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = Vec::new();
+    while let Some(c) = src.next_chunk().unwrap() {
+        out.extend_from_slice(&c);
+    }
+    out
+}
+
+/// Segments the endpointer cuts from `audio` (with a second of silence after it).
+fn segments(audio: &[f32], hangover_ms: u32) -> usize {
+    let mut ep = Endpointer::new(VadConfig {
+        hangover_ms,
+        ..VadConfig::default()
+    })
+    .unwrap();
+    let mut n = 0;
+    for chunk in audio.chunks(320) {
+        n += ep.push(chunk).len();
+    }
+    n += ep.push(&vec![0.0; 16_000]).len();
+    n + usize::from(ep.finish().is_some())
+}
+
+/// Speculative attempts on `audio` with `silence_ms`: (started, cancelled),
+/// and the speculation point's delay after the VAD's end of speech, in ms.
+fn attempts(audio: &[f32], silence_ms: u32) -> (usize, usize, Vec<f64>) {
+    let board = SpecBoard::new();
+    let mut stage = VadStage::new(VadConfig::default())
+        .unwrap()
+        .with_speculation(board.clone(), silence_ms);
+    let clock = Clock::start();
+    let mut padded = audio.to_vec();
+    padded.extend(std::iter::repeat_n(0.0, 16_000));
+    let frames = padded.chunks(320).enumerate().map(|(i, c)| AudioFrame {
+        start_sample: (i * 320) as u64,
+        samples: c.to_vec(),
+        captured: clock.sample_due((i * 320) as u64),
+    });
+    let out = voxline_core::drive(&mut stage, frames).unwrap();
+    let spec: Vec<_> = out
+        .iter()
+        .filter(|u| board.state(u.id) != SpecState::Final)
+        .collect();
+    let cancelled = spec.iter().filter(|u| board.state(u.id) == SpecState::Cancelled).count();
+    let delays = spec
+        .iter()
+        .map(|u| Clock::samples_to_ms(u.closed_sample - u.end_sample))
+        .collect();
+    (spec.len(), cancelled, delays)
+}
+
+fn main() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::var_os("VOXLINE_SPEECH_DIR")
+        .map_or_else(|| root.join("../shared/speech"), PathBuf::from);
+    let mut clips: Vec<(String, Vec<f32>)> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "wav"))
+                .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), read_16k(&p)))
+                .collect()
+        })
+        .unwrap_or_default();
+    clips.sort_by(|a, b| a.0.cmp(&b.0));
+    if clips.is_empty() {
+        eprintln!("no recordings in {}; set VOXLINE_SPEECH_DIR", dir.display());
+        return;
+    }
+    let multi = read_16k(&root.join("audio-fixtures/multi_turn.wav"));
+    println!(
+        "| hangover ms | clips split (of {}) | extra cuts | split clips | multi_turn turns (3 spoken) |",
+        clips.len()
+    );
+    println!("|---|---|---|---|---|");
+    for hangover in [300, 400, 500, 600, 700, 800, 1000, 1200] {
+        let mut split = Vec::new();
+        let mut extra = 0;
+        for (name, audio) in &clips {
+            let n = segments(audio, hangover);
+            if n > 1 {
+                split.push(format!("{name} ({n})"));
+                extra += n - 1;
+            }
+        }
+        println!(
+            "| {hangover} | {} | {extra} | {} | {} |",
+            split.len(),
+            if split.is_empty() { "–".into() } else { split.join(", ") },
+            segments(&multi, hangover)
+        );
+    }
+    println!();
+    println!("| spec silence ms | attempts | cancelled (speech resumed) | sent after the VAD's end of speech, ms |");
+    println!("|---|---|---|---|");
+    for silence in [100, 150, 200, 250, 300] {
+        let (mut started, mut cancelled, mut delays) = (0, 0, Vec::new());
+        for (_, audio) in &clips {
+            let (s, c, d) = attempts(audio, silence);
+            started += s;
+            cancelled += c;
+            delays.extend(d);
+        }
+        let mean = delays.iter().sum::<f64>() / delays.len().max(1) as f64;
+        println!("| {silence} | {started} | {cancelled} | {mean:.0} |");
+    }
+}
