@@ -639,7 +639,14 @@ pub fn build(
 
     let session_ms = match run.pace {
         Pace::Realtime => clock.ms_since_origin(run.outcome.finished),
-        Pace::Fast => audio_ms.max(simulate(&jobs, run.cpu_shared, &mut turns)),
+        Pace::Fast => {
+            let cores = match (run.cpu_shared, config.cpu_share.as_str()) {
+                (false, _) => SimCores::Split,
+                (true, "priority") => SimCores::Priority,
+                (true, _) => SimCores::Shared,
+            };
+            audio_ms.max(simulate(&jobs, cores, &mut turns))
+        }
     };
     for t in &mut turns {
         drop_negative_latencies(t);
@@ -837,16 +844,35 @@ struct SimJob {
     llm: Option<(f64, Option<f64>)>,
 }
 
+/// How the engines share the cores on the virtual clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SimCores {
+    /// Each stage is its own server.
+    Split,
+    /// One server, jobs in the order they asked.
+    Shared,
+    /// One server, the most urgent job first (STT > first token > decode),
+    /// and a streaming answer yields at every token boundary.
+    Priority,
+}
+
 /// Replays the measured service times on the virtual clock: utterances
 /// close at their audio time; STT and LLM each serve turns in order. With
-/// `shared` cores (one CPU lease) the two stages are one server that takes
-/// whichever waiting job asked first. Fills each turn's queue waits, TTFT,
-/// response latency and timeline; returns when the last job finished.
-fn simulate(jobs: &[SimJob], shared: bool, turns: &mut [TurnReport]) -> f64 {
-    #[derive(Clone, Copy)]
+/// shared cores (one CPU lease) the two stages are one server: in `Shared`
+/// it takes whichever waiting job asked first; in `Priority` the most
+/// urgent, and an answer's decoding is cut into its tokens, so a turn's STT
+/// runs between two tokens of the previous answer, as it does live. Fills
+/// each turn's queue waits, TTFT, response latency and timeline; returns
+/// when the last job finished.
+fn simulate(jobs: &[SimJob], cores: SimCores, turns: &mut [TurnReport]) -> f64 {
+    #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
     enum Kind {
-        Stt,
+        /// The rest of an answer, `left` tokens of `each` ms (lowest priority).
+        Decode { left: usize },
+        /// Prefill and first token.
         Llm,
+        /// Transcription (most urgent).
+        Stt,
     }
     // (ready time, job index, kind) waiting to run
     let mut pending: Vec<(f64, usize, Kind)> = jobs
@@ -855,23 +881,31 @@ fn simulate(jobs: &[SimJob], shared: bool, turns: &mut [TurnReport]) -> f64 {
         .filter(|(_, j)| j.stt.is_some())
         .map(|(i, j)| (j.ready, i, Kind::Stt))
         .collect();
+    let shared = cores != SimCores::Split;
     let (mut stt_free, mut llm_free, mut end) = (0.0f64, 0.0f64, 0.0f64);
     while !pending.is_empty() {
-        // the job that can start first; ties go to the one that became ready first
         let start_of = |(ready, _, kind): &(f64, usize, Kind)| -> f64 {
             let free = if shared {
                 stt_free.max(llm_free)
             } else {
                 match kind {
                     Kind::Stt => stt_free,
-                    Kind::Llm => llm_free,
+                    Kind::Llm | Kind::Decode { .. } => llm_free,
                 }
             };
             ready.max(free)
         };
+        // the job that can start first; ties go to the most urgent (priority
+        // cores), then to the one that became ready first
         let Some((pos, _)) = pending.iter().enumerate().min_by(|a, b| {
+            let urgency = if cores == SimCores::Priority {
+                b.1 .2.cmp(&a.1 .2)
+            } else {
+                std::cmp::Ordering::Equal
+            };
             start_of(a.1)
                 .total_cmp(&start_of(b.1))
+                .then(urgency)
                 .then(a.1 .0.total_cmp(&b.1 .0))
                 .then(a.1 .1.cmp(&b.1 .1))
         }) else {
@@ -898,11 +932,17 @@ fn simulate(jobs: &[SimJob], shared: bool, turns: &mut [TurnReport]) -> f64 {
             }
             Kind::Llm => {
                 let (busy, first) = j.llm.unwrap_or_default();
-                llm_free = start + busy;
+                let tokens = t.llm_streamed_tokens;
+                // priority cores: after the first token the answer decodes token by token
+                let yields = cores == SimCores::Priority && tokens > 1 && first.is_some();
+                llm_free = start + if yields { first.unwrap_or(busy) } else { busy };
                 end = end.max(llm_free);
                 t.timeline.llm_ms = Some([start, llm_free]);
                 t.llm_queue_ms = Some(start - ready);
-                t.llm_ms = Some(busy);
+                t.llm_ms = Some(llm_free - start);
+                if yields {
+                    pending.push((llm_free, i, Kind::Decode { left: tokens - 1 }));
+                }
                 if let Some(first) = first {
                     let computed = start + first;
                     let shown = computed.max(j.commit);
@@ -913,6 +953,20 @@ fn simulate(jobs: &[SimJob], shared: bool, turns: &mut [TurnReport]) -> f64 {
                     if j.speculative {
                         t.commit_wait_ms = Some(shown - computed);
                     }
+                }
+            }
+            Kind::Decode { left } => {
+                let (busy, first) = j.llm.unwrap_or_default();
+                let tokens = t.llm_streamed_tokens.max(2);
+                let each = (busy - first.unwrap_or(0.0)).max(0.0) / (tokens - 1) as f64;
+                llm_free = start + each;
+                end = end.max(llm_free);
+                if let Some(span) = &mut t.timeline.llm_ms {
+                    span[1] = llm_free;
+                    t.llm_ms = Some(span[1] - span[0]);
+                }
+                if left > 1 {
+                    pending.push((llm_free, i, Kind::Decode { left: left - 1 }));
                 }
             }
         }

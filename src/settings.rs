@@ -116,18 +116,24 @@ impl ThreadBudget {
         })
     }
 
-    /// The default: one engine computes at a time, with every thread, the
-    /// current turn's critical path first (committed STT > first token >
-    /// streaming decode > speculative work); whisper gets as many threads as
-    /// other processes leave free cores; the LLM decodes on one thread
-    /// (decoding is memory-bound: one thread is ~80 % of two, and a single
-    /// thread cannot stall on a barrier when another process takes a core).
+    /// The default: one engine computes at a time, the current turn's
+    /// critical path first (committed STT > first token > streaming decode >
+    /// speculative work); whisper gets every thread the budget holds, less the
+    /// cores other processes keep busy; the LLM runs on one thread (decoding
+    /// is memory-bound: one thread is ~80 % of two, and a single thread
+    /// cannot stall on a barrier when another process takes a core).
     ///
     /// # Errors
     /// [`BadInput`] when `total` is 0.
     pub fn priority(total: Option<usize>) -> Result<Self, BadInput> {
         let mut b = Self::shared(total)?;
         b.priority = true;
+        // llama.cpp fixes its thread counts when the context is made, so they
+        // cannot follow the free cores as whisper's do: with two threads a
+        // prefill stalled ~40 s per turn while other processes kept the
+        // cores busy. One thread prefills a turn's few dozen tokens ~90 ms
+        // slower on an idle machine, and never collapses.
+        b.llm = 1;
         b.llm_decode = 1;
         Ok(b)
     }
@@ -283,7 +289,7 @@ mod tests {
         let b = ThreadBudget::priority(Some(2)).unwrap();
         assert_eq!(
             (b.stt, b.llm, b.llm_decode, b.mode()),
-            (2, 2, 1, "priority")
+            (2, 1, 1, "priority")
         );
         assert_eq!(ThreadBudget::split(Some(2), None).unwrap().mode(), "split");
     }

@@ -23,7 +23,10 @@ fn speak(dir: &Path, key: &str, text: &str) -> PathBuf {
         .arg(&raw)
         .args(["-r", "16000"])
         .arg(&out)
-        .args(["norm", "-3", "silence", "1", "0.01", "0.1%", "reverse", "silence", "1", "0.01", "0.1%", "reverse"])
+        .args([
+            "norm", "-3", "silence", "1", "0.01", "0.1%", "reverse", "silence", "1", "0.01",
+            "0.1%", "reverse"
+        ])
         .status()
         .unwrap()
         .success());
@@ -46,12 +49,21 @@ fn silence(dir: &Path, key: &str, secs: f64) -> PathBuf {
 /// The parts joined into one recording.
 fn join(dir: &Path, name: &str, parts: &[PathBuf]) -> PathBuf {
     let out = dir.join(name);
-    assert!(Command::new("sox").args(parts).arg(&out).status().unwrap().success());
+    assert!(Command::new("sox")
+        .args(parts)
+        .arg(&out)
+        .status()
+        .unwrap()
+        .success());
     out
 }
 
 /// Replays `wav` in real time with the events and the report; returns both.
-fn replay_realtime(dir: &Path, wav: &Path, extra: &[&str]) -> (Vec<serde_json::Value>, serde_json::Value) {
+fn replay_realtime(
+    dir: &Path,
+    wav: &Path,
+    extra: &[&str],
+) -> (Vec<serde_json::Value>, serde_json::Value) {
     let (events, report) = (dir.join("e.jsonl"), dir.join("r.json"));
     let out = util::voxline_bin()
         .arg("replay")
@@ -66,7 +78,12 @@ fn replay_realtime(dir: &Path, wav: &Path, extra: &[&str]) -> (Vec<serde_json::V
         .arg(util::models_dir())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let events: Vec<serde_json::Value> = std::fs::read_to_string(&events)
         .unwrap()
         .lines()
@@ -125,13 +142,19 @@ fn speech_resuming_after_a_300_ms_pause_cancels_the_attempt_and_the_utterance_is
         .collect();
     assert_eq!(transcripts.len(), 1, "{transcripts:?}");
     let heard = transcripts[0].to_lowercase();
-    assert!(heard.contains("fact") && heard.contains("moon"), "the continued utterance: {heard}");
+    assert!(
+        heard.contains("fact") && heard.contains("moon"),
+        "the continued utterance: {heard}"
+    );
     assert_eq!(ids_of(&events, "turn_complete").len(), 1, "answered once");
     let turns = report["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 1);
     assert!(turns[0]["response"].as_str().is_some_and(|r| !r.is_empty()));
     let spec = &report["summary"]["speculation"];
-    assert!(spec["cancelled"].as_u64().unwrap() >= 1 && spec["committed"] == 1, "{spec}");
+    assert!(
+        spec["cancelled"].as_u64().unwrap() >= 1 && spec["committed"] == 1,
+        "{spec}"
+    );
     // never more engine threads at once than the budget
     let budget = report["config"]["threads"][0].as_u64().unwrap();
     assert!(report["summary"]["engine_threads_peak"].as_u64().unwrap() <= budget);
@@ -139,40 +162,61 @@ fn speech_resuming_after_a_300_ms_pause_cancels_the_attempt_and_the_utterance_is
 
 #[test]
 fn an_answer_cancelled_mid_stream_leaves_no_history_and_no_cache_behind() {
+    use voxline_core::{edge, Clock, FullPolicy, LlmOut, Pipeline, SpecBoard, Transcript};
     let _g = util::engine_lock();
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let a = speak(d, "a", "What is the capital of France?");
-    let b = speak(d, "b", "And of Spain?");
-    // a long hangover and a pause long enough for the LLM to start on the
-    // first part before speech resumes
-    let parts = [
-        silence(d, "lead", 0.5),
-        a,
-        silence(d, "pause", 2.5),
-        b,
-        silence(d, "tail", 4.0),
-    ];
-    let wav = join(d, "long_pause.wav", &parts);
-    let (events, report) = replay_realtime(d, &wav, &["--hangover-ms", "3500"]);
-    assert_cancelled_leave_no_trace(&events);
-    let turns = report["turns"].as_array().unwrap();
-    assert_eq!(turns.len(), 1, "{turns:?}");
-    let spec = &report["summary"]["speculation"];
-    assert!(
-        spec["cancelled_busy_ms"]["llm"].as_f64().unwrap_or(0.0) > 0.0,
-        "the LLM had started on the cancelled attempt: {spec}"
-    );
-    // The committed turn is the conversation's first: had the cancelled
-    // attempt's history or KV cache survived, its prompt or its prefill
-    // would be longer than a fresh engine's for the same transcript.
-    let transcript = turns[0]["transcript"].as_str().unwrap();
-    let mut fresh = voxline_llm::LlmEngine::load(util::settings(1).llm_config()).unwrap();
-    let r = fresh.respond(transcript, &mut |_| true).unwrap();
-    assert_eq!(turns[0]["llm_prompt_tokens"].as_u64(), Some(u64::from(r.n_prompt_tokens)));
-    assert_eq!(turns[0]["llm_prefill_tokens"].as_u64(), Some(u64::from(r.engine.n_p_eval)));
-    let budget = report["config"]["threads"][0].as_u64().unwrap();
-    assert!(report["summary"]["engine_threads_peak"].as_u64().unwrap() <= budget);
+    let s = util::settings(24);
+    let board = SpecBoard::new();
+    let llm = voxline_llm::LlmStage::new(voxline_llm::LlmEngine::load(s.llm_config()).unwrap())
+        .with_speculation(board.clone());
+    let mut p = Pipeline::new(Clock::start());
+    let (tx, rx) = edge::<Transcript>("transcripts", 4, FullPolicy::Block);
+    let (out_tx, out_rx) = edge::<LlmOut>("responses", 1024, FullPolicy::Block);
+    p.spawn_stage(llm, rx, out_tx).unwrap();
+    // the attempt is cancelled the moment its first token is out: mid-answer
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let cancel = board.clone();
+    p.spawn_sink("sink", out_rx, move |env| {
+        match env.item {
+            LlmOut::Token(t) if t.id == 1 && t.index == 0 => cancel.cancel(1),
+            LlmOut::Done(d) => {
+                let _ = done_tx.send(d);
+            }
+            LlmOut::Token(_) => {}
+        }
+        Ok(())
+    })
+    .unwrap();
+    let transcript = |id: u64, text: &str| Transcript {
+        id,
+        text: text.into(),
+        n_tokens: 8,
+        audio_ms: 2000.0,
+        start_sample: 0,
+        end_sample: 32_000,
+        end_wall: std::time::Instant::now(),
+    };
+    board.start(1);
+    tx.send(transcript(
+        1,
+        "Tell me a long story about a dragon and a knight.",
+    ))
+    .unwrap();
+    tx.send(transcript(2, "What is the capital of France?"))
+        .unwrap();
+    drop(tx);
+    assert!(p.join().failed.is_none());
+    let done: Vec<_> = done.try_iter().collect();
+    assert_eq!(done.len(), 1, "only the committed turn completes: {done:?}");
+    assert_eq!(done[0].id, 2);
+    // Had the cancelled answer's history or KV cache survived, the next
+    // turn's prompt or its prefill would differ from a fresh engine's.
+    let mut fresh = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
+    let want = fresh
+        .respond("What is the capital of France?", &mut |_| true)
+        .unwrap();
+    assert_eq!(done[0].n_prompt_tokens, want.n_prompt_tokens);
+    assert_eq!(done[0].engine.n_prefill_tokens, want.engine.n_p_eval);
+    assert_eq!(done[0].response, want.text);
 }
 
 #[test]
@@ -192,9 +236,13 @@ fn a_rolled_back_engine_answers_exactly_like_a_fresh_one() {
     assert_eq!(engine.history_len(), 1);
     engine.rollback(cp).unwrap();
     assert_eq!((engine.cached_tokens(), engine.history_len()), before);
-    let after = engine.respond("What is the capital of France?", &mut |_| true).unwrap();
+    let after = engine
+        .respond("What is the capital of France?", &mut |_| true)
+        .unwrap();
     let mut fresh = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
-    let want = fresh.respond("What is the capital of France?", &mut |_| true).unwrap();
+    let want = fresh
+        .respond("What is the capital of France?", &mut |_| true)
+        .unwrap();
     assert_eq!(after.text, want.text);
     assert_eq!(after.n_prefill_tokens, want.n_prefill_tokens);
 }
@@ -208,16 +256,32 @@ fn no_cpu_share_runs_more_engine_threads_at_once_than_the_budget() {
         let out = util::voxline_bin()
             .arg("replay")
             .arg(util::fixture("multi_turn.wav"))
-            .args(["--pace", "fast", "--quiet", "--max-tokens", "16", "--cpu-share", share])
+            .args([
+                "--pace",
+                "fast",
+                "--quiet",
+                "--max-tokens",
+                "16",
+                "--cpu-share",
+                share,
+            ])
             .arg("--report-json")
             .arg(&report)
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{share}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{share}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let r = util::read_json(&report);
         let budget = r["config"]["threads"][0].as_u64().unwrap();
         let peak = r["summary"]["engine_threads_peak"].as_u64().unwrap();
-        assert!(peak >= 1 && peak <= budget, "{share}: {peak} engine threads at once, budget {budget}");
+        assert!(
+            peak >= 1 && peak <= budget,
+            "{share}: {peak} engine threads at once, budget {budget}"
+        );
         assert_eq!(r["config"]["cpu_share"], share);
     }
 }

@@ -176,6 +176,15 @@ impl<'a, T: Message> Emitter<'a, T> {
         }
     }
 
+    /// Whether the next [`Emitter::emit`] would wait for room downstream.
+    #[must_use]
+    pub fn would_block(&self) -> bool {
+        match &self.target {
+            Target::Edge(tx) => tx.stats().capacity() <= tx.len(),
+            Target::Buffer(_) => false,
+        }
+    }
+
     /// Whether more urgent work is waiting for the cores this call holds.
     #[must_use]
     pub fn cpu_wanted(&self) -> bool {

@@ -826,11 +826,19 @@ impl voxline_core::Stage for LlmStage {
         let meter = self.meter.clone();
         let mut running = meter.as_ref().map(|m| m.enter(threads));
         let r = self.engine.respond(&t.text, &mut |piece| {
+            // not computing while waiting for room downstream
+            let waits = out.would_block();
+            if waits {
+                running = None;
+            }
             out.emit(LlmOut::Token(Token {
                 id,
                 index,
                 text: piece.to_string(),
             }));
+            if waits {
+                running = meter.as_ref().map(|m| m.enter(threads));
+            }
             index += 1;
             // the answer streams: more urgent work (a committed turn's STT) goes first
             out.set_priority(if speculative() {

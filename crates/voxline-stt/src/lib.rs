@@ -456,11 +456,14 @@ impl voxline_core::Stage for SttStage {
         if let Some(g) = &self.governor {
             self.engine.set_threads(g.threads());
         }
-        let _running = self
+        let running = self
             .meter
             .as_ref()
             .map(|m| m.enter(self.engine.config().threads));
-        let t = match self.engine.transcribe_abortable(&u.samples, &cancelled) {
+        let result = self.engine.transcribe_abortable(&u.samples, &cancelled);
+        // computing is over (a send that waits for room downstream is not)
+        drop(running);
+        let t = match result {
             Ok(t) => t,
             Err(SttError::Aborted) => return Ok(()),
             Err(e) => return Err(voxline_core::StageError::turn(u.id, e.to_string())),
