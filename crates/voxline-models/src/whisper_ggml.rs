@@ -59,6 +59,8 @@ pub enum OutType {
     F32,
     /// Stored as f16 (ggml type 1).
     F16,
+    /// Stored in a ggml block-quantised format.
+    Quant(crate::quant::WhisperQuant),
 }
 
 /// Copies a CTranslate2 variable (source name) into the output as a whisper.cpp tensor (destination name).
@@ -550,6 +552,7 @@ pub fn write_ggml(
             match t.ty {
                 OutType::F32 => 0,
                 OutType::F16 => 1,
+                OutType::Quant(q) => q.ggml_type(),
             },
         )?;
         for &d in &t.ne {
@@ -564,6 +567,7 @@ pub fn write_ggml(
                 .iter()
                 .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
                 .collect(),
+            OutType::Quant(q) => q.quantize(&t.values),
         };
         put(w, &data)?;
         progress(i + 1, tensors.len());
@@ -583,10 +587,23 @@ pub fn convert_dir(
     out: &Path,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<ConvertSummary, ModelError> {
+    convert_dir_with(model_dir, out, None, progress)
+}
+
+/// [`convert_dir`], optionally storing the weight matrices quantised (see [`quantize_plan`]).
+///
+/// # Errors
+/// As [`convert_dir`].
+pub fn convert_dir_with(
+    model_dir: &Path,
+    out: &Path,
+    quant: Option<crate::quant::WhisperQuant>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<ConvertSummary, ModelError> {
     let model = Ct2Model::read(&model_dir.join("model.bin"))?;
     let tok_path = model_dir.join("tokenizer.json");
     let tok = std::fs::read(&tok_path).map_err(|e| ModelError::io(&tok_path, e))?;
-    convert(&model, &tok, out, progress)
+    convert_with(&model, &tok, out, quant, progress)
 }
 
 /// Converts a parsed model plus its tokenizer JSON into a ggml file at `out` (atomically).
@@ -599,7 +616,42 @@ pub fn convert(
     out: &Path,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<ConvertSummary, ModelError> {
-    let (hp, tensors) = plan_tensors(model)?;
+    convert_with(model, tokenizer_json, out, None, progress)
+}
+
+/// Stores the weight matrices of a planned model as `quant`: every f16
+/// matrix (2-D) whose rows are whole blocks, which are exactly the tensors
+/// whisper.cpp creates with the model's weight type; the convolutions (3-D,
+/// f16 whatever the weight type), biases, norms and positional embeddings
+/// (f32) stay as they are. Sets the header's `ftype` to match.
+pub fn quantize_plan(
+    hp: &mut HParams,
+    tensors: &mut [OutTensor],
+    quant: crate::quant::WhisperQuant,
+) {
+    hp.ftype = quant.file_ftype();
+    for t in tensors.iter_mut() {
+        if t.ty == OutType::F16 && t.ne.len() == 2 && t.ne[0] % crate::quant::QK == 0 {
+            t.ty = OutType::Quant(quant);
+        }
+    }
+}
+
+/// Like [`convert`], optionally storing the weight matrices quantised (see [`quantize_plan`]).
+///
+/// # Errors
+/// As [`convert_dir`].
+pub fn convert_with(
+    model: &Ct2Model,
+    tokenizer_json: &[u8],
+    out: &Path,
+    quant: Option<crate::quant::WhisperQuant>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<ConvertSummary, ModelError> {
+    let (mut hp, mut tensors) = plan_tensors(model)?;
+    if let Some(q) = quant {
+        quantize_plan(&mut hp, &mut tensors, q);
+    }
     let vocab = vocabulary(tokenizer_json)?;
     let n_mels =
         usize::try_from(hp.n_mels).map_err(|_| ModelError::Convert("negative n_mels".into()))?;

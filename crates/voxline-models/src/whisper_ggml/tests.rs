@@ -324,3 +324,71 @@ fn refuses_non_whisper_and_incomplete_models() {
         .dims = vec![10, 4];
     assert!(plan_tensors(&odd).is_err());
 }
+
+#[test]
+fn quantising_a_plan_touches_exactly_the_weight_matrices() {
+    use crate::quant::WhisperQuant;
+    let t = |name: &str, ne: Vec<usize>, ty: OutType| OutTensor {
+        name: name.into(),
+        ne: ne.clone(),
+        ty,
+        values: vec![0.5; ne.iter().product()],
+    };
+    let mut hp = HParams {
+        n_vocab: 1,
+        n_audio_ctx: 1,
+        n_audio_state: 1,
+        n_audio_head: 1,
+        n_audio_layer: 1,
+        n_text_ctx: 1,
+        n_text_state: 1,
+        n_text_head: 1,
+        n_text_layer: 1,
+        n_mels: 1,
+        ftype: 1,
+    };
+    let mut tensors = vec![
+        t(
+            "encoder.blocks.0.attn.query.weight",
+            vec![64, 64],
+            OutType::F16,
+        ),
+        t("encoder.conv1.weight", vec![3, 80, 64], OutType::F16),
+        t("encoder.conv1.bias", vec![1, 64], OutType::F32),
+        t("encoder.positional_embedding", vec![64, 1500], OutType::F32),
+        t("encoder.blocks.0.attn_ln.weight", vec![64], OutType::F32),
+        t("odd.rows", vec![48, 2], OutType::F16),
+    ];
+    quantize_plan(&mut hp, &mut tensors, WhisperQuant::Q8_0);
+    assert_eq!(hp.ftype, 2007);
+    let types: Vec<OutType> = tensors.iter().map(|t| t.ty).collect();
+    assert_eq!(
+        types,
+        [
+            OutType::Quant(WhisperQuant::Q8_0),
+            OutType::F16,
+            OutType::F32,
+            OutType::F32,
+            OutType::F32,
+            OutType::F16,
+        ]
+    );
+    // written with the ggml type id and the block layout
+    let mut buf = Vec::new();
+    write_ggml(
+        &mut buf,
+        &hp,
+        &[0.0; 1],
+        1,
+        &[b"a".to_vec()],
+        &tensors[..1],
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let blocks = 64 * 64 / crate::quant::QK;
+    assert!(buf.ends_with(&WhisperQuant::Q8_0.quantize(&vec![0.5; 64 * 64])));
+    assert_eq!(
+        WhisperQuant::Q8_0.quantize(&vec![0.5; 64 * 64]).len(),
+        blocks * 34
+    );
+}
