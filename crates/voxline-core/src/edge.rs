@@ -34,6 +34,15 @@ pub struct Envelope<T> {
     pub enqueued: Instant,
 }
 
+/// Why [`EdgeSender::try_send_stamped`] did not send.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TrySend<T> {
+    /// The queue is full; here is the item back.
+    Full(T),
+    /// Every receiver is gone.
+    Disconnected,
+}
+
 /// The other side of the edge has gone away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the other side of the edge has gone away")]
@@ -332,6 +341,33 @@ impl<T> EdgeSender<T> {
             .max_depth
             .fetch_max(self.tx.len(), Ordering::AcqRel);
         Ok(())
+    }
+
+    /// Sends `item` only if that does not wait: on a full [`FullPolicy::Block`]
+    /// edge it is handed back. A [`FullPolicy::DropOldest`] edge never waits,
+    /// so this is [`EdgeSender::send_stamped`] there.
+    ///
+    /// # Errors
+    ///
+    /// [`TrySend::Full`] with the item, or [`TrySend::Disconnected`] when
+    /// every receiver is gone.
+    pub fn try_send_stamped(&self, item: T, enqueued: Instant) -> Result<(), TrySend<T>> {
+        if self.evict.is_some() {
+            return self
+                .send_stamped(item, enqueued)
+                .map_err(|Disconnected| TrySend::Disconnected);
+        }
+        match self.tx.try_send(Envelope { item, enqueued }) {
+            Ok(()) => {
+                self.stats.sent.fetch_add(1, Ordering::AcqRel);
+                self.stats
+                    .max_depth
+                    .fetch_max(self.tx.len(), Ordering::AcqRel);
+                Ok(())
+            }
+            Err(cb::TrySendError::Full(e)) => Err(TrySend::Full(e.item)),
+            Err(cb::TrySendError::Disconnected(_)) => Err(TrySend::Disconnected),
+        }
     }
 
     /// Items queued now.

@@ -62,7 +62,7 @@ pub use clock::{Clock, StreamTime, SAMPLE_RATE};
 pub use cpu::{CpuGovernor, LeaseGuard, Priority, ThreadMeter};
 pub use edge::{
     edge, try_edge, Disconnected, EdgeError, EdgeReceiver, EdgeSender, EdgeStats,
-    EdgeStatsSnapshot, Envelope, FullPolicy, RecvTimeoutError, TryRecvError,
+    EdgeStatsSnapshot, Envelope, FullPolicy, RecvTimeoutError, TryRecvError, TrySend,
 };
 pub use message::{
     AudioFrame, LlmEngineTimings, LlmOut, Message, PipelineEvent, StopReason, TimedEvent, Token,

@@ -224,17 +224,27 @@ impl<'a, T: Message> Emitter<'a, T> {
             Target::Edge(tx) => {
                 // Holding the CPU lease while waiting for room downstream would
                 // deadlock with a downstream stage that needs the lease to drain.
-                let lease = match &mut self.lease {
-                    Some((lease, guard, p)) if tx.stats().capacity() <= tx.len() => {
-                        *guard = None;
-                        Some((*lease, *p))
+                // Try first: only a send that really has to wait lets the lease
+                // go (a check of the queue's length, then a send, would race
+                // with other producers filling it in between).
+                let sent = match tx.try_send_stamped(item, at) {
+                    Ok(()) => Ok(()),
+                    Err(crate::edge::TrySend::Disconnected) => Err(crate::edge::Disconnected),
+                    Err(crate::edge::TrySend::Full(item)) => {
+                        let lease = match &mut self.lease {
+                            Some((lease, guard, p)) => {
+                                *guard = None;
+                                Some((*lease, *p))
+                            }
+                            None => None,
+                        };
+                        let sent = tx.send_stamped(item, at);
+                        if let (Some((lease, p)), Some((_, guard, _))) = (lease, &mut self.lease) {
+                            *guard = Some(lease.acquire(p));
+                        }
+                        sent
                     }
-                    _ => None,
                 };
-                let sent = tx.send_stamped(item, at);
-                if let (Some((lease, p)), Some((_, guard, _))) = (lease, &mut self.lease) {
-                    *guard = Some(lease.acquire(p));
-                }
                 if sent.is_err() {
                     self.closed = true;
                     return;

@@ -558,3 +558,60 @@ fn leased_stages_never_overlap() {
         "b never waited for the lease"
     );
 }
+
+/// Several leased producers filling one small edge that a leased consumer
+/// drains: a producer must never wait for room while holding the lease the
+/// consumer needs (a check-then-send would race with the other producer).
+#[test]
+fn several_leased_producers_never_deadlock_on_a_full_edge() {
+    use voxline_core::{edge, Clock, CpuLease, Emitter, FullPolicy, Pipeline, Stage, StageError, Token};
+
+    /// Emits `fan` copies of each input.
+    struct Fan(&'static str, u32);
+    impl Stage for Fan {
+        type In = Token;
+        type Out = Token;
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn process(&mut self, t: Token, out: &mut Emitter<'_, Token>) -> Result<(), StageError> {
+            for i in 0..self.1 {
+                out.emit(Token { index: i, ..t.clone() });
+            }
+            Ok(())
+        }
+    }
+
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let lease = CpuLease::new();
+        let mut p = Pipeline::new(Clock::start());
+        let (a_in, a_rx) = edge::<Token>("a_in", 4, FullPolicy::Block);
+        let (b_in, b_rx) = edge::<Token>("b_in", 4, FullPolicy::Block);
+        // one slot shared by both producers
+        let (mid_tx, mid_rx) = edge::<Token>("mid", 1, FullPolicy::Block);
+        let (out_tx, out_rx) = edge::<Token>("out", 1, FullPolicy::Block);
+        p.spawn_stage_leased(Fan("a", 8), a_rx, mid_tx.clone(), lease.clone()).unwrap();
+        p.spawn_stage_leased(Fan("b", 8), b_rx, mid_tx, lease.clone()).unwrap();
+        p.spawn_stage_leased(Fan("c", 1), mid_rx, out_tx, lease).unwrap();
+        let (count_tx, count_rx) = std::sync::mpsc::channel();
+        p.spawn_sink("sink", out_rx, move |_| {
+            let _ = count_tx.send(());
+            Ok(())
+        })
+        .unwrap();
+        for i in 0..200 {
+            let t = Token { id: i, index: 0, text: String::new() };
+            a_in.send(t.clone()).unwrap();
+            b_in.send(t).unwrap();
+        }
+        drop((a_in, b_in));
+        let outcome = p.join();
+        let _ = done_tx.send((outcome.failed, count_rx.try_iter().count()));
+    });
+    let (failed, n) = done_rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the pipeline finished (no deadlock)");
+    assert!(failed.is_none());
+    assert_eq!(n, 2 * 200 * 8);
+}
