@@ -36,8 +36,11 @@ pub struct VadStage {
     pending: Option<Pending>,
     /// Stream position and capture instant of the latest frame.
     last: Option<(u64, Instant)>,
-    /// Offset from endpointer positions to stream positions (the first frame's start).
+    /// Offset from endpointer positions to stream positions (the first frame's start,
+    /// moved on by any audio dropped before a frame).
     origin: Option<u64>,
+    /// Stream samples missing before frames (dropped upstream).
+    gap_samples: u64,
 }
 
 impl std::fmt::Debug for VadStage {
@@ -61,7 +64,15 @@ impl VadStage {
             pending: None,
             last: None,
             origin: None,
+            gap_samples: 0,
         })
+    }
+
+    /// Stream samples that never arrived (dropped before the VAD); positions
+    /// after a gap are still true stream positions.
+    #[must_use]
+    pub fn gap_samples(&self) -> u64 {
+        self.gap_samples
     }
 
     /// Sends each utterance early, as a speculative attempt registered on
@@ -200,7 +211,27 @@ impl Stage for VadStage {
         frame: AudioFrame,
         out: &mut Emitter<'_, Utterance>,
     ) -> Result<(), StageError> {
-        let origin = *self.origin.get_or_insert(frame.start_sample);
+        let mut origin = *self.origin.get_or_insert(frame.start_sample);
+        let expected = origin + self.endpointer.position();
+        if frame.start_sample > expected {
+            // Audio was dropped before this frame (a live queue that overflowed):
+            // the utterance it interrupted ends where the audio stopped, and the
+            // stream goes on at the frame's true position.
+            let closed = expected;
+            if let Some(seg) = self.endpointer.finish() {
+                self.close(seg, closed, out);
+            }
+            if let (Some(p), Some((board, _))) = (self.pending.take(), &self.spec) {
+                board.cancel(p.id);
+                out.publish(voxline_core::PipelineEvent::SpecCancel {
+                    id: p.id,
+                    sample: closed,
+                });
+            }
+            self.gap_samples += frame.start_sample - expected;
+            self.origin = Some(frame.start_sample);
+            origin = frame.start_sample;
+        }
         let end = frame.end_sample();
         // The capture instant of the frame's end, for extrapolating end-of-speech times.
         self.last = Some((
@@ -305,6 +336,33 @@ mod tests {
             };
             assert!(skew < Duration::from_millis(1), "{skew:?}");
         }
+    }
+
+    #[test]
+    fn positions_stay_true_stream_positions_after_dropped_audio() {
+        let clock = Clock::start();
+        let audio = fixture_16k("multi_turn.wav");
+        let whole = voxline_core::drive(
+            &mut VadStage::new(VadConfig::default()).unwrap(),
+            frames(&audio, 0, &clock),
+        )
+        .unwrap();
+        // drop five seconds of frames from the silence before the last question
+        let gap_start = (whole[2].start_sample - 16_000 * 6) as usize / 320;
+        let mut fs = frames(&audio, 0, &clock);
+        fs.drain(gap_start..gap_start + 250);
+        let mut stage = VadStage::new(VadConfig::default()).unwrap();
+        let cut = voxline_core::drive(&mut stage, fs).unwrap();
+        assert_eq!(stage.gap_samples(), 250 * 320);
+        let last = cut.last().unwrap();
+        // the last question is where it is in the stream, not 5 s earlier
+        let drift = last.end_sample.abs_diff(whole[2].end_sample);
+        assert!(
+            drift <= 512,
+            "{} vs {}",
+            last.end_sample,
+            whole[2].end_sample
+        );
     }
 
     #[test]

@@ -564,7 +564,9 @@ fn leased_stages_never_overlap() {
 /// consumer needs (a check-then-send would race with the other producer).
 #[test]
 fn several_leased_producers_never_deadlock_on_a_full_edge() {
-    use voxline_core::{edge, Clock, CpuLease, Emitter, FullPolicy, Pipeline, Stage, StageError, Token};
+    use voxline_core::{
+        edge, Clock, CpuLease, Emitter, FullPolicy, Pipeline, Stage, StageError, Token,
+    };
 
     /// Emits `fan` copies of each input.
     struct Fan(&'static str, u32);
@@ -576,7 +578,10 @@ fn several_leased_producers_never_deadlock_on_a_full_edge() {
         }
         fn process(&mut self, t: Token, out: &mut Emitter<'_, Token>) -> Result<(), StageError> {
             for i in 0..self.1 {
-                out.emit(Token { index: i, ..t.clone() });
+                out.emit(Token {
+                    index: i,
+                    ..t.clone()
+                });
             }
             Ok(())
         }
@@ -591,9 +596,12 @@ fn several_leased_producers_never_deadlock_on_a_full_edge() {
         // one slot shared by both producers
         let (mid_tx, mid_rx) = edge::<Token>("mid", 1, FullPolicy::Block);
         let (out_tx, out_rx) = edge::<Token>("out", 1, FullPolicy::Block);
-        p.spawn_stage_leased(Fan("a", 8), a_rx, mid_tx.clone(), lease.clone()).unwrap();
-        p.spawn_stage_leased(Fan("b", 8), b_rx, mid_tx, lease.clone()).unwrap();
-        p.spawn_stage_leased(Fan("c", 1), mid_rx, out_tx, lease).unwrap();
+        p.spawn_stage_leased(Fan("a", 8), a_rx, mid_tx.clone(), lease.clone())
+            .unwrap();
+        p.spawn_stage_leased(Fan("b", 8), b_rx, mid_tx, lease.clone())
+            .unwrap();
+        p.spawn_stage_leased(Fan("c", 1), mid_rx, out_tx, lease)
+            .unwrap();
         let (count_tx, count_rx) = std::sync::mpsc::channel();
         p.spawn_sink("sink", out_rx, move |_| {
             let _ = count_tx.send(());
@@ -601,7 +609,11 @@ fn several_leased_producers_never_deadlock_on_a_full_edge() {
         })
         .unwrap();
         for i in 0..200 {
-            let t = Token { id: i, index: 0, text: String::new() };
+            let t = Token {
+                id: i,
+                index: 0,
+                text: String::new(),
+            };
             a_in.send(t.clone()).unwrap();
             b_in.send(t).unwrap();
         }
