@@ -116,7 +116,8 @@ impl Sidecar {
     /// Converts a position at the file's rate to 16 kHz.
     #[must_use]
     pub fn to_16k(&self, sample: u64) -> u64 {
-        ((u128::from(sample) * 16_000 + u128::from(self.sample_rate) / 2)
+        ((u128::from(sample) * u128::from(voxline_core::SAMPLE_RATE)
+            + u128::from(self.sample_rate) / 2)
             / u128::from(self.sample_rate)) as u64
     }
 }

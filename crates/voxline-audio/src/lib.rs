@@ -28,7 +28,7 @@ pub use vad::{Endpointer, Segment, SegmentTracker, VadConfig, VadStats, FRAME_SA
 pub use wav::{HeaderWarning, Level, SampleEncoding, WavSource, WavSpec};
 
 /// The sample rate every stage after audio input works at, in Hz.
-pub const TARGET_RATE: u32 = 16_000;
+pub const TARGET_RATE: u32 = voxline_core::SAMPLE_RATE;
 
 /// Lowest accepted file sample rate, in Hz: below it a recording cannot hold
 /// speech (telephone audio is 8 kHz).

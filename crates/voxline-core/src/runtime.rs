@@ -324,10 +324,21 @@ impl Pipeline {
         input: EdgeReceiver<S::In>,
         output: EdgeSender<S::Out>,
     ) -> Result<(), RuntimeError> {
+        self.start_stage(stage, input, output, None)
+    }
+
+    fn start_stage<S: Stage>(
+        &mut self,
+        stage: S,
+        input: EdgeReceiver<S::In>,
+        output: EdgeSender<S::Out>,
+        lease: Option<CpuLease>,
+    ) -> Result<(), RuntimeError> {
         self.register_edge(input.stats());
         self.register_edge(output.stats());
         let name = stage.name().to_owned();
-        let ctx = self.context(name.clone());
+        let mut ctx = self.context(name.clone());
+        ctx.lease = lease;
         self.spawn(name, move || run_stage(stage, &input, &output, &ctx))
     }
 
@@ -344,12 +355,7 @@ impl Pipeline {
         output: EdgeSender<S::Out>,
         lease: CpuLease,
     ) -> Result<(), RuntimeError> {
-        self.register_edge(input.stats());
-        self.register_edge(output.stats());
-        let name = stage.name().to_owned();
-        let mut ctx = self.context(name.clone());
-        ctx.lease = Some(lease);
-        self.spawn(name, move || run_stage(stage, &input, &output, &ctx))
+        self.start_stage(stage, input, output, Some(lease))
     }
 
     /// Runs a consumer on its own thread: `sink` is called with every

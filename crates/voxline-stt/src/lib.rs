@@ -20,7 +20,7 @@ use whisper_rs::{
 /// Encoder positions per second of audio (1500 for 30 s).
 pub const POSITIONS_PER_SECOND: f64 = 50.0;
 /// Sample rate whisper expects.
-pub const SAMPLE_RATE: u32 = 16_000;
+pub const SAMPLE_RATE: u32 = voxline_core::SAMPLE_RATE;
 
 /// Errors of the speech-to-text engine.
 #[derive(Debug, thiserror::Error)]
