@@ -32,8 +32,9 @@ struct Clip {
     /// The true speech, in 16 kHz samples of the clip.
     speech: (u64, u64),
     raw: String,
-    /// The pipeline's utterances: (start, end) in the clip's samples, text.
-    cut: Vec<(u64, u64, String)>,
+    /// The pipeline's utterances: (start, end) in the clip's samples (before
+    /// 0: the silence between clips), text.
+    cut: Vec<(i64, i64, String)>,
 }
 
 fn read_16k(path: &Path) -> Vec<f32> {
@@ -155,16 +156,15 @@ fn main() {
         else {
             continue;
         };
-        clips[i].cut.push((
-            t.start_sample.saturating_sub(span.start),
-            t.end_sample - span.start,
-            t.text.clone(),
-        ));
+        let rel = |x: u64| i64::try_from(x).unwrap_or(i64::MAX) - i64::try_from(span.start).unwrap_or(0);
+        clips[i]
+            .cut
+            .push((rel(t.start_sample), rel(t.end_sample), t.text.clone()));
     }
 
     println!("| clip | words | speech (s) | utterances cut (s) | raw WER | pipeline WER | raw | pipeline |");
     println!("|---|---|---|---|---|---|---|---|");
-    let s = |n: u64| n as f64 / 16_000.0;
+    let s = |n: i64| n as f64 / 16_000.0;
     let (mut raw_sum, mut pipe_sum, mut raw_edits, mut pipe_edits, mut words) =
         (0.0, 0.0, 0.0, 0.0, 0usize);
     for c in &clips {
@@ -188,8 +188,8 @@ fn main() {
         println!(
             "| {} | {n} | {:.2}–{:.2} | {} | {raw:.3} | {pipe:.3} | {} | {} |",
             c.path.file_name().unwrap().to_string_lossy(),
-            s(c.speech.0),
-            s(c.speech.1),
+            c.speech.0 as f64 / 16_000.0,
+            c.speech.1 as f64 / 16_000.0,
             cuts.join(", "),
             c.raw,
             heard
@@ -209,4 +209,63 @@ fn main() {
         raw_edits / words as f64,
         pipe_edits / words as f64
     );
+    if std::env::var_os("VOXLINE_BENCH_CUTS").is_some() {
+        cuts_table(&settings, &clips);
+    }
+}
+
+/// The clip's audio from `a` to `b` (its samples; outside it, the silence
+/// the pipeline had there).
+fn slice(audio: &[f32], a: i64, b: i64) -> Vec<f32> {
+    (a..b)
+        .map(|i| usize::try_from(i).ok().and_then(|i| audio.get(i)).copied().unwrap_or(0.0))
+        .collect()
+}
+
+/// Why the pipeline and raw whisper differ: whisper alone on exactly the
+/// pipeline's cut (it must reproduce the pipeline's transcript), on the cut
+/// with more of the recording after the VAD's end of speech, and on the cut
+/// without the silence between clips that the pre-roll reached into.
+fn cuts_table(settings: &EngineSettings, clips: &[Clip]) {
+    let mut stt = SttEngine::load(settings.stt_config()).unwrap();
+    // (name, start moved to the clip's first sample, ms added after the end)
+    let variants: [(&str, bool, i64); 4] = [
+        ("the cut", false, 0),
+        ("cut +150 ms after", false, 150),
+        ("cut +300 ms after", false, 300),
+        ("cut without the gap before the clip", true, 0),
+    ];
+    println!();
+    print!("| clip |");
+    for (name, _, _) in variants {
+        print!(" {name} |");
+    }
+    println!();
+    println!("|---|{}", "---|".repeat(variants.len()));
+    let mut sums = [0.0; 4];
+    for c in clips {
+        let audio = read_16k(&c.path);
+        print!("| {} |", c.path.file_name().unwrap().to_string_lossy());
+        for (k, (_, from_clip, ms)) in variants.iter().enumerate() {
+            let heard: Vec<String> = c
+                .cut
+                .iter()
+                .map(|(a, b, _)| {
+                    let a = if *from_clip { (*a).max(0) } else { *a };
+                    stt.transcribe(&slice(&audio, a, b + ms * 16)).unwrap().text
+                })
+                .collect();
+            let heard = heard.join(" ");
+            let wer = word_error_rate(&c.reference, &heard);
+            sums[k] += wer;
+            print!(" {wer:.3} {heard} |");
+        }
+        println!();
+    }
+    let n = clips.len() as f64;
+    print!("| mean |");
+    for s in sums {
+        print!(" {:.4} |", s / n);
+    }
+    println!();
 }
