@@ -55,7 +55,10 @@ fn attempts(audio: &[f32], silence_ms: u32) -> (usize, usize, Vec<f64>) {
         .iter()
         .filter(|u| board.state(u.id) != SpecState::Final)
         .collect();
-    let cancelled = spec.iter().filter(|u| board.state(u.id) == SpecState::Cancelled).count();
+    let cancelled = spec
+        .iter()
+        .filter(|u| board.state(u.id) == SpecState::Cancelled)
+        .count();
     let delays = spec
         .iter()
         .map(|u| Clock::samples_to_ms(u.closed_sample - u.end_sample))
@@ -72,7 +75,12 @@ fn main() {
             rd.filter_map(Result::ok)
                 .map(|e| e.path())
                 .filter(|p| p.extension().is_some_and(|e| e == "wav"))
-                .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), read_16k(&p)))
+                .map(|p| {
+                    (
+                        p.file_name().unwrap().to_string_lossy().into_owned(),
+                        read_16k(&p),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -100,7 +108,11 @@ fn main() {
         println!(
             "| {hangover} | {} | {extra} | {} | {} |",
             split.len(),
-            if split.is_empty() { "–".into() } else { split.join(", ") },
+            if split.is_empty() {
+                "–".into()
+            } else {
+                split.join(", ")
+            },
             segments(&multi, hangover)
         );
     }

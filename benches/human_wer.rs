@@ -38,8 +38,8 @@ struct Clip {
 }
 
 fn read_16k(path: &Path) -> Vec<f32> {
-    let mut src = voxline_audio::WavSource::open(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut src =
+        voxline_audio::WavSource::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut out = Vec::new();
     while let Some(c) = src.next_chunk().unwrap() {
         out.extend_from_slice(&c);
@@ -105,10 +105,15 @@ fn main() {
             cut: Vec::new(),
         });
     }
-    assert!(!clips.is_empty(), "no recordings with sidecars in {}", dir.display());
+    assert!(
+        !clips.is_empty(),
+        "no recordings with sidecars in {}",
+        dir.display()
+    );
 
     // raw whisper on each whole clip
-    let mut stt = SttEngine::load(settings.stt_config()).expect("whisper model (run `voxline models fetch`)");
+    let mut stt =
+        SttEngine::load(settings.stt_config()).expect("whisper model (run `voxline models fetch`)");
     for c in &mut clips {
         c.raw = stt.transcribe(&read_16k(&c.path)).unwrap().text;
     }
@@ -118,8 +123,9 @@ fn main() {
     let board = voxline_core::SpecBoard::new();
     let stt = voxline_stt::SttStage::new(SttEngine::load(settings.stt_config()).unwrap())
         .with_speculation(board.clone());
-    let llm = voxline_llm::LlmStage::new(voxline_llm::LlmEngine::load(settings.llm_config()).unwrap())
-        .with_speculation(board.clone());
+    let llm =
+        voxline_llm::LlmStage::new(voxline_llm::LlmEngine::load(settings.llm_config()).unwrap())
+            .with_speculation(board.clone());
     let opts = RunOptions {
         pace: Pace::Fast,
         vad: VadConfig {
@@ -156,7 +162,8 @@ fn main() {
         else {
             continue;
         };
-        let rel = |x: u64| i64::try_from(x).unwrap_or(i64::MAX) - i64::try_from(span.start).unwrap_or(0);
+        let rel =
+            |x: u64| i64::try_from(x).unwrap_or(i64::MAX) - i64::try_from(span.start).unwrap_or(0);
         clips[i]
             .cut
             .push((rel(t.start_sample), rel(t.end_sample), t.text.clone()));
@@ -218,7 +225,13 @@ fn main() {
 /// the pipeline had there).
 fn slice(audio: &[f32], a: i64, b: i64) -> Vec<f32> {
     (a..b)
-        .map(|i| usize::try_from(i).ok().and_then(|i| audio.get(i)).copied().unwrap_or(0.0))
+        .map(|i| {
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| audio.get(i))
+                .copied()
+                .unwrap_or(0.0)
+        })
         .collect()
 }
 

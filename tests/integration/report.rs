@@ -368,13 +368,8 @@ fn history_dropped_to_fit_the_context_is_reported() {
 #[test]
 fn the_llm_stage_rate_is_the_decode_rate_of_its_turns() {
     let _g = util::engine_lock();
-    let stage = |r: &voxline::report::Report| {
-        r.stages
-            .iter()
-            .find(|s| s.name == "llm")
-            .cloned()
-            .unwrap()
-    };
+    let stage =
+        |r: &voxline::report::Report| r.stages.iter().find(|s| s.name == "llm").cloned().unwrap();
     // one turn: the stage's tokens/s is that turn's decode tokens/s
     let (_, r) = util::replay(&["q_capital.wav"], 24);
     let t = &r.turns[0];

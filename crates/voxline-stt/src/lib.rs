@@ -133,8 +133,8 @@ impl AudioCtx {
             Self::Fixed(n) => n.min(MAX_POSITIONS),
             Self::Auto { pad } => {
                 // (a float-to-int `as` saturates)
-                let audio = (n_samples as f64 / f64::from(SAMPLE_RATE) * POSITIONS_PER_SECOND).ceil()
-                    as u32;
+                let audio = (n_samples as f64 / f64::from(SAMPLE_RATE) * POSITIONS_PER_SECOND)
+                    .ceil() as u32;
                 let rounded = audio.saturating_add(pad).div_ceil(64).saturating_mul(64);
                 if rounded >= MAX_POSITIONS {
                     0
@@ -500,7 +500,10 @@ mod tests {
         assert_eq!(normalise("Two-plus two's"), vec!["2", "plus", "two's"]);
         // numbers and abbreviations as whisper writes them are not errors
         assert_eq!(
-            word_error_rate("Mr. Smith walked ten miles", "Mister Smith walked 10 miles."),
+            word_error_rate(
+                "Mr. Smith walked ten miles",
+                "Mister Smith walked 10 miles."
+            ),
             0.0
         );
         assert!((word_error_rate("twenty five apples", "25 5 apples") - 0.5).abs() < 1e-9);
@@ -515,7 +518,9 @@ mod tests {
             AudioCtx::Auto { pad: 32 }
         );
         assert_eq!(AudioCtx::parse("768").unwrap(), AudioCtx::Fixed(768));
-        for bad in ["0", "1501", "auto+x", "fast", "", "auto+", "auto+-1", "auto+ 5"] {
+        for bad in [
+            "0", "1501", "auto+x", "fast", "", "auto+", "auto+-1", "auto+ 5",
+        ] {
             assert!(AudioCtx::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(
@@ -532,7 +537,12 @@ mod tests {
 
     #[test]
     fn a_huge_audio_ctx_pad_is_bad_input_not_an_overflow() {
-        for huge in ["auto+1501", "auto+4294967295", "auto+4294967296", "auto+99999999999999999999"] {
+        for huge in [
+            "auto+1501",
+            "auto+4294967295",
+            "auto+4294967296",
+            "auto+99999999999999999999",
+        ] {
             let err = AudioCtx::parse(huge).unwrap_err().to_string();
             assert!(
                 err.contains("at most 1500") && err.contains("use `full`"),

@@ -138,8 +138,8 @@ fn clean(text: &str) -> String {
         }
         if let Some(word) = currency {
             // the number ends where the next character is no longer part of it
-            let in_number = digit_at(i + 1)
-                || (matches!(chars.get(i + 1), Some('.' | ',')) && digit_at(i + 2));
+            let in_number =
+                digit_at(i + 1) || (matches!(chars.get(i + 1), Some('.' | ',')) && digit_at(i + 2));
             if c.is_ascii_digit() && !in_number {
                 out.push(' ');
                 out.push_str(word);
@@ -280,9 +280,9 @@ fn number_word(w: &str) -> Option<(Kind, u64, bool)> {
         "hundredth" => return Some((Kind::Hundred, 100, true)),
         _ => {}
     }
-    SCALES.iter().find_map(|&(card, ord, v)| {
-        (w == card || w == ord).then_some((Kind::Scale, v, w == ord))
-    })
+    SCALES
+        .iter()
+        .find_map(|&(card, ord, v)| (w == card || w == ord).then_some((Kind::Scale, v, w == ord)))
 }
 
 /// A digit for `point …`: `zero`, `oh` or a unit word.
@@ -462,7 +462,10 @@ mod tests {
 
     #[test]
     fn case_punctuation_and_brackets() {
-        assert_eq!(n("What is the capital of France?"), "what is the capital of france");
+        assert_eq!(
+            n("What is the capital of France?"),
+            "what is the capital of france"
+        );
         assert_eq!(n("  Hello,   world!  "), "hello world");
         assert_eq!(n("[BLANK_AUDIO]"), "");
         assert_eq!(n("(laughs) Well [music] then"), "well then");
@@ -545,12 +548,21 @@ mod tests {
     fn abbreviations_contractions_and_spellings() {
         assert_eq!(n("Mr. Quilter"), "mister quilter");
         assert_eq!(n("mister quilter"), "mister quilter");
-        assert_eq!(n("Mrs. Smith and Dr. Jones"), "missus smith and doctor jones");
+        assert_eq!(
+            n("Mrs. Smith and Dr. Jones"),
+            "missus smith and doctor jones"
+        );
         assert_eq!(n("St. Paul"), "saint paul");
         assert_eq!(n("Martin Luther King Jr."), "martin luther king junior");
         assert_eq!(n("OK"), "okay");
-        assert_eq!(n("I won't, you can't, they don't"), "i will not you can not they do not");
-        assert_eq!(n("we're here and I'm sure you'll see"), "we are here and i am sure you will see");
+        assert_eq!(
+            n("I won't, you can't, they don't"),
+            "i will not you can not they do not"
+        );
+        assert_eq!(
+            n("we're here and I'm sure you'll see"),
+            "we are here and i am sure you will see"
+        );
         assert_eq!(n("cannot"), "can not");
         assert_eq!(n("ten metres"), n("10 meters"));
         assert_eq!(n("the colour grey"), "the color gray");
