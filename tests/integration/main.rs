@@ -11,6 +11,6 @@ mod models_cli;
 mod options;
 mod outputs;
 mod replay;
-mod speculation;
 mod report;
+mod speculation;
 mod util;

@@ -23,7 +23,10 @@ fn speak(dir: &Path, key: &str, text: &str) -> PathBuf {
         .arg(&raw)
         .args(["-r", "16000"])
         .arg(&out)
-        .args(["norm", "-3", "silence", "1", "0.01", "0.1%", "reverse", "silence", "1", "0.01", "0.1%", "reverse"])
+        .args([
+            "norm", "-3", "silence", "1", "0.01", "0.1%", "reverse", "silence", "1", "0.01",
+            "0.1%", "reverse"
+        ])
         .status()
         .unwrap()
         .success());
@@ -46,12 +49,21 @@ fn silence(dir: &Path, key: &str, secs: f64) -> PathBuf {
 /// The parts joined into one recording.
 fn join(dir: &Path, name: &str, parts: &[PathBuf]) -> PathBuf {
     let out = dir.join(name);
-    assert!(Command::new("sox").args(parts).arg(&out).status().unwrap().success());
+    assert!(Command::new("sox")
+        .args(parts)
+        .arg(&out)
+        .status()
+        .unwrap()
+        .success());
     out
 }
 
 /// Replays `wav` in real time with the events and the report; returns both.
-fn replay_realtime(dir: &Path, wav: &Path, extra: &[&str]) -> (Vec<serde_json::Value>, serde_json::Value) {
+fn replay_realtime(
+    dir: &Path,
+    wav: &Path,
+    extra: &[&str],
+) -> (Vec<serde_json::Value>, serde_json::Value) {
     let (events, report) = (dir.join("e.jsonl"), dir.join("r.json"));
     let out = util::voxline_bin()
         .arg("replay")
@@ -66,7 +78,12 @@ fn replay_realtime(dir: &Path, wav: &Path, extra: &[&str]) -> (Vec<serde_json::V
         .arg(util::models_dir())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let events: Vec<serde_json::Value> = std::fs::read_to_string(&events)
         .unwrap()
         .lines()
@@ -125,13 +142,19 @@ fn speech_resuming_after_a_300_ms_pause_cancels_the_attempt_and_the_utterance_is
         .collect();
     assert_eq!(transcripts.len(), 1, "{transcripts:?}");
     let heard = transcripts[0].to_lowercase();
-    assert!(heard.contains("fact") && heard.contains("moon"), "the continued utterance: {heard}");
+    assert!(
+        heard.contains("fact") && heard.contains("moon"),
+        "the continued utterance: {heard}"
+    );
     assert_eq!(ids_of(&events, "turn_complete").len(), 1, "answered once");
     let turns = report["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 1);
     assert!(turns[0]["response"].as_str().is_some_and(|r| !r.is_empty()));
     let spec = &report["summary"]["speculation"];
-    assert!(spec["cancelled"].as_u64().unwrap() >= 1 && spec["committed"] == 1, "{spec}");
+    assert!(
+        spec["cancelled"].as_u64().unwrap() >= 1 && spec["committed"] == 1,
+        "{spec}"
+    );
     // never more engine threads at once than the budget
     let budget = report["config"]["threads"][0].as_u64().unwrap();
     assert!(report["summary"]["engine_threads_peak"].as_u64().unwrap() <= budget);
@@ -169,8 +192,14 @@ fn an_answer_cancelled_mid_stream_leaves_no_history_and_no_cache_behind() {
     let transcript = turns[0]["transcript"].as_str().unwrap();
     let mut fresh = voxline_llm::LlmEngine::load(util::settings(1).llm_config()).unwrap();
     let r = fresh.respond(transcript, &mut |_| true).unwrap();
-    assert_eq!(turns[0]["llm_prompt_tokens"].as_u64(), Some(u64::from(r.n_prompt_tokens)));
-    assert_eq!(turns[0]["llm_prefill_tokens"].as_u64(), Some(u64::from(r.engine.n_p_eval)));
+    assert_eq!(
+        turns[0]["llm_prompt_tokens"].as_u64(),
+        Some(u64::from(r.n_prompt_tokens))
+    );
+    assert_eq!(
+        turns[0]["llm_prefill_tokens"].as_u64(),
+        Some(u64::from(r.engine.n_p_eval))
+    );
     let budget = report["config"]["threads"][0].as_u64().unwrap();
     assert!(report["summary"]["engine_threads_peak"].as_u64().unwrap() <= budget);
 }
@@ -192,9 +221,13 @@ fn a_rolled_back_engine_answers_exactly_like_a_fresh_one() {
     assert_eq!(engine.history_len(), 1);
     engine.rollback(cp).unwrap();
     assert_eq!((engine.cached_tokens(), engine.history_len()), before);
-    let after = engine.respond("What is the capital of France?", &mut |_| true).unwrap();
+    let after = engine
+        .respond("What is the capital of France?", &mut |_| true)
+        .unwrap();
     let mut fresh = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
-    let want = fresh.respond("What is the capital of France?", &mut |_| true).unwrap();
+    let want = fresh
+        .respond("What is the capital of France?", &mut |_| true)
+        .unwrap();
     assert_eq!(after.text, want.text);
     assert_eq!(after.n_prefill_tokens, want.n_prefill_tokens);
 }
@@ -208,16 +241,32 @@ fn no_cpu_share_runs_more_engine_threads_at_once_than_the_budget() {
         let out = util::voxline_bin()
             .arg("replay")
             .arg(util::fixture("multi_turn.wav"))
-            .args(["--pace", "fast", "--quiet", "--max-tokens", "16", "--cpu-share", share])
+            .args([
+                "--pace",
+                "fast",
+                "--quiet",
+                "--max-tokens",
+                "16",
+                "--cpu-share",
+                share,
+            ])
             .arg("--report-json")
             .arg(&report)
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{share}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{share}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let r = util::read_json(&report);
         let budget = r["config"]["threads"][0].as_u64().unwrap();
         let peak = r["summary"]["engine_threads_peak"].as_u64().unwrap();
-        assert!(peak >= 1 && peak <= budget, "{share}: {peak} engine threads at once, budget {budget}");
+        assert!(
+            peak >= 1 && peak <= budget,
+            "{share}: {peak} engine threads at once, budget {budget}"
+        );
         assert_eq!(r["config"]["cpu_share"], share);
     }
 }
