@@ -14,14 +14,22 @@ Subcommands:
       the WAV header.
   check DIR
       Verify every sidecar in DIR against its WAV and the fixture contract.
+  human SRC DEST
+      Copy the real recordings listed in SRC/truth.json into DEST, write
+      each one's sidecar (boundaries from `speech_bounds`) and DEST/SHA256SUMS.
+  check-human DIR
+      Verify the recordings in DIR against their sidecars: header fields, and
+      boundaries equal to what `speech_bounds` finds in the audio now.
 """
 
 import argparse
 import array
+import hashlib
 import json
 import math
 import os
 import random
+import shutil
 import struct
 import sys
 
@@ -242,6 +250,126 @@ def cmd_check(args):
     print(f"checked {len(names)} fixtures: ok")
 
 
+# Speech boundaries of a real recording (which, unlike the synthetic files,
+# has a noise floor rather than digital silence around the speech).
+FRAME_S = 0.010      # analysis frame: 10 ms
+RUN_FRAMES = 3       # speech = at least 30 ms in a row above the threshold
+BELOW_PEAK_DB = 35.0  # the threshold is at most this far below the loudest frame
+ABOVE_FLOOR_DB = 10.0  # ... and at least this far above the noise floor
+
+
+def frame_levels(x, rate):
+    """RMS level of each whole 10 ms frame of x, in dBFS (floor -140)."""
+    n = int(rate * FRAME_S)
+    levels = []
+    for i in range(0, len(x) - n + 1, n):
+        power = sum(v * v for v in x[i:i + n]) / n
+        levels.append(10.0 * math.log10(max(power, 1e-14)))
+    return n, levels
+
+
+def speech_bounds(x, rate):
+    """(start_sample, end_sample) of the speech in x, or None.
+
+    The noise floor is the 5th percentile of the frame levels; the threshold
+    is the higher of (floor + ABOVE_FLOOR_DB) and (loudest frame -
+    BELOW_PEAK_DB). Speech starts at the first frame of the first run of
+    RUN_FRAMES frames at or above the threshold and ends after the last frame
+    of the last such run (end exclusive).
+    """
+    n, levels = frame_levels(x, rate)
+    if not levels:
+        return None
+    ordered = sorted(levels)
+    floor = ordered[len(ordered) // 20]
+    threshold = max(floor + ABOVE_FLOOR_DB, ordered[-1] - BELOW_PEAK_DB)
+    loud = [lv >= threshold for lv in levels]
+    runs = []
+    i = 0
+    while i < len(loud):
+        if loud[i]:
+            j = i
+            while j < len(loud) and loud[j]:
+                j += 1
+            if j - i >= RUN_FRAMES:
+                runs.append((i, j))
+            i = j
+        else:
+            i += 1
+    if not runs:
+        return None
+    return runs[0][0] * n, min(runs[-1][1] * n, len(x))
+
+
+def sha256(path):
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def cmd_human(args):
+    with open(os.path.join(args.src, "truth.json"), encoding="utf-8") as fh:
+        truth = json.load(fh)
+    os.makedirs(args.dest, exist_ok=True)
+    sums = []
+    for entry in sorted(truth, key=lambda e: e["file"]):
+        name = entry["file"]
+        wav = os.path.join(args.dest, name)
+        shutil.copyfile(os.path.join(args.src, name), wav)
+        rate, channels, fmt, frames, x = read_wav(wav)
+        bounds = speech_bounds(x, rate)
+        if bounds is None:
+            sys.exit(f"{name}: no speech found")
+        doc = {
+            "file": name,
+            "sample_rate": rate,
+            "channels": channels,
+            "format": fmt,
+            "duration_samples": frames,
+            "turns": [{"text": entry["text"], "start_sample": bounds[0],
+                       "end_sample": bounds[1]}],
+        }
+        side = os.path.splitext(wav)[0] + ".json"
+        with open(side, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2)
+            fh.write("\n")
+        sums.append((sha256(wav), name))
+        sums.append((sha256(side), os.path.basename(side)))
+        print(f"{name}: speech {bounds[0] / rate:.2f}-{bounds[1] / rate:.2f} s "
+              f"of {frames / rate:.2f} s")
+    with open(os.path.join(args.dest, "SHA256SUMS"), "w", encoding="utf-8") as fh:
+        for digest, name in sums:
+            fh.write(f"{digest}  {name}\n")
+
+
+def cmd_check_human(args):
+    problems = []
+    names = sorted(n for n in os.listdir(args.dir) if n.endswith(".json"))
+    for name in names:
+        try:
+            with open(os.path.join(args.dir, name), encoding="utf-8") as fh:
+                doc = json.load(fh)
+            rate, channels, fmt, frames, x = read_wav(os.path.join(args.dir, doc["file"]))
+            for key, actual in (("sample_rate", rate), ("channels", channels),
+                                ("format", fmt), ("duration_samples", frames)):
+                if doc[key] != actual:
+                    problems.append(f"{name}: {key} is {doc[key]!r} in JSON but {actual!r} in the WAV")
+            if len(doc["turns"]) != 1 or not doc["turns"][0]["text"].strip():
+                problems.append(f"{name}: expected one turn with text")
+                continue
+            turn = doc["turns"][0]
+            found = speech_bounds(x, rate)
+            if found != (turn["start_sample"], turn["end_sample"]):
+                problems.append(f"{name}: boundaries {turn['start_sample']}..{turn['end_sample']} "
+                                f"but the audio gives {found}")
+        except (OSError, ValueError, KeyError, WavError) as err:
+            problems.append(f"{name}: {err}")
+    for p in problems:
+        print("FAIL", p, file=sys.stderr)
+    if problems:
+        sys.exit(1)
+    print(f"checked {len(names)} human recordings: ok")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -266,6 +394,15 @@ def main():
     p = sub.add_parser("check")
     p.add_argument("dir")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("human")
+    p.add_argument("src")
+    p.add_argument("dest")
+    p.set_defaults(func=cmd_human)
+
+    p = sub.add_parser("check-human")
+    p.add_argument("dir")
+    p.set_defaults(func=cmd_check_human)
 
     args = parser.parse_args()
     args.func(args)

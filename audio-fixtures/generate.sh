@@ -4,6 +4,10 @@
 #   ./generate.sh          rebuild all WAVs, sidecars and SHA256SUMS, then verify
 #   ./generate.sh --check  only verify the files already here (no rebuild)
 #
+# human/ holds real recordings that are copied, not generated (see the README):
+# both modes verify them (sidecar boundaries re-derived from the audio, and
+# human/SHA256SUMS) and neither rewrites them.
+#
 # Needs espeak-ng, sox (with soxi) and python3 (standard library only).
 # Speech comes from espeak-ng with a fixed voice, speed, pitch and amplitude;
 # sox runs with -R (fixed random seed) and -D (no dither), and noise is drawn
@@ -19,10 +23,18 @@ for tool in python3 sha256sum; do
   command -v "$tool" >/dev/null || die "$tool is required"
 done
 
+# The copied human recordings: checked, never rebuilt.
+check_human() {
+  python3 fixtures.py check-human human
+  (cd human && sha256sum --quiet -c SHA256SUMS)
+  echo "human checksums: ok"
+}
+
 if [[ "${1:-}" == "--check" ]]; then
   python3 fixtures.py check .
   sha256sum --quiet -c SHA256SUMS
   echo "checksums: ok"
+  check_human
   exit 0
 fi
 [[ $# -eq 0 ]] || die "usage: $0 [--check]"
@@ -168,3 +180,4 @@ python3 fixtures.py check "$out"
 (cd "$out" && sha256sum -- *.wav *.json > SHA256SUMS)
 cp -- "$out"/* "$here"/
 echo "wrote $(ls "$out" | wc -l) files to $here ($(du -ch "$out"/*.wav | tail -n1 | cut -f1) of audio)"
+check_human

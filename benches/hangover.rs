@@ -3,7 +3,7 @@
 //! turns the fixtures' multi-question recording keeps apart.
 //!
 //! `cargo bench --bench hangover` (VOXLINE_SPEECH_DIR: a folder of real
-//! recordings, one sentence each; default `../shared/speech`). Prints a
+//! recordings, one sentence each; default `audio-fixtures/human`). Prints a
 //! Markdown table. No engine runs: this is the endpointer alone.
 
 use std::path::{Path, PathBuf};
@@ -69,7 +69,7 @@ fn attempts(audio: &[f32], silence_ms: u32) -> (usize, usize, Vec<f64>) {
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = std::env::var_os("VOXLINE_SPEECH_DIR")
-        .map_or_else(|| root.join("../shared/speech"), PathBuf::from);
+        .map_or_else(|| root.join("audio-fixtures/human"), PathBuf::from);
     let mut clips: Vec<(String, Vec<f32>)> = std::fs::read_dir(&dir)
         .map(|rd| {
             rd.filter_map(Result::ok)

@@ -104,6 +104,9 @@ pub struct TurnReport {
     pub response_latency_ms: Option<f64>,
     /// Why generation stopped.
     pub stop: Option<StopReason>,
+    /// Earlier turns of the conversation the LLM dropped from this turn's
+    /// prompt to fit its context (0: the whole history was kept).
+    pub llm_history_dropped: Option<u32>,
     /// The error that ended the turn, as `stage: message`.
     pub error: Option<String>,
     /// Why a figure of this turn was left out (e.g. a latency that came out
@@ -140,9 +143,12 @@ pub struct StageReport {
     pub busy_ms: f64,
     /// busy / session time: above 1.0 the stage cannot keep up with real time.
     pub utilization: f64,
-    /// Tokens produced (STT transcript tokens, LLM generated tokens).
+    /// Tokens produced (STT: transcript tokens; LLM: tokens streamed as
+    /// text, the end-of-generation token excluded).
     pub tokens: Option<u64>,
-    /// Tokens per busy second.
+    /// STT: tokens per busy second. LLM: decode tokens/s, the definition of
+    /// `llm_decode_tps` ((n − 1) / (t_last − t_first) over a turn's streamed
+    /// tokens) pooled over the turns: their gaps over their decode time.
     pub tokens_per_s: Option<f64>,
     /// Time items waited in the stage's input queue.
     pub queue_wait_ms: Option<Percentiles>,
@@ -547,6 +553,7 @@ pub fn build(
             t.llm_prefill_tokens = Some(d.engine.n_prefill_tokens);
             t.llm_generated_tokens = Some(d.n_generated);
             t.stop = Some(d.stop);
+            t.llm_history_dropped = Some(d.history_dropped);
         }
         t.llm_streamed_tokens = g.tokens.len();
         if g.tokens.len() >= 2 {
@@ -792,14 +799,25 @@ fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<
                         .map(u64::from)
                         .sum(),
                 ),
-                "llm" => Some(
-                    turns
-                        .iter()
-                        .filter_map(|t| t.llm_generated_tokens)
-                        .map(u64::from)
-                        .sum(),
-                ),
+                // streamed tokens: the end-of-generation token is not text
+                "llm" => Some(turns.iter().map(|t| t.llm_streamed_tokens as u64).sum()),
                 _ => None,
+            };
+            // LLM: decode tokens/s as in `llm_decode_tps`, (n − 1) / (t_last − t_first)
+            // per turn, pooled over the turns (prefill is not decoding)
+            let (gaps, decode_s) = turns
+                .iter()
+                .filter_map(|t| {
+                    let gaps = t.llm_streamed_tokens.checked_sub(1)? as f64;
+                    t.llm_decode_tps.map(|tps| (gaps, gaps / tps))
+                })
+                .fold((0.0, 0.0), |(g, d), (tg, td)| (g + tg, d + td));
+            let tokens_per_s = if name == "llm" {
+                (decode_s > 0.0).then(|| gaps / decode_s)
+            } else {
+                tokens
+                    .filter(|_| busy_ms > 0.0)
+                    .map(|n| n as f64 / (busy_ms / 1000.0))
             };
             let edge = run
                 .outcome
@@ -815,9 +833,7 @@ fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<
                     0.0
                 },
                 tokens,
-                tokens_per_s: tokens
-                    .filter(|_| busy_ms > 0.0)
-                    .map(|n| n as f64 / (busy_ms / 1000.0)),
+                tokens_per_s,
                 queue_wait_ms: Percentiles::of(&waits),
                 queue_max_depth: edge.map_or(0, |e| e.max_depth),
                 queue_capacity: edge.map_or(0, |e| e.capacity),

@@ -14,7 +14,7 @@ pub const DEFAULT_SPEC_SILENCE_MS: u32 = 150;
 /// The default silence that ends a turn, ms. With speculation a hangover
 /// costs no latency while it is shorter than STT plus the first token
 /// (~950 ms on 2 cores), and a longer one cuts fewer sentences at a breath
-/// pause: on the nine real recordings in `../shared/speech` 500 ms splits a
+/// pause: on the nine real recordings in `audio-fixtures/human` 500 ms splits a
 /// counted list in three, 600 ms and more keep every recording whole
 /// (`cargo bench --bench hangover`). 700 ms leaves a margin.
 pub const DEFAULT_HANGOVER_MS: u32 = 700;

@@ -803,6 +803,12 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
         Style::OneLine,
     );
     add(
+        "--audio-ctx auto+4294967295",
+        &|o| replay(&good, &[os("--audio-ctx"), os("auto+4294967295")], o),
+        &[&"--audio-ctx", &"auto+4294967295", &"at most 1500", &"full"],
+        Style::OneLine,
+    );
+    add(
         "--cpu-share sometimes",
         &|o| replay(&good, &[os("--cpu-share"), os("sometimes")], o),
         &[&"--cpu-share", &"sometimes", &"split", &"shared"],

@@ -249,6 +249,7 @@ impl Stage for FixedLlm {
                 n_decode_tokens: self.tokens - 1,
             },
             stop: StopReason::MaxTokens,
+            history_dropped: 0,
         }));
         Ok(())
     }
@@ -338,4 +339,66 @@ fn the_slow_stage_is_named_the_bottleneck() {
             + t.llm_first_token_ms.unwrap();
         assert!((parts - t.response_latency_ms.unwrap()).abs() < 0.01);
     }
+}
+
+#[test]
+fn history_dropped_to_fit_the_context_is_reported() {
+    let _g = util::engine_lock();
+    // 80 tokens less 32 for the answer: the system prompt and one question
+    // fit, a question with an earlier exchange before it does not
+    let mut s = util::settings(32);
+    s.n_ctx = 80;
+    let (stt, llm) = util::stages(&s);
+    let inputs = voxline::pipeline::open_inputs(&[util::fixture("multi_turn.wav")]).unwrap();
+    let run = voxline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();
+    let r = voxline::report::build(&run, voxline::report::RunConfig::default(), 0.0, None);
+    assert_eq!(r.turns.len(), 3, "{:?}", r.turns);
+    let dropped: Vec<u32> = r
+        .turns
+        .iter()
+        .map(|t| t.llm_history_dropped.unwrap())
+        .collect();
+    assert_eq!(dropped[0], 0, "nothing to drop before the first turn");
+    assert!(dropped[1..].iter().all(|&d| d >= 1), "{dropped:?}");
+    for t in &r.turns {
+        assert!(t.llm_prompt_tokens.unwrap() <= 80 - 32, "{t:?}");
+    }
+}
+
+#[test]
+fn the_llm_stage_rate_is_the_decode_rate_of_its_turns() {
+    let _g = util::engine_lock();
+    let stage =
+        |r: &voxline::report::Report| r.stages.iter().find(|s| s.name == "llm").cloned().unwrap();
+    // one turn: the stage's tokens/s is that turn's decode tokens/s
+    let (_, r) = util::replay(&["q_capital.wav"], 24);
+    let t = &r.turns[0];
+    let llm = stage(&r);
+    let tps = t.llm_decode_tps.unwrap();
+    let stage_tps = llm.tokens_per_s.unwrap();
+    assert!(
+        (stage_tps - tps).abs() <= 1e-9 * tps,
+        "stage {stage_tps} vs turn {tps}"
+    );
+    // generated tokens, the end-of-generation token not among them
+    assert_eq!(llm.tokens, Some(t.llm_streamed_tokens as u64));
+    if t.stop == Some(StopReason::EndOfGeneration) {
+        assert_eq!(
+            t.llm_streamed_tokens as u32 + 1,
+            t.llm_generated_tokens.unwrap()
+        );
+    }
+    // several turns: their gaps over their decode time, so between the
+    // slowest and the fastest turn
+    let (_, r) = util::replay(&["multi_turn.wav"], 16);
+    let rates: Vec<f64> = r.turns.iter().filter_map(|t| t.llm_decode_tps).collect();
+    assert_eq!(rates.len(), 3);
+    let stage_tps = stage(&r).tokens_per_s.unwrap();
+    let (lo, hi) = rates
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    assert!(
+        stage_tps >= lo * (1.0 - 1e-9) && stage_tps <= hi * (1.0 + 1e-9),
+        "stage {stage_tps} outside the turns' {rates:?}"
+    );
 }

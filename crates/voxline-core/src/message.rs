@@ -184,6 +184,8 @@ pub struct TurnComplete {
     pub engine: LlmEngineTimings,
     /// Why generation stopped.
     pub stop: StopReason,
+    /// Earlier turns of the conversation dropped from the prompt to fit the context.
+    pub history_dropped: u32,
 }
 
 /// A turn that failed in one stage; the pipeline goes on with the others.
@@ -672,6 +674,7 @@ mod tests {
                 n_decode_tokens: 2,
             },
             stop: StopReason::MaxTokens,
+            history_dropped: 0,
         });
         let v = done.event().unwrap().to_json_value(&c, at).unwrap();
         assert_eq!(v["type"], "turn_complete");

@@ -22,6 +22,7 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{AddBos, LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::TokenToStringError;
 use serde::{Deserialize, Serialize};
 
 /// Errors of the language model engine.
@@ -542,10 +543,7 @@ impl LlmEngine {
             if self.model.is_eog_token(token) {
                 break Stop::EndOfGeneration;
             }
-            let bytes = self
-                .model
-                .token_to_piece_bytes(token, 64, false, None)
-                .unwrap_or_default();
+            let bytes = piece_bytes(&self.model, token)?;
             let piece = utf8.push(&bytes);
             n_streamed += 1;
             text.push_str(&piece);
@@ -652,6 +650,28 @@ fn render_chat(
             path: config.model.clone(),
             detail: e.to_string(),
         })
+}
+
+/// The text of `token` as bytes, however long: a piece that does not fit
+/// the first buffer is decoded again in one of the size llama.cpp asks for
+/// (whitespace runs in SmolLM2's vocabulary reach 81 bytes). A token with no
+/// text (llama.cpp writes nothing, as for a control token) is empty.
+///
+/// # Errors
+/// [`LlmError::Engine`] when llama.cpp cannot decode the token.
+fn piece_bytes(model: &LlamaModel, token: LlamaToken) -> Result<Vec<u8>, LlmError> {
+    const FIRST_TRY: usize = 64;
+    let decode = |size: usize| model.token_to_piece_bytes(token, size, false, None);
+    let failed = |e: TokenToStringError| LlmError::Engine(format!("token {}: {e}", token.0));
+    match decode(FIRST_TRY) {
+        Ok(bytes) => Ok(bytes),
+        Err(TokenToStringError::InsufficientBufferSpace(needed)) => {
+            let size = usize::try_from(needed.unsigned_abs()).unwrap_or(usize::MAX);
+            decode(size).map_err(failed)
+        }
+        Err(TokenToStringError::UnknownTokenType) => Ok(Vec::new()),
+        Err(e) => Err(failed(e)),
+    }
 }
 
 fn tokenize_with(model: &LlamaModel, text: &str) -> Result<Vec<LlamaToken>, LlmError> {
@@ -806,6 +826,7 @@ impl voxline_core::Stage for LlmStage {
                 n_generated: 0,
                 engine: LlmEngineTimings::default(),
                 stop: StopReason::EndOfGeneration,
+                history_dropped: 0,
             }));
             return Ok(());
         }
@@ -881,6 +902,7 @@ impl voxline_core::Stage for LlmStage {
                 Stop::Cancelled => StopReason::Cancelled,
                 Stop::ContextFull => StopReason::ContextFull,
             },
+            history_dropped: r.dropped_turns,
         }));
         Ok(())
     }
@@ -889,6 +911,37 @@ impl voxline_core::Stage for LlmStage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The default language model in the repository's models directory
+    /// (`VOXLINE_MODELS_DIR` to look elsewhere).
+    fn model_path() -> PathBuf {
+        std::env::var_os("VOXLINE_MODELS_DIR")
+            .map_or_else(
+                || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models"),
+                PathBuf::from,
+            )
+            .join(voxline_models::registry::SMOLLM2_135M.file)
+    }
+
+    #[test]
+    fn every_token_decodes_to_its_whole_text() {
+        let engine = LlmEngine::load(LlmConfig::new(model_path(), 1)).unwrap();
+        let model = &engine.model;
+        let mut longer_than_first_try = 0;
+        for id in 0..model.n_vocab() {
+            let token = LlamaToken::new(id);
+            // the reference: a buffer larger than any piece in the vocabulary
+            let want = model
+                .token_to_piece_bytes(token, 4096, false, None)
+                .unwrap_or_default();
+            let got = piece_bytes(model, token).unwrap();
+            assert_eq!(got, want, "token {id}");
+            longer_than_first_try += usize::from(got.len() > 64);
+        }
+        // SmolLM2 has whitespace runs of up to 81 bytes, which a fixed
+        // 64-byte buffer turned into empty text
+        assert!(longer_than_first_try > 0);
+    }
 
     #[test]
     fn utf8_stream_never_splits_a_character() {

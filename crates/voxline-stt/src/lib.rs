@@ -12,6 +12,9 @@
 
 use std::path::{Path, PathBuf};
 
+mod normalise;
+pub use normalise::normalise;
+
 use serde::{Deserialize, Serialize};
 use whisper_rs::{
     FullParams, SamplingStrategy, WhisperContext, WhisperContextParameters, WhisperState,
@@ -19,6 +22,8 @@ use whisper_rs::{
 
 /// Encoder positions per second of audio (1500 for 30 s).
 pub const POSITIONS_PER_SECOND: f64 = 50.0;
+/// Encoder positions in whisper's whole 30 s window.
+pub const MAX_POSITIONS: u32 = 1500;
 /// Sample rate whisper expects.
 pub const SAMPLE_RATE: u32 = voxline_core::SAMPLE_RATE;
 
@@ -82,10 +87,11 @@ pub enum AudioCtx {
 }
 
 impl AudioCtx {
-    /// Parses `full`, `auto`, `auto+PAD` or a number.
+    /// Parses `full`, `auto`, `auto+PAD` (PAD at most [`MAX_POSITIONS`]) or a number.
     ///
     /// # Errors
-    /// [`SttError::Config`] on anything else.
+    /// [`SttError::Config`] on anything else, and for a PAD above
+    /// [`MAX_POSITIONS`] (the whole window: a larger pad cannot mean anything).
     pub fn parse(s: &str) -> Result<Self, SttError> {
         let bad = || {
             SttError::Config(format!("--audio-ctx {s:?}: expected `full`, `auto`, `auto+PAD` or a number of encoder positions (1..=1500)"))
@@ -96,28 +102,41 @@ impl AudioCtx {
             "auto" => Ok(Self::Auto { pad: 64 }),
             _ => {
                 if let Some(p) = s.strip_prefix("auto+") {
-                    return p.parse().map(|pad| Self::Auto { pad }).map_err(|_| bad());
+                    let too_big = || {
+                        SttError::Config(format!(
+                            "--audio-ctx {s:?}: the pad is at most {MAX_POSITIONS} encoder positions (the whole 30 s window); use `full` for the whole window"
+                        ))
+                    };
+                    // digits only: a pad too large for a number is as wrong as one over the window
+                    if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) {
+                        return match p.parse::<u32>() {
+                            Ok(pad) if pad <= MAX_POSITIONS => Ok(Self::Auto { pad }),
+                            _ => Err(too_big()),
+                        };
+                    }
+                    return Err(bad());
                 }
                 match s.parse::<u32>() {
-                    Ok(n) if (1..=1500).contains(&n) => Ok(Self::Fixed(n)),
+                    Ok(n) if (1..=MAX_POSITIONS).contains(&n) => Ok(Self::Fixed(n)),
                     _ => Err(bad()),
                 }
             }
         }
     }
 
-    /// The encoder positions to use for `n_samples` of 16 kHz audio (0 = the full window).
+    /// The encoder positions to use for `n_samples` of 16 kHz audio (0 = the
+    /// full window). Saturating: any length and pad give a valid answer.
     #[must_use]
     pub fn positions(self, n_samples: usize) -> u32 {
         match self {
             Self::Full | Self::Default => 0,
-            Self::Fixed(n) => n.min(1500),
+            Self::Fixed(n) => n.min(MAX_POSITIONS),
             Self::Auto { pad } => {
-                let need = (n_samples as f64 / f64::from(SAMPLE_RATE) * POSITIONS_PER_SECOND).ceil()
-                    as u32
-                    + pad;
-                let rounded = need.div_ceil(64) * 64;
-                if rounded >= 1500 {
+                // (a float-to-int `as` saturates)
+                let audio = (n_samples as f64 / f64::from(SAMPLE_RATE) * POSITIONS_PER_SECOND)
+                    .ceil() as u32;
+                let rounded = audio.saturating_add(pad).div_ceil(64).saturating_mul(64);
+                if rounded >= MAX_POSITIONS {
                     0
                 } else {
                     rounded
@@ -344,26 +363,8 @@ impl SttEngine {
     }
 }
 
-/// Normalises text for word error rate: lower case, letters, digits and
-/// apostrophes only, single spaces.
-#[must_use]
-pub fn normalise(text: &str) -> Vec<String> {
-    text.to_lowercase()
-        .chars()
-        .map(|c| {
-            if c.is_alphanumeric() || c == '\'' {
-                c
-            } else {
-                ' '
-            }
-        })
-        .collect::<String>()
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
-}
-
-/// Word error rate of `hypothesis` against `reference` (after [`normalise`]):
+/// Word error rate of `hypothesis` against `reference` (after [`normalise`],
+/// so `10` and `ten`, `Mr.` and `mister` are the same word):
 /// word-level edit distance / reference words. An empty reference gives 0
 /// for an empty hypothesis and 1 otherwise.
 #[must_use]
@@ -499,7 +500,16 @@ mod tests {
         assert!((word_error_rate("a b", "a b c d") - 1.0).abs() < 1e-9);
         assert_eq!(word_error_rate("", ""), 0.0);
         assert_eq!(word_error_rate("", "x"), 1.0);
-        assert_eq!(normalise("Two-plus two's"), vec!["two", "plus", "two's"]);
+        assert_eq!(normalise("Two-plus two's"), vec!["2", "plus", "two's"]);
+        // numbers and abbreviations as whisper writes them are not errors
+        assert_eq!(
+            word_error_rate(
+                "Mr. Smith walked ten miles",
+                "Mister Smith walked 10 miles."
+            ),
+            0.0
+        );
+        assert!((word_error_rate("twenty five apples", "25 5 apples") - 0.5).abs() < 1e-9);
     }
 
     #[test]
@@ -511,15 +521,44 @@ mod tests {
             AudioCtx::Auto { pad: 32 }
         );
         assert_eq!(AudioCtx::parse("768").unwrap(), AudioCtx::Fixed(768));
-        for bad in ["0", "1501", "auto+x", "fast", ""] {
+        for bad in [
+            "0", "1501", "auto+x", "fast", "", "auto+", "auto+-1", "auto+ 5",
+        ] {
             assert!(AudioCtx::parse(bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            AudioCtx::parse("auto+1500").unwrap(),
+            AudioCtx::Auto { pad: 1500 }
+        );
         // 2.2 s → 110 positions + 64 pad = 174 → 192
         assert_eq!(AudioCtx::Auto { pad: 64 }.positions(35_200), 192);
         assert_eq!(AudioCtx::Full.positions(35_200), 0);
         assert_eq!(AudioCtx::Fixed(128).positions(1), 128);
         // long audio falls back to the full window
         assert_eq!(AudioCtx::Auto { pad: 64 }.positions(16_000 * 29), 0);
+    }
+
+    #[test]
+    fn a_huge_audio_ctx_pad_is_bad_input_not_an_overflow() {
+        for huge in [
+            "auto+1501",
+            "auto+4294967295",
+            "auto+4294967296",
+            "auto+99999999999999999999",
+        ] {
+            let err = AudioCtx::parse(huge).unwrap_err().to_string();
+            assert!(
+                err.contains("at most 1500") && err.contains("use `full`"),
+                "{huge}: {err}"
+            );
+        }
+        // however the value was made, sizing saturates to the full window
+        for pad in [1500, 1501, u32::MAX - 63, u32::MAX] {
+            assert_eq!(AudioCtx::Auto { pad }.positions(35_200), 0, "pad {pad}");
+            assert_eq!(AudioCtx::Auto { pad }.positions(usize::MAX), 0, "pad {pad}");
+        }
+        assert_eq!(AudioCtx::Auto { pad: 0 }.positions(usize::MAX), 0);
+        assert_eq!(AudioCtx::Fixed(u32::MAX).positions(1), 1500);
     }
 
     #[test]

@@ -1,0 +1,284 @@
+//! Word error rate on real human speech: whisper on each whole clip against
+//! the pipeline, in one run.
+//!
+//! `cargo bench --bench human_wer` (optimised build; needs `voxline models
+//! fetch`). For every recording in `audio-fixtures/human` (or
+//! `VOXLINE_HUMAN_DIR`) with a sidecar:
+//!
+//! - **raw**: `SttEngine::transcribe` on the whole clip, as read;
+//! - **pipeline**: the clips replayed one after another (1 s of silence
+//!   between them) through `voxline::pipeline::run` with the real stages and
+//!   the command line's defaults (VAD hangover, speculative turn-taking);
+//!   a clip's transcript is every committed utterance cut from it, in order.
+//!
+//! Both use the same model, threads and decoding settings. Prints a Markdown
+//! table and both mean word error rates (mean over clips, and pooled: all
+//! edits over all reference words). `VOXLINE_BENCH_MAX_TOKENS` bounds the
+//! answers (default 8: the answers are not what is measured).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use voxline::pipeline::{Pace, RunOptions};
+use voxline::settings::{EngineSettings, ThreadBudget};
+use voxline_audio::VadConfig;
+use voxline_core::PipelineEvent;
+use voxline_stt::{normalise, word_error_rate, SttEngine};
+
+/// One recording and what each side made of it.
+struct Clip {
+    path: PathBuf,
+    reference: String,
+    /// The true speech, in 16 kHz samples of the clip.
+    speech: (u64, u64),
+    raw: String,
+    /// The pipeline's utterances: (start, end) in the clip's samples (before
+    /// 0: the silence between clips), text.
+    cut: Vec<(i64, i64, String)>,
+}
+
+fn read_16k(path: &Path) -> Vec<f32> {
+    let mut src =
+        voxline_audio::WavSource::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = Vec::new();
+    while let Some(c) = src.next_chunk().unwrap() {
+        out.extend_from_slice(&c);
+    }
+    out
+}
+
+fn edits(reference: &str, hypothesis: &str) -> f64 {
+    word_error_rate(reference, hypothesis) * normalise(reference).len() as f64
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let models =
+        std::env::var_os("VOXLINE_MODELS_DIR").map_or_else(|| root.join("models"), PathBuf::from);
+    let dir = std::env::var_os("VOXLINE_HUMAN_DIR")
+        .map_or_else(|| root.join("audio-fixtures/human"), PathBuf::from);
+    let max_tokens = std::env::var("VOXLINE_BENCH_MAX_TOKENS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(8);
+    let settings = EngineSettings {
+        whisper_model: models.join(voxline_models::registry::WHISPER_TINY_EN.file),
+        llm_model: models.join(voxline_models::registry::SMOLLM2_135M.file),
+        threads: ThreadBudget::split(None, None).unwrap(),
+        audio_ctx: voxline_stt::AudioCtx::Default,
+        stt_gpu: false,
+        flash_attn: false,
+        n_gpu_layers: 0,
+        max_tokens,
+        n_ctx: 2048,
+        system_prompt: voxline_llm::DEFAULT_SYSTEM_PROMPT.into(),
+        cache_prompt: true,
+        memory: true,
+        sampling: voxline_llm::Sampling::default(),
+    };
+
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wav"))
+        .collect();
+    paths.sort();
+    let mut clips: Vec<Clip> = Vec::new();
+    for path in paths {
+        let Ok(Some(sc)) = voxline::sidecar::Sidecar::load_for(&path) else {
+            continue;
+        };
+        let (Some(first), Some(last)) = (sc.turns.first(), sc.turns.last()) else {
+            continue;
+        };
+        clips.push(Clip {
+            reference: sc
+                .turns
+                .iter()
+                .map(|t| t.text.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+            speech: (sc.to_16k(first.start_sample), sc.to_16k(last.end_sample)),
+            path,
+            raw: String::new(),
+            cut: Vec::new(),
+        });
+    }
+    assert!(
+        !clips.is_empty(),
+        "no recordings with sidecars in {}",
+        dir.display()
+    );
+
+    // raw whisper on each whole clip
+    let mut stt =
+        SttEngine::load(settings.stt_config()).expect("whisper model (run `voxline models fetch`)");
+    for c in &mut clips {
+        c.raw = stt.transcribe(&read_16k(&c.path)).unwrap().text;
+    }
+    drop(stt);
+
+    // the pipeline, as `voxline bench --fixtures DIR` runs it
+    let board = voxline_core::SpecBoard::new();
+    let stt = voxline_stt::SttStage::new(SttEngine::load(settings.stt_config()).unwrap())
+        .with_speculation(board.clone());
+    let llm =
+        voxline_llm::LlmStage::new(voxline_llm::LlmEngine::load(settings.llm_config()).unwrap())
+            .with_speculation(board.clone());
+    let opts = RunOptions {
+        pace: Pace::Fast,
+        vad: VadConfig {
+            hangover_ms: voxline::settings::DEFAULT_HANGOVER_MS,
+            ..VadConfig::default()
+        },
+        speculation: Some((board, voxline::settings::DEFAULT_SPEC_SILENCE_MS)),
+        ..RunOptions::default()
+    };
+    let files: Vec<PathBuf> = clips.iter().map(|c| c.path.clone()).collect();
+    let inputs = voxline::pipeline::open_inputs(&files).unwrap();
+    let run = voxline::pipeline::run(inputs, stt, llm, &opts, None).unwrap();
+    assert!(run.outcome.failed.is_none(), "{:?}", run.outcome.failed);
+    let cancelled: BTreeSet<u64> = run
+        .events
+        .iter()
+        .filter_map(|e| match e.event {
+            PipelineEvent::SpecCancel { id, .. } => Some(id),
+            _ => None,
+        })
+        .collect();
+    for ev in &run.events {
+        let PipelineEvent::Transcript(t) = &ev.event else {
+            continue;
+        };
+        if cancelled.contains(&t.id) {
+            continue;
+        }
+        let Some((i, span)) = run
+            .inputs
+            .iter()
+            .enumerate()
+            .find(|(_, s)| t.end_sample > s.start && t.start_sample < s.end)
+        else {
+            continue;
+        };
+        let rel =
+            |x: u64| i64::try_from(x).unwrap_or(i64::MAX) - i64::try_from(span.start).unwrap_or(0);
+        clips[i]
+            .cut
+            .push((rel(t.start_sample), rel(t.end_sample), t.text.clone()));
+    }
+
+    println!("| clip | words | speech (s) | utterances cut (s) | raw WER | pipeline WER | raw | pipeline |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let s = |n: i64| n as f64 / 16_000.0;
+    let (mut raw_sum, mut pipe_sum, mut raw_edits, mut pipe_edits, mut words) =
+        (0.0, 0.0, 0.0, 0.0, 0usize);
+    for c in &clips {
+        let heard: Vec<&str> = c.cut.iter().map(|(_, _, t)| t.as_str()).collect();
+        let heard = heard.join(" ");
+        let (raw, pipe) = (
+            word_error_rate(&c.reference, &c.raw),
+            word_error_rate(&c.reference, &heard),
+        );
+        raw_sum += raw;
+        pipe_sum += pipe;
+        raw_edits += edits(&c.reference, &c.raw);
+        pipe_edits += edits(&c.reference, &heard);
+        let n = normalise(&c.reference).len();
+        words += n;
+        let cuts: Vec<String> = c
+            .cut
+            .iter()
+            .map(|(a, b, _)| format!("{:.2}–{:.2}", s(*a), s(*b)))
+            .collect();
+        println!(
+            "| {} | {n} | {:.2}–{:.2} | {} | {raw:.3} | {pipe:.3} | {} | {} |",
+            c.path.file_name().unwrap().to_string_lossy(),
+            c.speech.0 as f64 / 16_000.0,
+            c.speech.1 as f64 / 16_000.0,
+            cuts.join(", "),
+            c.raw,
+            heard
+        );
+    }
+    let n = clips.len() as f64;
+    println!();
+    println!(
+        "mean WER over {} clips: raw whisper {:.4}, pipeline {:.4} (difference {:+.2} percentage points)",
+        clips.len(),
+        raw_sum / n,
+        pipe_sum / n,
+        (pipe_sum - raw_sum) / n * 100.0
+    );
+    println!(
+        "pooled WER over {words} words: raw whisper {:.4}, pipeline {:.4}",
+        raw_edits / words as f64,
+        pipe_edits / words as f64
+    );
+    if std::env::var_os("VOXLINE_BENCH_CUTS").is_some() {
+        cuts_table(&settings, &clips);
+    }
+}
+
+/// The clip's audio from `a` to `b` (its samples; outside it, the silence
+/// the pipeline had there).
+fn slice(audio: &[f32], a: i64, b: i64) -> Vec<f32> {
+    (a..b)
+        .map(|i| {
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| audio.get(i))
+                .copied()
+                .unwrap_or(0.0)
+        })
+        .collect()
+}
+
+/// Why the pipeline and raw whisper differ: whisper alone on exactly the
+/// pipeline's cut (it must reproduce the pipeline's transcript), on the cut
+/// with more of the recording after the VAD's end of speech, and on the cut
+/// without the silence between clips that the pre-roll reached into.
+fn cuts_table(settings: &EngineSettings, clips: &[Clip]) {
+    let mut stt = SttEngine::load(settings.stt_config()).unwrap();
+    // (name, start moved to the clip's first sample, ms added after the end)
+    let variants: [(&str, bool, i64); 4] = [
+        ("the cut", false, 0),
+        ("cut +150 ms after", false, 150),
+        ("cut +300 ms after", false, 300),
+        ("cut without the gap before the clip", true, 0),
+    ];
+    println!();
+    print!("| clip |");
+    for (name, _, _) in variants {
+        print!(" {name} |");
+    }
+    println!();
+    println!("|---|{}", "---|".repeat(variants.len()));
+    let mut sums = [0.0; 4];
+    for c in clips {
+        let audio = read_16k(&c.path);
+        print!("| {} |", c.path.file_name().unwrap().to_string_lossy());
+        for (k, (_, from_clip, ms)) in variants.iter().enumerate() {
+            let heard: Vec<String> = c
+                .cut
+                .iter()
+                .map(|(a, b, _)| {
+                    let a = if *from_clip { (*a).max(0) } else { *a };
+                    stt.transcribe(&slice(&audio, a, b + ms * 16)).unwrap().text
+                })
+                .collect();
+            let heard = heard.join(" ");
+            let wer = word_error_rate(&c.reference, &heard);
+            sums[k] += wer;
+            print!(" {wer:.3} {heard} |");
+        }
+        println!();
+    }
+    let n = clips.len() as f64;
+    print!("| mean |");
+    for s in sums {
+        print!(" {:.4} |", s / n);
+    }
+    println!();
+}
