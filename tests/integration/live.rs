@@ -400,8 +400,8 @@ fn live_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
 
     // voxline first: wait until it listens (models loaded, device open).
     let report = dir.join("report.json");
-    let mut vox = pulse.client(&mut util::voxline_bin());
-    vox.args([
+    let mut vox = util::voxline_bin();
+    pulse.client(&mut vox).args([
         "live",
         "--max-turns",
         "3",
@@ -445,8 +445,8 @@ fn live_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
     std::thread::sleep(Duration::from_millis(500));
 
     // The outside reader, streaming before the playback starts.
-    let mut rec = pulse.client(&mut std::process::Command::new("arecord"));
-    rec.args([
+    let mut rec = std::process::Command::new("arecord");
+    pulse.client(&mut rec).args([
         "-D",
         "default",
         "-q",
