@@ -1169,8 +1169,10 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         }
         if l.timing.clock_gaps > 0 {
             eprintln!(
-                "voxline: warning: the device delivered no audio {} times ({:.0} ms in all: a suspended source or overruns); latencies stay measured from the device's timestamps",
-                l.timing.clock_gaps, l.timing.clock_gap_ms
+                "voxline: warning: the input device delivered no audio for {:.0} ms ({} clock gap{}: a suspended source or overruns); positions skip it and latencies follow the device's timestamps",
+                l.timing.clock_gap_ms,
+                l.timing.clock_gaps,
+                if l.timing.clock_gaps == 1 { "" } else { "s" }
             );
         }
     }
