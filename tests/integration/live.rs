@@ -192,10 +192,7 @@ fn devices_prints_no_audio_library_noise() {
         let out = cmd.output().unwrap();
         assert!(out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
-        let foreign: Vec<&str> = err
-            .lines()
-            .filter(|l| !l.starts_with("voxline"))
-            .collect();
+        let foreign: Vec<&str> = err.lines().filter(|l| !l.starts_with("voxline")).collect();
         assert!(
             foreign.is_empty(),
             "`voxline devices{}` printed library noise on stderr:\n{}",
@@ -308,7 +305,10 @@ impl Pulse {
         let run = self.dir.path().join("run");
         cmd.env("HOME", self.dir.path().join("home"))
             .env("XDG_RUNTIME_DIR", &run)
-            .env("PULSE_SERVER", format!("unix:{}", run.join("native").display()))
+            .env(
+                "PULSE_SERVER",
+                format!("unix:{}", run.join("native").display()),
+            )
             .env("PULSE_CLIENTCONFIG", self.dir.path().join("client.conf"))
             .env("PULSE_SINK", "voxsink")
             .env("PULSE_SOURCE", "voxsink.monitor")
@@ -393,12 +393,15 @@ fn live_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
     let fixture = util::read_16k(&util::fixture("multi_turn.wav"));
     let mut play: Vec<i16> = vec![0; click_at];
     play.extend((0..320).map(|i| {
-        (0.8 * 32_767.0 * (2.0 * std::f64::consts::PI * 1_000.0 * f64::from(i) / RATE).sin())
-            as i16
+        (0.8 * 32_767.0 * (2.0 * std::f64::consts::PI * 1_000.0 * f64::from(i) / RATE).sin()) as i16
     }));
     play.extend(std::iter::repeat_n(0, 16_000));
     let offset = play.len();
-    play.extend(fixture.iter().map(|s| (s * 32_768.0).round().clamp(-32_768.0, 32_767.0) as i16));
+    play.extend(
+        fixture
+            .iter()
+            .map(|s| (s * 32_768.0).round().clamp(-32_768.0, 32_767.0) as i16),
+    );
     play.extend(std::iter::repeat_n(0, 32_000));
     let wav = dir.join("play.wav");
     write_wav(&wav, &play);
@@ -406,28 +409,33 @@ fn live_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
     // voxline first: wait until it listens (models loaded, device open).
     let report = dir.join("report.json");
     let mut vox = util::voxline_bin();
-    pulse.client(&mut vox).args([
-        "live",
-        "--max-turns",
-        "3",
-        "--max-duration",
-        "120s",
-        "--max-tokens",
-        "8",
-    ])
-    .arg("--models-dir")
-    .arg(util::models_dir())
-    .arg("--report-json")
-    .arg(&report)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    pulse
+        .client(&mut vox)
+        .args([
+            "live",
+            "--max-turns",
+            "3",
+            "--max-duration",
+            "120s",
+            "--max-tokens",
+            "8",
+        ])
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .arg("--report-json")
+        .arg(&report)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut vox = vox.spawn().unwrap();
     let stdout = stamped_reader(vox.stdout.take().unwrap());
     let (err_tx, err_rx) = std::sync::mpsc::channel::<String>();
     let stderr = vox.stderr.take().unwrap();
     let err_thread = std::thread::spawn(move || {
         let mut all = Vec::new();
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
             let _ = err_tx.send(line.clone());
             all.push(line);
         }
@@ -451,23 +459,25 @@ fn live_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
 
     // The outside reader, streaming before the playback starts.
     let mut rec = std::process::Command::new("arecord");
-    pulse.client(&mut rec).args([
-        "-D",
-        "default",
-        "-q",
-        "-t",
-        "raw",
-        "-f",
-        "S16_LE",
-        "-r",
-        "16000",
-        "-c",
-        "1",
-        "--period-time=10000",
-        "--buffer-time=40000",
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null());
+    pulse
+        .client(&mut rec)
+        .args([
+            "-D",
+            "default",
+            "-q",
+            "-t",
+            "raw",
+            "-f",
+            "S16_LE",
+            "-r",
+            "16000",
+            "-c",
+            "1",
+            "--period-time=10000",
+            "--buffer-time=40000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
     let mut rec = rec.spawn().expect("arecord (alsa-utils) runs");
     let rec_chunks = stamped_reader(rec.stdout.take().unwrap());
     std::thread::sleep(Duration::from_millis(500));
@@ -540,8 +550,16 @@ fn live_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
     assert_eq!(turns.len(), 3, "{stdout_text}\n{err}");
     let live = &r["live"];
     assert!(live["buffer_frames"].as_u64().is_some(), "{live}");
-    assert!(live["timing"]["blocks_device_timed"].as_u64().unwrap() > 0, "{live}");
-    assert!(live["timing"]["device_latency_ms"]["p50"].as_f64().is_some(), "{live}");
+    assert!(
+        live["timing"]["blocks_device_timed"].as_u64().unwrap() > 0,
+        "{live}"
+    );
+    assert!(
+        live["timing"]["device_latency_ms"]["p50"]
+            .as_f64()
+            .is_some(),
+        "{live}"
+    );
     let mut lines = Vec::new();
     for ((t, want), vad_end) in turns.iter().zip(truth).zip(&detected) {
         let id = t["id"].as_u64().unwrap();
@@ -628,6 +646,6 @@ fn a_suspended_pulseaudio_sink_is_a_counted_clock_gap() {
     assert!(timing["clock_gaps"].as_u64().unwrap() >= 1, "{timing}");
     let ms = timing["clock_gap_ms"].as_f64().unwrap();
     assert!((800.0..=2_500.0).contains(&ms), "{timing}");
-    assert_eq!(timing["gaps"][0]["ms"].as_f64().is_some(), true, "{timing}");
+    assert!(timing["gaps"][0]["ms"].as_f64().is_some(), "{timing}");
     assert!(err.contains("delivered no audio for"), "{err}");
 }

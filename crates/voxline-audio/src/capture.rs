@@ -595,12 +595,18 @@ impl Drainer {
         let (start, slack) = match block.stamp.age {
             Some(age) => {
                 self.timing.device_timed(age);
-                (arrived.checked_sub(age).unwrap_or(arrived), DEVICE_GAP_SLACK)
+                (
+                    arrived.checked_sub(age).unwrap_or(arrived),
+                    DEVICE_GAP_SLACK,
+                )
             }
             None => {
                 self.timing.blocks_arrival_timed += 1;
                 // its last sample at arrival
-                (arrived.checked_sub(dur).unwrap_or(arrived), ARRIVAL_GAP_SLACK)
+                (
+                    arrived.checked_sub(dur).unwrap_or(arrived),
+                    ARRIVAL_GAP_SLACK,
+                )
             }
         };
         let gap = expected
@@ -878,7 +884,9 @@ fn choose_period(
     supported: &cpal::SupportedBufferSize,
     wanted_ms: Option<u32>,
 ) -> (u32, Option<String>) {
-    let ms = wanted_ms.unwrap_or(DEFAULT_BUFFER_MS).clamp(1, MAX_BUFFER_MS);
+    let ms = wanted_ms
+        .unwrap_or(DEFAULT_BUFFER_MS)
+        .clamp(1, MAX_BUFFER_MS);
     let frames = u32::try_from((u64::from(rate) * u64::from(ms)).div_ceil(1000))
         .unwrap_or(u32::MAX)
         .max(1);
@@ -1023,8 +1031,11 @@ impl Capture {
             }
             .into());
         }
-        let (period, mut buffer_note) =
-            choose_period(config.sample_rate, supported.buffer_size(), options.buffer_ms);
+        let (period, mut buffer_note) = choose_period(
+            config.sample_rate,
+            supported.buffer_size(),
+            options.buffer_ms,
+        );
         let buffer_supported = match *supported.buffer_size() {
             cpal::SupportedBufferSize::Range { min, max } => Some((min, max)),
             cpal::SupportedBufferSize::Unknown => None,
@@ -1349,7 +1360,10 @@ mod tests {
         let (tx, rx) = edge::<AudioFrame>("audio", 64, FullPolicy::Block);
         let t0 = clock.origin() + Duration::from_secs(1);
         w.write(&[i16::MIN, 0, 16_384, i16::MAX][..], arrival(t0));
-        w.write(&[-16_384i16; 160][..], arrival(t0 + Duration::from_millis(10)));
+        w.write(
+            &[-16_384i16; 160][..],
+            arrival(t0 + Duration::from_millis(10)),
+        );
         assert!(d.drain(&tx).unwrap());
         assert!(!d.drain(&tx).unwrap());
         let frames = collect(&rx);
@@ -1464,8 +1478,14 @@ mod tests {
         let t0 = clock.origin() + Duration::from_secs(5);
         // 10 ms blocks whose callbacks run 30, 32 and 30 ms after their first sample
         w.write(&[0.1f32; 160][..], device(t0, 30));
-        w.write(&[0.1f32; 160][..], device(t0 + Duration::from_millis(12), 32));
-        w.write(&[0.1f32; 160][..], device(t0 + Duration::from_millis(20), 30));
+        w.write(
+            &[0.1f32; 160][..],
+            device(t0 + Duration::from_millis(12), 32),
+        );
+        w.write(
+            &[0.1f32; 160][..],
+            device(t0 + Duration::from_millis(20), 30),
+        );
         d.drain(&tx).unwrap();
         let frames = collect(&rx);
         assert_eq!(frames.len(), 3);
@@ -1480,7 +1500,10 @@ mod tests {
         assert_eq!(timing.clock_gaps, 0);
         let lat = timing.device_latency_ms.unwrap();
         assert_eq!(lat.n, 3);
-        assert!((lat.min - 30.0).abs() < 1e-6 && (lat.max - 32.0).abs() < 1e-6, "{lat:?}");
+        assert!(
+            (lat.min - 30.0).abs() < 1e-6 && (lat.max - 32.0).abs() < 1e-6,
+            "{lat:?}"
+        );
         assert!((lat.p50 - 30.0).abs() <= LATENCY_BUCKET_MS, "{lat:?}");
         assert!((lat.mean - 30.666_666).abs() < 1e-3, "{lat:?}");
     }
@@ -1494,7 +1517,10 @@ mod tests {
         // the source was suspended: the next block starts 500 ms after this one ended
         let resumed = t0 + Duration::from_millis(510);
         w.write(&[0.2f32; 160][..], device(resumed, 20));
-        w.write(&[0.2f32; 160][..], device(resumed + Duration::from_millis(10), 20));
+        w.write(
+            &[0.2f32; 160][..],
+            device(resumed + Duration::from_millis(10), 20),
+        );
         d.drain(&tx).unwrap();
         let frames = collect(&rx);
         assert_eq!(frames.len(), 3);
@@ -1502,7 +1528,10 @@ mod tests {
         // the position skipped the gap: 160 + 500 ms
         assert_eq!(frames[1].start_sample, 160 + 8_000);
         assert_eq!(frames[2].start_sample, 160 + 8_000 + 160);
-        assert!(near(frames[1].captured, resumed - Duration::from_millis(20)));
+        assert!(near(
+            frames[1].captured,
+            resumed - Duration::from_millis(20)
+        ));
         let timing = d.timing.summary();
         assert_eq!(timing.clock_gaps, 1);
         assert!((timing.clock_gap_ms - 500.0).abs() < 1e-6, "{timing:?}");
@@ -1516,7 +1545,10 @@ mod tests {
         // jitter within the slack is no gap
         let (mut w, mut d, _, _) = setup(16_000, 1, 2);
         w.write(&[0.1f32; 160][..], device(t0, 20));
-        w.write(&[0.1f32; 160][..], device(t0 + Duration::from_millis(50), 20));
+        w.write(
+            &[0.1f32; 160][..],
+            device(t0 + Duration::from_millis(50), 20),
+        );
         d.drain(&tx).unwrap();
         assert_eq!(d.timing.summary().clock_gaps, 0);
     }
@@ -1568,18 +1600,62 @@ mod tests {
     fn the_period_is_small_and_within_what_the_device_supports() {
         use cpal::SupportedBufferSize::{Range, Unknown};
         // 10 ms by default
-        assert_eq!(choose_period(48_000, &Range { min: 16, max: 8_192 }, None), (480, None));
+        assert_eq!(
+            choose_period(
+                48_000,
+                &Range {
+                    min: 16,
+                    max: 8_192
+                },
+                None
+            ),
+            (480, None)
+        );
         assert_eq!(choose_period(44_100, &Unknown, None), (441, None));
         // the smallest the device supports when that is more
-        assert_eq!(choose_period(48_000, &Range { min: 1_024, max: 8_192 }, None), (1_024, None));
+        assert_eq!(
+            choose_period(
+                48_000,
+                &Range {
+                    min: 1_024,
+                    max: 8_192
+                },
+                None
+            ),
+            (1_024, None)
+        );
         // what was asked for, moved into the range with a note
-        assert_eq!(choose_period(16_000, &Range { min: 16, max: 8_192 }, Some(25)), (400, None));
-        let (frames, note) = choose_period(48_000, &Range { min: 1_024, max: 8_192 }, Some(5));
+        assert_eq!(
+            choose_period(
+                16_000,
+                &Range {
+                    min: 16,
+                    max: 8_192
+                },
+                Some(25)
+            ),
+            (400, None)
+        );
+        let (frames, note) = choose_period(
+            48_000,
+            &Range {
+                min: 1_024,
+                max: 8_192,
+            },
+            Some(5),
+        );
         assert_eq!(frames, 1_024);
         let note = note.unwrap();
         assert!(note.contains("5 ms is 240 frames"), "{note}");
         assert!(note.contains("1024 frames (21.3 ms)"), "{note}");
-        let (frames, _) = choose_period(48_000, &Range { min: 16, max: 4_096 }, Some(1_000));
+        let (frames, _) = choose_period(
+            48_000,
+            &Range {
+                min: 16,
+                max: 4_096,
+            },
+            Some(1_000),
+        );
         assert_eq!(frames, 4_096);
     }
 

@@ -116,7 +116,8 @@ mod jack {
         // SAFETY: a constant NUL-terminated name; dlopen has no other
         // precondition. The handle is never closed, so the library (and the
         // callbacks set in it) stay for the life of the process.
-        let lib = unsafe { libc::dlopen(c"libjack.so.0".as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+        let lib =
+            unsafe { libc::dlopen(c"libjack.so.0".as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
         if lib.is_null() {
             return; // not installed: nothing will print
         }

@@ -170,7 +170,10 @@ impl VadStage {
 
     fn wall_of(&self, sample: u64) -> Instant {
         let i = self.recent.partition_point(|&(pos, _)| pos <= sample);
-        match (i.checked_sub(1).map(|j| self.recent[j]), self.recent.front()) {
+        match (
+            i.checked_sub(1).map(|j| self.recent[j]),
+            self.recent.front(),
+        ) {
             (Some((pos, at)), _) => at + Clock::samples_to_duration(sample - pos),
             (None, Some(&(pos, at))) => at
                 .checked_sub(Clock::samples_to_duration(pos - sample))

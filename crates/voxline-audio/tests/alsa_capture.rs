@@ -210,7 +210,9 @@ fn captures_a_file_backed_alsa_device() {
     assert_eq!(stats.timing.clock_gaps, 0, "{:?}", stats.timing);
     assert_eq!(
         stats.timing.blocks_device_timed + stats.timing.blocks_arrival_timed,
-        stats.frames_captured.div_ceil(u64::from(format.buffer_frames.unwrap())),
+        stats
+            .frames_captured
+            .div_ceil(u64::from(format.buffer_frames.unwrap())),
         "{:?}",
         stats.timing
     );
