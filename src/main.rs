@@ -45,8 +45,15 @@ enum Command {
     Bench(BenchArgs),
     /// Talk to the assistant through a microphone.
     Live(LiveArgs),
-    /// List the audio input devices with their supported rates and formats.
-    Devices,
+    /// List the usable audio input devices with their supported rates and formats.
+    Devices(DevicesArgs),
+}
+
+#[derive(Args)]
+struct DevicesArgs {
+    /// Also list the devices that cannot capture here (their configurations cannot be read).
+    #[arg(long)]
+    all: bool,
 }
 
 #[derive(Args)]
@@ -63,6 +70,10 @@ struct LiveArgs {
     /// On Ctrl-C/SIGTERM (or the limits), cancel the answer in flight instead of letting it finish.
     #[arg(long)]
     cancel_on_stop: bool,
+    /// Audio per device callback (the capture period), in ms, 1 to 1000 (default: the smallest
+    /// the device supports from 10 ms up); moved into the device's range. Larger is later.
+    #[arg(long, value_name = "MS")]
+    capture_buffer_ms: Option<u32>,
     #[command(flatten)]
     out: SessionOutput,
     #[command(flatten)]
@@ -366,7 +377,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Replay(args) => replay(args),
         Command::Bench(args) => bench(args),
         Command::Live(args) => live(args),
-        Command::Devices => devices(),
+        Command::Devices(args) => devices(&args),
     }
 }
 
@@ -1022,14 +1033,23 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     Ok(outcome_of(&rep))
 }
 
-fn devices() -> anyhow::Result<Outcome> {
+fn devices(args: &DevicesArgs) -> anyhow::Result<Outcome> {
     use std::io::Write as _;
-    let list = voxline_audio::list_input_devices().map_err(BadInput::from_display)?;
+    let all = voxline_audio::list_input_devices().map_err(BadInput::from_display)?;
+    let hidden = all.iter().filter(|d| !d.is_usable()).count();
+    let list: Vec<_> = all
+        .into_iter()
+        .filter(|d| args.all || d.is_usable())
+        .collect();
     let mut out = std::io::stdout().lock();
     // a closed pipe (`voxline devices | head`) is not an error worth a panic
     macro_rules! say { ($($t:tt)*) => { if writeln!(out, $($t)*).is_err() { return Ok(Outcome::Ok); } } }
     if list.is_empty() {
-        say!("no audio input devices found");
+        if hidden > 0 && !args.all {
+            say!("no usable audio input devices found ({hidden} more cannot capture here: `voxline devices --all` lists them)");
+        } else {
+            say!("no audio input devices found");
+        }
         return Ok(Outcome::Ok);
     }
     for d in list {
@@ -1090,6 +1110,9 @@ fn devices() -> anyhow::Result<Outcome> {
         }
     }
     say!("(* = default input)");
+    if hidden > 0 && !args.all {
+        say!("({hidden} more cannot capture here; `voxline devices --all` lists them)");
+    }
     Ok(Outcome::Ok)
 }
 
@@ -1111,6 +1134,16 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     let fault = voxline::fault::Fault::from_env()?;
     if args.max_turns == Some(0) {
         return Err(BadInput("--max-turns 0: allow at least one turn".into()).into());
+    }
+    if let Some(ms) = args
+        .capture_buffer_ms
+        .filter(|ms| !(1..=voxline_audio::capture::MAX_BUFFER_MS).contains(ms))
+    {
+        return Err(BadInput(format!(
+            "--capture-buffer-ms {ms}: give 1 to {} ms (10 to 30 suits speech)",
+            voxline_audio::capture::MAX_BUFFER_MS
+        ))
+        .into());
     }
     let [report_out, events_out] = <[Option<Output>; 2]>::try_from(plan_outputs(
         &[
@@ -1151,8 +1184,9 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         device: args.device.clone(),
         max_turns: args.max_turns,
         max_duration,
-        // ~1 minute of device blocks: a stalled VAD thread must not lose speech
-        audio_queue_frames: 3000,
+        // ~1 minute of 10 ms device blocks: a stalled VAD thread must not lose speech
+        audio_queue_frames: 6000,
+        capture_buffer_ms: args.capture_buffer_ms,
     });
     if !args.out.quiet {
         eprintln!(
@@ -1171,6 +1205,17 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
             eprintln!(
                 "voxline: warning: {} audio frames were dropped because capture fell behind",
                 l.frames_dropped_in_ring
+            );
+        }
+        if let Some(note) = &l.buffer_note {
+            eprintln!("voxline: warning: capture buffer: {note}");
+        }
+        if l.timing.clock_gaps > 0 {
+            eprintln!(
+                "voxline: warning: the input device delivered no audio for {:.0} ms ({} clock gap{}: a suspended source or overruns); positions skip it and latencies follow the device's timestamps",
+                l.timing.clock_gap_ms,
+                l.timing.clock_gaps,
+                if l.timing.clock_gaps == 1 { "" } else { "s" }
             );
         }
     }

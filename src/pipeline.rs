@@ -78,6 +78,9 @@ pub struct LiveOptions {
     pub max_duration: Option<std::time::Duration>,
     /// Frames the audio edge holds before dropping the oldest.
     pub audio_queue_frames: usize,
+    /// The capture period to ask the device for, in ms (`None`: the smallest
+    /// it supports from 10 ms up).
+    pub capture_buffer_ms: Option<u32>,
 }
 
 /// What the live capture did.
@@ -95,6 +98,17 @@ pub struct LiveReport {
     pub end: String,
     /// Stream errors reported by the device.
     pub stream_errors: Vec<String>,
+    /// The capture period asked for, in device frames (null: the device's default).
+    pub buffer_requested_frames: Option<u32>,
+    /// The period the device granted, in device frames (null: the host cannot say).
+    pub buffer_frames: Option<u32>,
+    /// The granted period in ms.
+    pub buffer_ms: Option<f64>,
+    /// Why the period asked for differs from the one wanted, if it does.
+    pub buffer_note: Option<String>,
+    /// Capture placement: blocks timed by the device or by arrival, the
+    /// device latency (capture → callback) and clock gaps.
+    pub timing: voxline_audio::CaptureTiming,
 }
 
 /// Where a replayed file sits in the pipeline's stream (16 kHz positions).
@@ -422,8 +436,15 @@ where
     // Open the device first: if it cannot be opened nothing else starts (and nothing is written).
     let capture = match &source {
         Source::Live(l) => Some(
-            voxline_audio::Capture::start(l.device.as_deref(), audio_tx.clone(), clock)
-                .map_err(RunError::Capture)?,
+            voxline_audio::Capture::start_with(
+                l.device.as_deref(),
+                &voxline_audio::CaptureOptions {
+                    buffer_ms: l.capture_buffer_ms,
+                },
+                audio_tx.clone(),
+                clock,
+            )
+            .map_err(RunError::Capture)?,
         ),
         Source::Replay(_) => None,
     };
@@ -714,6 +735,11 @@ fn live_source(
         frames_dropped_in_ring: stats.frames_dropped_in_ring,
         end: format!("{:?}", stats.end),
         stream_errors: stats.stream_errors.clone(),
+        buffer_requested_frames: f.buffer_requested_frames,
+        buffer_frames: f.buffer_frames,
+        buffer_ms: f.buffer_ms(),
+        buffer_note: f.buffer_note.clone(),
+        timing: stats.timing.clone(),
     };
     ((report, stats.end_sample), stopped)
 }

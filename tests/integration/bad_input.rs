@@ -1019,6 +1019,22 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
         &[&"--max-turns"],
         Style::OneLine,
     );
+    add(
+        "live --capture-buffer-ms 0",
+        &|o| {
+            let mut a = vec![
+                os("live"),
+                os("--capture-buffer-ms"),
+                os("0"),
+                os("--report-json"),
+                os(o.join("report.json")),
+            ];
+            a.extend(models_args.iter().cloned());
+            a
+        },
+        &[&"--capture-buffer-ms", &"1 to 1000"],
+        Style::OneLine,
+    );
     cases
 }
 

@@ -179,3 +179,473 @@ fn ctrl_c_ends_a_live_session_cleanly_with_a_report() {
         .collect();
     assert!(partials.is_empty());
 }
+
+#[test]
+fn devices_prints_no_audio_library_noise() {
+    let home = alsa_home("q_capital.wav");
+    for all in [false, true] {
+        let mut cmd = voxline(home.path());
+        cmd.arg("devices");
+        if all {
+            cmd.arg("--all");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        let foreign: Vec<&str> = err.lines().filter(|l| !l.starts_with("voxline")).collect();
+        assert!(
+            foreign.is_empty(),
+            "`voxline devices{}` printed library noise on stderr:\n{}",
+            if all { " --all" } else { "" },
+            foreign.join("\n")
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("voxtest — voxline test input"), "{text}");
+    }
+}
+
+/// A private PulseAudio daemon: a null sink (16 kHz mono) whose monitor is
+/// the default source, on a socket in a temporary runtime directory.
+struct Pulse {
+    dir: tempfile::TempDir,
+    daemon: std::process::Child,
+}
+
+impl Pulse {
+    /// Starts the daemon; panics with one line saying why when it cannot.
+    fn start() -> Pulse {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        let home = dir.path().join("home");
+        for d in [&run, &home] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .unwrap();
+        }
+        let socket = run.join("native");
+        std::fs::write(
+            dir.path().join("test.pa"),
+            format!(
+                "load-module module-native-protocol-unix auth-anonymous=1 socket={}\n\
+                 load-module module-null-sink sink_name=voxsink rate=16000 channels=1 format=s16le\n\
+                 set-default-sink voxsink\n\
+                 set-default-source voxsink.monitor\n",
+                socket.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("client.conf"), "autospawn = no\n").unwrap();
+        // ALSA's `default` PCM is PulseAudio (ALSA's pulse plugin).
+        std::fs::write(
+            home.join(".asoundrc"),
+            "pcm.!default { type pulse }\nctl.!default { type pulse }\n",
+        )
+        .unwrap();
+        let spawned = std::process::Command::new("pulseaudio")
+            .args([
+                "--daemonize=no",
+                "--exit-idle-time=-1",
+                "-n",
+                "--use-pid-file=no",
+                "--disable-shm=yes",
+                "--realtime=no",
+                "--high-priority=no",
+                "--log-target=stderr",
+                "--log-level=error",
+            ])
+            .arg(format!("--file={}", dir.path().join("test.pa").display()))
+            .env("HOME", &home)
+            .env("XDG_RUNTIME_DIR", &run)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("PULSE_RUNTIME_PATH", run.join("pulse"))
+            .env("PULSE_STATE_PATH", home.join("state"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn();
+        let daemon = match spawned {
+            Ok(d) => d,
+            Err(e) => panic!(
+                "PulseAudio cannot be started ({e}): install pulseaudio, pulseaudio-utils and \
+                 libasound2-plugins (.ci/setup.sh does, as root)"
+            ),
+        };
+        let mut pulse = Pulse { dir, daemon };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let ok = pulse
+                .client(std::process::Command::new("pactl").arg("info"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return pulse;
+            }
+            if let Ok(Some(status)) = pulse.daemon.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = pulse.daemon.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                panic!(
+                    "PulseAudio could not be started here ({status}): {}",
+                    err.lines().last().unwrap_or("no message")
+                );
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "PulseAudio did not answer `pactl info` within 15 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// `cmd` as a client of this daemon (ALSA's `default` included).
+    fn client<'a>(&self, cmd: &'a mut std::process::Command) -> &'a mut std::process::Command {
+        let run = self.dir.path().join("run");
+        cmd.env("HOME", self.dir.path().join("home"))
+            .env("XDG_RUNTIME_DIR", &run)
+            .env(
+                "PULSE_SERVER",
+                format!("unix:{}", run.join("native").display()),
+            )
+            .env("PULSE_CLIENTCONFIG", self.dir.path().join("client.conf"))
+            .env("PULSE_SINK", "voxsink")
+            .env("PULSE_SOURCE", "voxsink.monitor")
+    }
+}
+
+impl Drop for Pulse {
+    fn drop(&mut self) {
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+    }
+}
+
+/// Writes 16 kHz mono 16-bit PCM as a WAV file.
+fn write_wav(path: &Path, samples: &[i16]) {
+    let data = (samples.len() * 2) as u32;
+    let mut b = Vec::with_capacity(44 + samples.len() * 2);
+    b.extend_from_slice(b"RIFF");
+    b.extend_from_slice(&(36 + data).to_le_bytes());
+    b.extend_from_slice(b"WAVEfmt ");
+    b.extend_from_slice(&16u32.to_le_bytes());
+    b.extend_from_slice(&1u16.to_le_bytes()); // PCM
+    b.extend_from_slice(&1u16.to_le_bytes()); // mono
+    b.extend_from_slice(&16_000u32.to_le_bytes());
+    b.extend_from_slice(&32_000u32.to_le_bytes());
+    b.extend_from_slice(&2u16.to_le_bytes());
+    b.extend_from_slice(&16u16.to_le_bytes());
+    b.extend_from_slice(b"data");
+    b.extend_from_slice(&data.to_le_bytes());
+    for s in samples {
+        b.extend_from_slice(&s.to_le_bytes());
+    }
+    std::fs::write(path, b).unwrap();
+}
+
+/// Reads a child's output as it comes, stamping each chunk with the test's clock.
+fn stamped_reader<R: std::io::Read + Send + 'static>(
+    mut r: R,
+) -> std::thread::JoinHandle<Vec<(std::time::Instant, Vec<u8>)>> {
+    std::thread::spawn(move || {
+        let mut chunks = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            chunks.push((std::time::Instant::now(), buf[..n].to_vec()));
+        }
+        chunks
+    })
+}
+
+/// Through a real sound server, in real time: PulseAudio plays the
+/// three-question fixture into a null sink and `voxline live` captures its
+/// monitor through ALSA's `default` (the pulse plugin). The test is an
+/// outside stopwatch. The played file starts with a click; a plain ALSA
+/// reader (`arecord`, 10 ms periods) on the same monitor timestamps the
+/// click on the test's clock, which places every sample of the playback in
+/// time: the sidecar's end of each question (at the file's rate) follows the
+/// click by a known number of samples. The first token is when
+/// `[id] voxline: ` appears on voxline's stdout.
+///
+/// Live, there is no sidecar: the report measures from the end of speech
+/// its endpointer found, which trails the true end by the detector's own
+/// lag (70–110 ms on this fixture). The test measures that lag offline (the
+/// same endpointer on the same file) and takes it out, so what it checks is
+/// the capture clock: the report's response latency must agree with the
+/// stopwatch within 5 % or 100 ms, whichever is larger, for all three turns.
+#[test]
+fn live_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
+    use std::time::{Duration, Instant};
+    let _g = util::engine_lock();
+    let pulse = Pulse::start();
+    let dir = pulse.dir.path().to_path_buf();
+
+    // The played file: 0.5 s silence, a 20 ms click, 1 s silence, the
+    // fixture, 2 s silence (so the VAD closes the last question).
+    const RATE: f64 = 16_000.0;
+    let click_at = 8_000usize;
+    let sidecar = util::sidecar("multi_turn.wav");
+    assert_eq!(sidecar["sample_rate"], 16_000);
+    let fixture = util::read_16k(&util::fixture("multi_turn.wav"));
+    let mut play: Vec<i16> = vec![0; click_at];
+    play.extend((0..320).map(|i| {
+        (0.8 * 32_767.0 * (2.0 * std::f64::consts::PI * 1_000.0 * f64::from(i) / RATE).sin()) as i16
+    }));
+    play.extend(std::iter::repeat_n(0, 16_000));
+    let offset = play.len();
+    play.extend(
+        fixture
+            .iter()
+            .map(|s| (s * 32_768.0).round().clamp(-32_768.0, 32_767.0) as i16),
+    );
+    play.extend(std::iter::repeat_n(0, 32_000));
+    let wav = dir.join("play.wav");
+    write_wav(&wav, &play);
+
+    // voxline first: wait until it listens (models loaded, device open).
+    let report = dir.join("report.json");
+    let mut vox = util::voxline_bin();
+    pulse
+        .client(&mut vox)
+        .args([
+            "live",
+            "--max-turns",
+            "3",
+            "--max-duration",
+            "120s",
+            "--max-tokens",
+            "8",
+        ])
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .arg("--report-json")
+        .arg(&report)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut vox = vox.spawn().unwrap();
+    let stdout = stamped_reader(vox.stdout.take().unwrap());
+    let (err_tx, err_rx) = std::sync::mpsc::channel::<String>();
+    let stderr = vox.stderr.take().unwrap();
+    let err_thread = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = err_tx.send(line.clone());
+            all.push(line);
+        }
+        all
+    });
+    let listening = Instant::now() + Duration::from_secs(120);
+    loop {
+        match err_rx.recv_timeout(listening.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains("listening") => break,
+            Ok(_) => {}
+            Err(_) => {
+                let _ = vox.kill();
+                let _ = vox.wait();
+                let err: Vec<String> = err_thread.join().unwrap();
+                panic!("voxline never started listening:\n{}", err.join("\n"));
+            }
+        }
+    }
+    // the capture opens right after the line; let it settle
+    std::thread::sleep(Duration::from_millis(500));
+
+    // The outside reader, streaming before the playback starts.
+    let mut rec = std::process::Command::new("arecord");
+    pulse
+        .client(&mut rec)
+        .args([
+            "-D",
+            "default",
+            "-q",
+            "-t",
+            "raw",
+            "-f",
+            "S16_LE",
+            "-r",
+            "16000",
+            "-c",
+            "1",
+            "--period-time=10000",
+            "--buffer-time=40000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut rec = rec.spawn().expect("arecord (alsa-utils) runs");
+    let rec_chunks = stamped_reader(rec.stdout.take().unwrap());
+    std::thread::sleep(Duration::from_millis(500));
+    let status = pulse
+        .client(&mut std::process::Command::new("paplay"))
+        .arg(&wav)
+        .status()
+        .expect("paplay (pulseaudio-utils) runs");
+    assert!(status.success(), "paplay failed");
+
+    let out = vox.wait_with_output().unwrap();
+    let err = err_thread.join().unwrap().join("\n");
+    let _ = rec.kill();
+    let _ = rec.wait();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+
+    // When the click was captured: the chunk it arrived in, less the audio after it.
+    let mut seen = 0usize;
+    let mut click: Option<Instant> = None;
+    let mut pending: Vec<u8> = Vec::new();
+    for (at, bytes) in rec_chunks.join().unwrap() {
+        pending.extend_from_slice(&bytes);
+        let whole = pending.len() / 2 * 2;
+        let samples: Vec<i16> = pending[..whole]
+            .chunks_exact(2)
+            .map(|b| i16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        pending.drain(..whole);
+        if let Some(i) = samples.iter().position(|s| s.unsigned_abs() > 8_000) {
+            let after = (samples.len() - i) as f64 / RATE;
+            click = Some(at - Duration::from_secs_f64(after));
+            break;
+        }
+        seen += samples.len();
+    }
+    let click = click.unwrap_or_else(|| {
+        panic!("arecord never heard the click ({seen} samples read from the monitor)")
+    });
+
+    // When each answer's first token appeared on stdout.
+    let mut text = Vec::new();
+    let mut first_token: std::collections::BTreeMap<u64, Instant> = Default::default();
+    for (at, bytes) in stdout.join().unwrap() {
+        text.extend_from_slice(&bytes);
+        let s = String::from_utf8_lossy(&text);
+        let mut rest: &str = &s;
+        while let Some(p) = rest.find("] voxline: ") {
+            let id = rest[..p]
+                .rsplit('[')
+                .next()
+                .and_then(|n| n.parse::<u64>().ok());
+            if let Some(id) = id {
+                first_token.entry(id).or_insert(at);
+            }
+            rest = &rest[p + 1..];
+        }
+    }
+    let stdout_text = String::from_utf8_lossy(&text).into_owned();
+
+    // Where the endpointer puts each end of speech in the file (16 kHz).
+    let mut ep = voxline_audio::Endpointer::new(voxline_audio::VadConfig::default()).unwrap();
+    let mut segments = ep.push(&fixture);
+    segments.extend(ep.finish());
+    let detected: Vec<u64> = segments.iter().map(|s| s.end_sample).collect();
+
+    let r = util::read_json(&report);
+    let turns = r["turns"].as_array().unwrap();
+    let truth = sidecar["turns"].as_array().unwrap();
+    assert_eq!(detected.len(), truth.len(), "{detected:?}");
+    assert_eq!(turns.len(), 3, "{stdout_text}\n{err}");
+    let live = &r["live"];
+    assert!(live["buffer_frames"].as_u64().is_some(), "{live}");
+    assert!(
+        live["timing"]["blocks_device_timed"].as_u64().unwrap() > 0,
+        "{live}"
+    );
+    assert!(
+        live["timing"]["device_latency_ms"]["p50"]
+            .as_f64()
+            .is_some(),
+        "{live}"
+    );
+    let mut lines = Vec::new();
+    for ((t, want), vad_end) in turns.iter().zip(truth).zip(&detected) {
+        let id = t["id"].as_u64().unwrap();
+        let true_end = want["end_sample"].as_u64().unwrap();
+        let end = true_end as usize + offset - click_at;
+        let end_of_speech = click + Duration::from_secs_f64(end as f64 / RATE);
+        let shown = first_token
+            .get(&id)
+            .unwrap_or_else(|| panic!("no answer to turn {id} on stdout:\n{stdout_text}"));
+        // what the user waited: true end of speech → first token shown
+        let waited = shown.duration_since(end_of_speech).as_secs_f64() * 1000.0;
+        let lag = (*vad_end as f64 - true_end as f64) / RATE * 1000.0;
+        let stopwatch = waited - lag;
+        let reported = t["response_latency_ms"].as_f64().unwrap();
+        let tolerance = (0.05 * stopwatch).max(100.0);
+        lines.push(format!(
+            "turn {id}: waited {waited:.0} ms; detector lag {lag:.0} ms; stopwatch {stopwatch:.0} ms, \
+             reported {reported:.0} ms (Δ {:+.0}, ±{tolerance:.0}; Δ from the wait {:+.0})",
+            reported - stopwatch,
+            reported - waited
+        ));
+        assert!(
+            end_of_speech < *shown,
+            "the first token came before the end of speech:\n{}",
+            lines.join("\n")
+        );
+        assert!(
+            (reported - stopwatch).abs() <= tolerance,
+            "reported and measured latency disagree:\n{}\nlive: {live}",
+            lines.join("\n")
+        );
+    }
+    eprintln!("{}\nlive: {live}", lines.join("\n"));
+}
+
+/// A sound server that stops delivering (its sink suspended for a second)
+/// is a clock gap: counted, about as long as the suspension, in the report
+/// and in a warning line.
+#[test]
+fn a_suspended_pulseaudio_sink_is_a_counted_clock_gap() {
+    use std::time::Duration;
+    let _g = util::engine_lock();
+    let pulse = Pulse::start();
+    let report = pulse.dir.path().join("report.json");
+    let mut vox = util::voxline_bin();
+    pulse
+        .client(&mut vox)
+        .args(["live", "--max-duration", "6s", "--max-tokens", "4"])
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .arg("--report-json")
+        .arg(&report)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut vox = vox.spawn().unwrap();
+    let mut lines = std::io::BufReader::new(vox.stderr.take().unwrap()).lines();
+    let mut err: Vec<String> = Vec::new();
+    for l in lines.by_ref().map_while(Result::ok) {
+        let listening = l.contains("listening");
+        err.push(l);
+        if listening {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let pactl = |on: &str| {
+        let mut c = std::process::Command::new("pactl");
+        let ok = pulse
+            .client(&mut c)
+            .args(["suspend-sink", "voxsink", on])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "pactl suspend-sink voxsink {on} failed");
+    };
+    pactl("1");
+    std::thread::sleep(Duration::from_secs(1));
+    pactl("0");
+    err.extend(lines.map_while(Result::ok));
+    let status = vox.wait().unwrap();
+    let err = err.join("\n");
+    assert_eq!(status.code(), Some(0), "{err}");
+    let r = util::read_json(&report);
+    let timing = &r["live"]["timing"];
+    assert!(timing["clock_gaps"].as_u64().unwrap() >= 1, "{timing}");
+    let ms = timing["clock_gap_ms"].as_f64().unwrap();
+    assert!((800.0..=2_500.0).contains(&ms), "{timing}");
+    assert!(timing["gaps"][0]["ms"].as_f64().is_some(), "{timing}");
+    assert!(err.contains("delivered no audio for"), "{err}");
+}

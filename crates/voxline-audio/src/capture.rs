@@ -20,12 +20,34 @@
 //!
 //! # Timestamps
 //!
-//! Each frame's `start_sample` is a running 16 kHz position. `captured` is
-//! the instant its first sample was captured, derived from the wall time the
-//! most recent block arrived minus the audio between that sample and the end
-//! of the block. After audio was dropped in the ring, the position skips
-//! ahead by the dropped duration (the resampler is flushed at the gap), so
+//! Each frame's `start_sample` is a running 16 kHz position; `captured` is the
+//! instant its first sample was captured, on the session [`Clock`]. The device
+//! says when: cpal hands each callback an [`InputCallbackInfo`](cpal::InputCallbackInfo)
+//! whose `capture` and `callback` instants are on the stream's own clock; the
+//! callback maps them onto the session clock through the one moment both
+//! clocks are read together (`callback` ↔ `Instant::now()` in the callback),
+//! so a block's first sample was captured `callback − capture` (the *device
+//! latency*, reported) before the callback ran. Where the host gives no usable
+//! timestamp, the block's **last** sample is taken to have been captured when
+//! the block arrived (a lower bound on the latency, never an overestimate),
+//! and blocks are chained sample by sample from there.
+//!
+//! When the device delivers fewer samples than wall time passed (a suspended
+//! source, an overrun the host recovered from), the next block starts later
+//! than the previous one ended: beyond a tolerance of a few periods that is a
+//! *clock gap*. The capture re-anchors on the device's timestamp, the stream
+//! position skips ahead by the gap (the resampler is flushed there), and the
+//! gap is counted in [`CaptureTiming`]. After audio was dropped in the ring,
+//! the position skips ahead by the dropped duration in the same way, so
 //! positions keep tracking real time.
+//!
+//! # Buffer size
+//!
+//! The device hands over audio one *period* at a time, and a sample waits up
+//! to a period (plus the host's own buffering) before the callback sees it.
+//! [`Capture::start_with`] asks for a small period: [`DEFAULT_BUFFER_MS`] or
+//! [`CaptureOptions::buffer_ms`], moved into the range the device supports.
+//! What the device granted is in [`CaptureFormat`].
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -52,6 +74,35 @@ const POLL_INTERVAL: Duration = Duration::from_millis(5);
 
 /// Non-fatal stream error messages kept for [`CaptureStats::stream_errors`].
 const MAX_KEPT_ERRORS: usize = 16;
+
+/// The period asked for when [`CaptureOptions::buffer_ms`] is not given, in
+/// milliseconds: the smallest the device supports from this up.
+pub const DEFAULT_BUFFER_MS: u32 = 10;
+
+/// Largest period [`CaptureOptions::buffer_ms`] accepts, in milliseconds.
+pub const MAX_BUFFER_MS: u32 = 1_000;
+
+/// A device timestamp older than this (capture → callback) is taken to be
+/// wrong, and the block is placed by its arrival instead.
+const MAX_DEVICE_AGE: Duration = Duration::from_secs(10);
+
+/// A block starting later than the previous one ended by more than this (or
+/// three of its own durations, if longer) opens a clock gap, when the device
+/// timestamps its blocks.
+const DEVICE_GAP_SLACK: Duration = Duration::from_millis(60);
+
+/// The same when blocks are placed by their arrival, whose instants jitter
+/// with the scheduling of the audio thread.
+const ARRIVAL_GAP_SLACK: Duration = Duration::from_millis(400);
+
+/// Clock gaps kept in [`CaptureTiming::gaps`] (all are counted).
+const MAX_KEPT_GAPS: usize = 16;
+
+/// Resolution of the device-latency histogram.
+const LATENCY_BUCKET_MS: f64 = 0.25;
+
+/// Buckets of the device-latency histogram (larger values land in the last).
+const LATENCY_BUCKETS: usize = 8_001;
 
 /// What can go wrong opening or running a live input stream.
 ///
@@ -175,6 +226,15 @@ pub struct InputDeviceInfo {
     pub config_error: Option<String>,
 }
 
+impl InputDeviceInfo {
+    /// Whether it can be captured from here: its input configurations could
+    /// be read and there is at least one.
+    #[must_use]
+    pub fn is_usable(&self) -> bool {
+        self.config_error.is_none() && !self.configs.is_empty()
+    }
+}
+
 /// The device and configuration a [`Capture`] runs with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaptureFormat {
@@ -188,6 +248,79 @@ pub struct CaptureFormat {
     pub channels: u16,
     /// The device sample format (`i16`, `f32`, …), converted to `f32`.
     pub sample_format: String,
+    /// The period asked for, in device frames (`None`: the device's default,
+    /// after it refused the one asked for).
+    pub buffer_requested_frames: Option<u32>,
+    /// The period the device granted, in device frames (`None`: the host
+    /// cannot say).
+    pub buffer_frames: Option<u32>,
+    /// The device's supported period range in frames, when it says.
+    pub buffer_supported: Option<(u32, u32)>,
+    /// Why the period asked for differs from the one wanted (moved into the
+    /// supported range, or refused), if it does.
+    pub buffer_note: Option<String>,
+}
+
+impl CaptureFormat {
+    /// The granted period in milliseconds, when the host says.
+    #[must_use]
+    pub fn buffer_ms(&self) -> Option<f64> {
+        self.buffer_frames
+            .map(|f| f64::from(f) * 1000.0 / f64::from(self.sample_rate.max(1)))
+    }
+}
+
+/// How to open a [`Capture`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CaptureOptions {
+    /// The period (audio per callback) to ask the device for, in
+    /// milliseconds; `None`: the smallest it supports from
+    /// [`DEFAULT_BUFFER_MS`] up. Moved into the device's supported range.
+    pub buffer_ms: Option<u32>,
+}
+
+/// Percentiles of a latency, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct LatencySummary {
+    /// Values.
+    pub n: u64,
+    /// Smallest.
+    pub min: f64,
+    /// Median (±0.25 ms).
+    pub p50: f64,
+    /// 95th percentile (±0.25 ms).
+    pub p95: f64,
+    /// Largest.
+    pub max: f64,
+    /// Mean.
+    pub mean: f64,
+}
+
+/// A stretch of wall time the device delivered no audio for.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ClockGap {
+    /// The 16 kHz stream position where it begins (the positions skip it).
+    pub at_sample: u64,
+    /// How long it was, in milliseconds.
+    pub ms: f64,
+}
+
+/// How a capture placed its audio in time (see the module's *Timestamps*).
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+pub struct CaptureTiming {
+    /// Blocks placed by the device's capture timestamp.
+    pub blocks_device_timed: u64,
+    /// Blocks placed by their arrival (the host gave no usable timestamp).
+    pub blocks_arrival_timed: u64,
+    /// Device latency: capture of a block's first sample → its callback, as
+    /// the device timestamps it (`None` when no block had a timestamp).
+    pub device_latency_ms: Option<LatencySummary>,
+    /// Clock gaps: times the device delivered fewer samples than wall time.
+    pub clock_gaps: u64,
+    /// Their total length, in milliseconds.
+    pub clock_gap_ms: f64,
+    /// The first 16 of them.
+    pub gaps: Vec<ClockGap>,
 }
 
 /// Why the consumer thread ended.
@@ -211,7 +344,7 @@ pub enum CaptureEnd {
 }
 
 /// Counters of one capture session, returned by [`Capture::stop`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CaptureStats {
     /// Device frames (one sample per channel) accepted into the ring.
     pub frames_captured: u64,
@@ -228,6 +361,8 @@ pub struct CaptureStats {
     pub end_sample: u64,
     /// Non-fatal stream errors reported by the host (at most 16 kept).
     pub stream_errors: Vec<String>,
+    /// How the audio was placed in time: device latency, clock gaps.
+    pub timing: CaptureTiming,
     /// Why the capture ended.
     pub end: CaptureEnd,
 }
@@ -240,13 +375,47 @@ struct Counters {
     overruns: AtomicU64,
 }
 
+/// When a block was captured, as its callback saw it.
+#[derive(Debug, Clone, Copy)]
+struct Stamp {
+    /// When the callback ran, on the session clock.
+    arrived: Instant,
+    /// Capture of the block's first sample → the callback, from the device's
+    /// timestamps; `None` when the host gave no usable one.
+    age: Option<Duration>,
+}
+
+impl Stamp {
+    /// The stamp of a callback running now, with cpal's timestamps: the
+    /// stream's instants are placed on the session clock through `now`.
+    fn device(now: Instant, ts: cpal::InputStreamTimestamp) -> Stamp {
+        Stamp {
+            arrived: now,
+            age: device_age(ts.callback, ts.capture),
+        }
+    }
+}
+
+/// `callback − capture`, when it is a plausible device latency: a zero
+/// `capture` (cpal's floor when it could not subtract), a capture at or
+/// after the callback (a host that reports none) or one older than
+/// [`MAX_DEVICE_AGE`] is not.
+fn device_age(callback: cpal::StreamInstant, capture: cpal::StreamInstant) -> Option<Duration> {
+    if capture == cpal::StreamInstant::ZERO {
+        return None;
+    }
+    callback
+        .checked_duration_since(capture)
+        .filter(|age| !age.is_zero() && *age <= MAX_DEVICE_AGE)
+}
+
 /// What the callback records about each block it put in the ring.
 #[derive(Debug, Clone, Copy)]
 struct Block {
     /// Device frames in the block.
     frames: usize,
-    /// When the block reached the callback.
-    arrived: Instant,
+    /// When it was captured.
+    stamp: Stamp,
     /// Device frames dropped immediately before this block.
     gap_before: u64,
 }
@@ -264,7 +433,7 @@ struct BlockWriter {
 impl BlockWriter {
     /// Copies one interleaved block into the ring as `f32`, or drops it whole
     /// (counting its frames) when the ring lacks room for it.
-    fn write<T>(&mut self, data: &[T], arrived: Instant)
+    fn write<T>(&mut self, data: &[T], stamp: Stamp)
     where
         T: Sample,
         f32: FromSample<T>,
@@ -293,7 +462,7 @@ impl BlockWriter {
         // A slot was free above and only this side fills the ring.
         let _ = self.blocks.push(Block {
             frames,
-            arrived,
+            stamp,
             gap_before: std::mem::take(&mut self.pending_gap),
         });
         self.counters
@@ -332,12 +501,13 @@ fn ring(
         run_base: 0,
         run_in: 0,
         run_out: 0,
-        last_arrival: None,
+        last_end: None,
         buf: Vec::new(),
         clock,
         samples_sent: 0,
         frames_sent: 0,
         gap_frames: 0,
+        timing: TimingAcc::new(),
     };
     Ok((writer, drainer))
 }
@@ -369,13 +539,15 @@ struct Drainer {
     run_in: u64,
     /// 16 kHz samples emitted in this run.
     run_out: u64,
-    last_arrival: Option<Instant>,
+    /// When the sample just past the last block was (would have been) captured.
+    last_end: Option<Instant>,
     buf: Vec<f32>,
     clock: Clock,
     samples_sent: u64,
     frames_sent: u64,
     /// Dropped device frames already accounted for as gaps.
     gap_frames: u64,
+    timing: TimingAcc,
 }
 
 impl Drainer {
@@ -391,6 +563,7 @@ impl Drainer {
                 self.run_base += rate_convert(block.gap_before, self.rate);
                 self.gap_frames += block.gap_before;
             }
+            self.place(&block, out)?;
             let n = block.frames * self.channels;
             let chunk = self
                 .samples
@@ -401,10 +574,64 @@ impl Drainer {
             self.resampler.process(b, &mut self.buf)?;
             chunk.commit_all();
             self.run_in += block.frames as u64;
-            self.last_arrival = Some(block.arrived);
             self.emit(out)?;
         }
         Ok(queued > 0)
+    }
+
+    /// Places `block` in time: sets [`Drainer::last_end`] to the capture
+    /// instant just past its last sample and, when it starts later than the
+    /// previous block ended by more than the jitter allows, ends the run
+    /// there and skips the positions ahead by the gap.
+    fn place(&mut self, block: &Block, out: &EdgeSender<AudioFrame>) -> Result<(), DrainStop> {
+        let rate = f64::from(self.rate);
+        let dur = Duration::from_secs_f64(block.frames as f64 / rate);
+        let arrived = block.stamp.arrived;
+        // Where the previous block says this one starts (after any ring drop).
+        let expected = self
+            .last_end
+            .map(|e| e + Duration::from_secs_f64(block.gap_before as f64 / rate));
+        // When the block started, and the slack its jitter needs.
+        let (start, slack) = match block.stamp.age {
+            Some(age) => {
+                self.timing.device_timed(age);
+                (
+                    arrived.checked_sub(age).unwrap_or(arrived),
+                    DEVICE_GAP_SLACK,
+                )
+            }
+            None => {
+                self.timing.blocks_arrival_timed += 1;
+                // its last sample at arrival
+                (
+                    arrived.checked_sub(dur).unwrap_or(arrived),
+                    ARRIVAL_GAP_SLACK,
+                )
+            }
+        };
+        let gap = expected
+            .filter(|&e| start > e + slack.max(dur * 3))
+            .map(|e| start - e);
+        if let Some(gap) = gap {
+            self.end_run(out)?;
+            self.timing.gap(self.run_base, gap);
+            self.run_base += (gap.as_secs_f64() * f64::from(TARGET_RATE)).round() as u64;
+        }
+        let end = match (block.stamp.age, expected) {
+            // the last sample cannot have been captured after the callback ran
+            (Some(_), _) => (start + dur).min(arrived),
+            // Arrival instants only ever run late: chain on from the previous
+            // block unless that puts the end after the arrival; a chain that
+            // lags arrival is pulled towards it slowly, so it follows a device
+            // clock that runs slow without taking on the jitter.
+            (None, Some(e)) if gap.is_none() && e + dur < arrived => {
+                let chained = e + dur;
+                chained + (arrived - chained) / 16
+            }
+            (None, _) => arrived,
+        };
+        self.last_end = Some(end);
+        Ok(())
     }
 
     /// The stream position after the last emitted sample plus the frames
@@ -436,7 +663,7 @@ impl Drainer {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let arrived = self.last_arrival.unwrap_or_else(|| self.clock.now());
+        let arrived = self.last_end.unwrap_or_else(|| self.clock.now());
         // Audio between this frame's first sample and the end of the last block.
         let behind = self.run_in as f64 / f64::from(self.rate)
             - self.run_out as f64 / f64::from(TARGET_RATE);
@@ -458,6 +685,88 @@ impl Drainer {
     }
 }
 
+/// The consumer's tally of [`CaptureTiming`].
+struct TimingAcc {
+    blocks_device_timed: u64,
+    blocks_arrival_timed: u64,
+    /// Device latencies in [`LATENCY_BUCKET_MS`] buckets.
+    latency: Vec<u32>,
+    latency_min: f64,
+    latency_max: f64,
+    latency_sum: f64,
+    clock_gaps: u64,
+    clock_gap_ms: f64,
+    gaps: Vec<ClockGap>,
+}
+
+impl TimingAcc {
+    fn new() -> TimingAcc {
+        TimingAcc {
+            blocks_device_timed: 0,
+            blocks_arrival_timed: 0,
+            latency: vec![0; LATENCY_BUCKETS],
+            latency_min: f64::INFINITY,
+            latency_max: 0.0,
+            latency_sum: 0.0,
+            clock_gaps: 0,
+            clock_gap_ms: 0.0,
+            gaps: Vec::new(),
+        }
+    }
+
+    fn device_timed(&mut self, age: Duration) {
+        self.blocks_device_timed += 1;
+        let ms = age.as_secs_f64() * 1000.0;
+        let bucket = ((ms / LATENCY_BUCKET_MS).round() as usize).min(LATENCY_BUCKETS - 1);
+        self.latency[bucket] = self.latency[bucket].saturating_add(1);
+        self.latency_min = self.latency_min.min(ms);
+        self.latency_max = self.latency_max.max(ms);
+        self.latency_sum += ms;
+    }
+
+    fn gap(&mut self, at_sample: u64, gap: Duration) {
+        let ms = gap.as_secs_f64() * 1000.0;
+        self.clock_gaps += 1;
+        self.clock_gap_ms += ms;
+        if self.gaps.len() < MAX_KEPT_GAPS {
+            self.gaps.push(ClockGap { at_sample, ms });
+        }
+    }
+
+    /// The bucket value at quantile `q`, clamped into the exact min and max.
+    fn quantile(&self, q: f64) -> f64 {
+        let n = self.blocks_device_timed;
+        let rank = ((q * n as f64).ceil() as u64).max(1);
+        let mut seen = 0u64;
+        for (i, &c) in self.latency.iter().enumerate() {
+            seen += u64::from(c);
+            if seen >= rank {
+                return (i as f64 * LATENCY_BUCKET_MS).clamp(self.latency_min, self.latency_max);
+            }
+        }
+        self.latency_max
+    }
+
+    fn summary(&self) -> CaptureTiming {
+        let n = self.blocks_device_timed;
+        CaptureTiming {
+            blocks_device_timed: n,
+            blocks_arrival_timed: self.blocks_arrival_timed,
+            device_latency_ms: (n > 0).then(|| LatencySummary {
+                n,
+                min: self.latency_min,
+                p50: self.quantile(0.5),
+                p95: self.quantile(0.95),
+                max: self.latency_max,
+                mean: self.latency_sum / n as f64,
+            }),
+            clock_gaps: self.clock_gaps,
+            clock_gap_ms: self.clock_gap_ms,
+            gaps: self.gaps.clone(),
+        }
+    }
+}
+
 /// `frames` at `rate` Hz as a count of 16 kHz samples, rounded.
 fn rate_convert(frames: u64, rate: u32) -> u64 {
     let num = u128::from(frames) * u128::from(TARGET_RATE);
@@ -475,6 +784,7 @@ fn rate_convert(frames: u64, rate: u32) -> u64 {
 /// [`CaptureError::Enumerate`] (inside [`AudioError::Capture`]) when the audio
 /// host cannot list its devices.
 pub fn list_input_devices() -> Result<Vec<InputDeviceInfo>, AudioError> {
+    crate::quiet::silence_audio_libraries();
     let host = cpal::default_host();
     let default_id = host
         .default_input_device()
@@ -566,6 +876,39 @@ fn find_device(host: &cpal::Host, wanted: Option<&str>) -> Result<cpal::Device, 
     }
 }
 
+/// The period to ask for, in device frames at `rate`: `wanted_ms` (default
+/// [`DEFAULT_BUFFER_MS`]) moved into the `supported` range, with a note when
+/// a period the caller asked for had to be moved.
+fn choose_period(
+    rate: u32,
+    supported: &cpal::SupportedBufferSize,
+    wanted_ms: Option<u32>,
+) -> (u32, Option<String>) {
+    let ms = wanted_ms
+        .unwrap_or(DEFAULT_BUFFER_MS)
+        .clamp(1, MAX_BUFFER_MS);
+    let frames = u32::try_from((u64::from(rate) * u64::from(ms)).div_ceil(1000))
+        .unwrap_or(u32::MAX)
+        .max(1);
+    match *supported {
+        cpal::SupportedBufferSize::Range { min, max } if min.max(1) <= max => {
+            let chosen = frames.clamp(min.max(1), max);
+            let note = (wanted_ms.is_some() && chosen != frames).then(|| {
+                let to_ms = |f: u32| f64::from(f) * 1000.0 / f64::from(rate.max(1));
+                format!(
+                    "{ms} ms is {frames} frames at {rate} Hz, outside the device's {min}–{max} frames \
+                     ({:.1}–{:.1} ms): {chosen} frames ({:.1} ms) asked for",
+                    to_ms(min),
+                    to_ms(max),
+                    to_ms(chosen)
+                )
+            });
+            (chosen, note)
+        }
+        _ => (frames, None),
+    }
+}
+
 /// Maps a cpal error met while opening `device` to a [`CaptureError`].
 fn open_error(device: &str, e: &cpal::Error) -> CaptureError {
     use cpal::ErrorKind as K;
@@ -617,6 +960,7 @@ impl fmt::Debug for Capture {
 /// [`CaptureError::DeviceNotFound`], [`CaptureError::DeviceBusy`],
 /// [`CaptureError::CannotOpen`], [`CaptureError::UnsupportedConfig`].
 pub fn check_input_device(device: Option<&str>) -> Result<(), AudioError> {
+    crate::quiet::silence_audio_libraries();
     let host = cpal::default_host();
     let device = find_device(&host, device)?;
     let (device_id, _) = device_names(&device);
@@ -627,13 +971,29 @@ pub fn check_input_device(device: Option<&str>) -> Result<(), AudioError> {
 }
 
 impl Capture {
-    /// Opens `device` (an exact id or name from [`list_input_devices`]; the
-    /// host's default input when `None`) in its default configuration and
-    /// starts sending 16 kHz mono [`AudioFrame`]s to `out`, stamped on
-    /// `clock`.
+    /// [`Capture::start_with`] with the default [`CaptureOptions`].
     ///
-    /// Capture ends at [`Capture::stop`], when every receiver of `out` is
-    /// gone, or when the device goes away.
+    /// # Errors
+    ///
+    /// As [`Capture::start_with`].
+    pub fn start(
+        device: Option<&str>,
+        out: EdgeSender<AudioFrame>,
+        clock: Clock,
+    ) -> Result<Capture, AudioError> {
+        Capture::start_with(device, &CaptureOptions::default(), out, clock)
+    }
+
+    /// Opens `device` (an exact id or name from [`list_input_devices`]; the
+    /// host's default input when `None`) in its default rate, channels and
+    /// sample format, with a small period ([`CaptureOptions::buffer_ms`]),
+    /// and starts sending 16 kHz mono [`AudioFrame`]s to `out`, stamped on
+    /// `clock` from the device's own timestamps.
+    ///
+    /// A device that refuses the period asked for is opened with its default
+    /// one instead ([`CaptureFormat::buffer_note`] says so). Capture ends at
+    /// [`Capture::stop`], when every receiver of `out` is gone, or when the
+    /// device goes away.
     ///
     /// # Errors
     ///
@@ -642,18 +1002,20 @@ impl Capture {
     /// [`CaptureError::DeviceBusy`], [`CaptureError::CannotOpen`],
     /// [`CaptureError::UnsupportedConfig`], [`CaptureError::Stream`] (the
     /// stream would not start) or [`CaptureError::Spawn`].
-    pub fn start(
+    pub fn start_with(
         device: Option<&str>,
+        options: &CaptureOptions,
         out: EdgeSender<AudioFrame>,
         clock: Clock,
     ) -> Result<Capture, AudioError> {
+        crate::quiet::silence_audio_libraries();
         let host = cpal::default_host();
         let device = find_device(&host, device)?;
         let (device_id, device_name) = device_names(&device);
         let supported = device
             .default_input_config()
             .map_err(|e| open_error(&device_id, &e))?;
-        let config = supported.config();
+        let mut config = supported.config();
         let sample_format = supported.sample_format();
         if config.sample_rate == 0
             || config.sample_rate > MAX_SAMPLE_RATE
@@ -669,33 +1031,63 @@ impl Capture {
             }
             .into());
         }
+        let (period, mut buffer_note) = choose_period(
+            config.sample_rate,
+            supported.buffer_size(),
+            options.buffer_ms,
+        );
+        let buffer_supported = match *supported.buffer_size() {
+            cpal::SupportedBufferSize::Range { min, max } => Some((min, max)),
+            cpal::SupportedBufferSize::Unknown => None,
+        };
+
+        let counters = Arc::new(Counters::default());
+        let (err_tx, err_rx) = mpsc::sync_channel::<cpal::Error>(MAX_KEPT_ERRORS);
+        let open = |config: cpal::StreamConfig| -> Result<(cpal::Stream, Drainer), AudioError> {
+            let (writer, drainer) = ring(
+                config.sample_rate,
+                config.channels,
+                RING_SECONDS,
+                Arc::clone(&counters),
+                clock,
+            )?;
+            let stream = build_stream(
+                &device,
+                &device_id,
+                config,
+                sample_format,
+                writer,
+                err_tx.clone(),
+                Arc::clone(&counters),
+                clock,
+            )?;
+            Ok((stream, drainer))
+        };
+        config.buffer_size = cpal::BufferSize::Fixed(period);
+        let mut requested = Some(period);
+        let (stream, drainer) = match open(config) {
+            Ok(opened) => opened,
+            Err(AudioError::Capture(CaptureError::UnsupportedConfig { reason, .. })) => {
+                buffer_note = Some(format!(
+                    "the device refused a {period}-frame period ({reason}); its default is used"
+                ));
+                requested = None;
+                config.buffer_size = cpal::BufferSize::Default;
+                open(config)?
+            }
+            Err(e) => return Err(e),
+        };
         let format = CaptureFormat {
             device_id: device_id.clone(),
             device_name,
             sample_rate: config.sample_rate,
             channels: config.channels,
             sample_format: sample_format.to_string(),
+            buffer_requested_frames: requested,
+            buffer_frames: stream.buffer_size().ok().filter(|&f| f > 0),
+            buffer_supported,
+            buffer_note,
         };
-
-        let counters = Arc::new(Counters::default());
-        let (writer, drainer) = ring(
-            config.sample_rate,
-            config.channels,
-            RING_SECONDS,
-            Arc::clone(&counters),
-            clock,
-        )?;
-        let (err_tx, err_rx) = mpsc::sync_channel::<cpal::Error>(MAX_KEPT_ERRORS);
-        let stream = build_stream(
-            &device,
-            &device_id,
-            config,
-            sample_format,
-            writer,
-            err_tx,
-            Arc::clone(&counters),
-            clock,
-        )?;
         stream.play().map_err(|e| CaptureError::Stream {
             device: device_id.clone(),
             reason: e.to_string(),
@@ -764,6 +1156,7 @@ impl Capture {
                 frames_sent: 0,
                 end_sample: 0,
                 stream_errors: Vec::new(),
+                timing: CaptureTiming::default(),
                 end: CaptureEnd::Internal {
                     reason: "the capture thread panicked".to_owned(),
                 },
@@ -807,7 +1200,9 @@ fn build_stream(
     {
         device.build_input_stream::<T, _, _>(
             config,
-            move |data: &[T], _: &cpal::InputCallbackInfo| writer.write(data, clock.now()),
+            move |data: &[T], info: &cpal::InputCallbackInfo| {
+                writer.write(data, Stamp::device(clock.now(), info.timestamp()));
+            },
             move |e: cpal::Error| {
                 if e.kind() == cpal::ErrorKind::Xrun {
                     counters.overruns.fetch_add(1, Ordering::Relaxed);
@@ -904,6 +1299,7 @@ impl Consumer {
             frames_sent: self.drainer.frames_sent,
             end_sample: self.drainer.end_sample(dropped),
             stream_errors: kept,
+            timing: self.drainer.timing.summary(),
             end,
         }
     }
@@ -933,6 +1329,27 @@ mod tests {
         (w, d, counters, clock)
     }
 
+    /// A block placed by its arrival at `t` (no device timestamp).
+    fn arrival(t: Instant) -> Stamp {
+        Stamp {
+            arrived: t,
+            age: None,
+        }
+    }
+
+    /// A block whose callback ran at `t`, its first sample captured `age_ms` earlier.
+    fn device(t: Instant, age_ms: u64) -> Stamp {
+        Stamp {
+            arrived: t,
+            age: Some(Duration::from_millis(age_ms)),
+        }
+    }
+
+    fn near(a: Instant, b: Instant) -> bool {
+        let d = if a > b { a - b } else { b - a };
+        d < Duration::from_micros(1)
+    }
+
     fn collect(rx: &voxline_core::EdgeReceiver<AudioFrame>) -> Vec<AudioFrame> {
         rx.try_iter().map(|e| e.item).collect()
     }
@@ -942,8 +1359,11 @@ mod tests {
         let (mut w, mut d, counters, clock) = setup(16_000, 1, 1);
         let (tx, rx) = edge::<AudioFrame>("audio", 64, FullPolicy::Block);
         let t0 = clock.origin() + Duration::from_secs(1);
-        w.write(&[i16::MIN, 0, 16_384, i16::MAX][..], t0);
-        w.write(&[-16_384i16; 160][..], t0 + Duration::from_millis(10));
+        w.write(&[i16::MIN, 0, 16_384, i16::MAX][..], arrival(t0));
+        w.write(
+            &[-16_384i16; 160][..],
+            arrival(t0 + Duration::from_millis(10)),
+        );
         assert!(d.drain(&tx).unwrap());
         assert!(!d.drain(&tx).unwrap());
         let frames = collect(&rx);
@@ -953,11 +1373,8 @@ mod tests {
         assert!((frames[0].samples[3] - 1.0).abs() < 1e-4);
         assert_eq!(frames[1].start_sample, 4);
         assert!(frames[1].samples.iter().all(|&s| s == -0.5));
-        // Each block's first sample was captured its duration before it arrived.
-        let near = |a: Instant, b: Instant| {
-            let d = if a > b { a - b } else { b - a };
-            d < Duration::from_micros(1)
-        };
+        // Without device timestamps each block's last sample was captured
+        // when it arrived, its first one the block's duration earlier.
         assert!(near(frames[0].captured, t0 - Duration::from_micros(250)));
         assert!(near(frames[1].captured, t0));
         assert_eq!(counters.captured.load(Ordering::Relaxed), 164);
@@ -971,11 +1388,11 @@ mod tests {
         let (tx, rx) = edge::<AudioFrame>("audio", 64, FullPolicy::Block);
         let now = Instant::now();
         let block = [0.25f32; 120]; // 60 frames
-        w.write(&block[..], now);
-        w.write(&block[..], now); // 240 > 200: dropped whole
+        w.write(&block[..], arrival(now));
+        w.write(&block[..], arrival(now)); // 240 > 200: dropped whole
         assert_eq!(counters.captured.load(Ordering::Relaxed), 60);
         assert_eq!(counters.dropped.load(Ordering::Relaxed), 60);
-        w.write(&[0.5f32; 80][..], now); // 40 frames fit beside the first block
+        w.write(&[0.5f32; 80][..], arrival(now)); // 40 frames fit beside the first block
         assert_eq!(counters.captured.load(Ordering::Relaxed), 100);
         d.drain(&tx).unwrap();
         d.end_run(&tx).unwrap();
@@ -992,7 +1409,7 @@ mod tests {
             rate_convert(60, 100) + rate_convert(60, 100) + rate_convert(40, 100)
         );
         // Drops after the last block count towards the end of the stream.
-        w.write(&[0.5f32; 500][..], now); // 250 frames: more than the whole ring
+        w.write(&[0.5f32; 500][..], arrival(now)); // 250 frames: more than the whole ring
         let dropped = counters.dropped.load(Ordering::Relaxed);
         assert_eq!(dropped, 60 + 250);
         assert_eq!(
@@ -1006,9 +1423,9 @@ mod tests {
         let (mut w, mut d, _, _) = setup(16_000, 1, 1);
         let (tx, rx) = edge::<AudioFrame>("audio", 64, FullPolicy::Block);
         let now = Instant::now();
-        w.write(&vec![0.1f32; 10_000][..], now);
-        w.write(&vec![0.2f32; 10_000][..], now); // dropped: 6 000 slots left
-        w.write(&vec![0.3f32; 6_000][..], now);
+        w.write(&vec![0.1f32; 10_000][..], arrival(now));
+        w.write(&vec![0.2f32; 10_000][..], arrival(now)); // dropped: 6 000 slots left
+        w.write(&vec![0.3f32; 6_000][..], arrival(now));
         d.drain(&tx).unwrap();
         let frames = collect(&rx);
         assert_eq!(frames.len(), 2);
@@ -1029,7 +1446,7 @@ mod tests {
             })
             .collect();
         for block in tone.chunks(960) {
-            w.write(block, Instant::now());
+            w.write(block, arrival(Instant::now()));
             d.drain(&tx).unwrap();
         }
         d.end_run(&tx).unwrap();
@@ -1050,8 +1467,196 @@ mod tests {
         let (mut w, mut d, _, _) = setup(16_000, 1, 1);
         let (tx, rx) = edge::<AudioFrame>("audio", 4, FullPolicy::DropOldest);
         drop(rx);
-        w.write(&[0.0f32; 100][..], Instant::now());
+        w.write(&[0.0f32; 100][..], arrival(Instant::now()));
         assert!(matches!(d.drain(&tx), Err(DrainStop::Disconnected)));
+    }
+
+    #[test]
+    fn device_timestamps_place_each_block_and_give_the_device_latency() {
+        let (mut w, mut d, _, clock) = setup(16_000, 1, 2);
+        let (tx, rx) = edge::<AudioFrame>("audio", 64, FullPolicy::Block);
+        let t0 = clock.origin() + Duration::from_secs(5);
+        // 10 ms blocks whose callbacks run 30, 32 and 30 ms after their first sample
+        w.write(&[0.1f32; 160][..], device(t0, 30));
+        w.write(
+            &[0.1f32; 160][..],
+            device(t0 + Duration::from_millis(12), 32),
+        );
+        w.write(
+            &[0.1f32; 160][..],
+            device(t0 + Duration::from_millis(20), 30),
+        );
+        d.drain(&tx).unwrap();
+        let frames = collect(&rx);
+        assert_eq!(frames.len(), 3);
+        for (i, f) in frames.iter().enumerate() {
+            let first = t0 + Duration::from_millis(10 * i as u64) - Duration::from_millis(30);
+            assert!(near(f.captured, first), "frame {i}");
+            assert_eq!(f.start_sample, 160 * i as u64);
+        }
+        let timing = d.timing.summary();
+        assert_eq!(timing.blocks_device_timed, 3);
+        assert_eq!(timing.blocks_arrival_timed, 0);
+        assert_eq!(timing.clock_gaps, 0);
+        let lat = timing.device_latency_ms.unwrap();
+        assert_eq!(lat.n, 3);
+        assert!(
+            (lat.min - 30.0).abs() < 1e-6 && (lat.max - 32.0).abs() < 1e-6,
+            "{lat:?}"
+        );
+        assert!((lat.p50 - 30.0).abs() <= LATENCY_BUCKET_MS, "{lat:?}");
+        assert!((lat.mean - 30.666_666).abs() < 1e-3, "{lat:?}");
+    }
+
+    #[test]
+    fn a_device_that_delivers_less_than_wall_time_opens_a_counted_clock_gap() {
+        let (mut w, mut d, _, clock) = setup(16_000, 1, 2);
+        let (tx, rx) = edge::<AudioFrame>("audio", 64, FullPolicy::Block);
+        let t0 = clock.origin() + Duration::from_secs(5);
+        w.write(&[0.1f32; 160][..], device(t0, 20));
+        // the source was suspended: the next block starts 500 ms after this one ended
+        let resumed = t0 + Duration::from_millis(510);
+        w.write(&[0.2f32; 160][..], device(resumed, 20));
+        w.write(
+            &[0.2f32; 160][..],
+            device(resumed + Duration::from_millis(10), 20),
+        );
+        d.drain(&tx).unwrap();
+        let frames = collect(&rx);
+        assert_eq!(frames.len(), 3);
+        assert_eq!(frames[0].start_sample, 0);
+        // the position skipped the gap: 160 + 500 ms
+        assert_eq!(frames[1].start_sample, 160 + 8_000);
+        assert_eq!(frames[2].start_sample, 160 + 8_000 + 160);
+        assert!(near(
+            frames[1].captured,
+            resumed - Duration::from_millis(20)
+        ));
+        let timing = d.timing.summary();
+        assert_eq!(timing.clock_gaps, 1);
+        assert!((timing.clock_gap_ms - 500.0).abs() < 1e-6, "{timing:?}");
+        assert_eq!(
+            timing.gaps,
+            vec![ClockGap {
+                at_sample: 160,
+                ms: timing.clock_gap_ms
+            }]
+        );
+        // jitter within the slack is no gap
+        let (mut w, mut d, _, _) = setup(16_000, 1, 2);
+        w.write(&[0.1f32; 160][..], device(t0, 20));
+        w.write(
+            &[0.1f32; 160][..],
+            device(t0 + Duration::from_millis(50), 20),
+        );
+        d.drain(&tx).unwrap();
+        assert_eq!(d.timing.summary().clock_gaps, 0);
+    }
+
+    #[test]
+    fn arrival_stamps_chain_through_a_late_callback_and_reanchor_after_a_gap() {
+        let (mut w, mut d, _, clock) = setup(16_000, 1, 2);
+        let (tx, rx) = edge::<AudioFrame>("audio", 64, FullPolicy::Block);
+        let t0 = clock.origin() + Duration::from_secs(5);
+        let ms = Duration::from_millis;
+        w.write(&[0.1f32; 160][..], arrival(t0));
+        // a callback 100 ms late, then two more in a burst: the audio was there in time
+        w.write(&[0.1f32; 160][..], arrival(t0 + ms(110)));
+        w.write(&[0.1f32; 160][..], arrival(t0 + ms(111)));
+        d.drain(&tx).unwrap();
+        let frames = collect(&rx);
+        assert_eq!(frames.len(), 3);
+        assert!(near(frames[0].captured, t0 - ms(10)));
+        // chained on (pulled towards the late arrival by 1/16 of 100 ms), not 100 ms late
+        let second = frames[1].captured;
+        assert!(second >= t0 && second <= t0 + ms(7), "{:?}", second - t0);
+        assert!(frames[2].captured > second && frames[2].captured <= t0 + ms(25));
+        assert_eq!(d.timing.summary().clock_gaps, 0);
+        // a second without audio: a gap, and the stamps start again from the arrival
+        let back = t0 + ms(1_500);
+        w.write(&[0.1f32; 160][..], arrival(back));
+        d.drain(&tx).unwrap();
+        let frames = collect(&rx);
+        assert!(near(frames.last().unwrap().captured, back - ms(10)));
+        let timing = d.timing.summary();
+        assert_eq!(timing.clock_gaps, 1);
+        assert_eq!(timing.blocks_arrival_timed, 4);
+        assert!(timing.device_latency_ms.is_none());
+    }
+
+    #[test]
+    fn implausible_device_timestamps_are_not_used() {
+        use cpal::StreamInstant;
+        let at = |ms: u64| StreamInstant::from_nanos(ms * 1_000_000);
+        assert_eq!(device_age(at(100), at(70)), Some(Duration::from_millis(30)));
+        // no latency reported, capture after the callback, cpal's zero floor, absurd age
+        assert_eq!(device_age(at(100), at(100)), None);
+        assert_eq!(device_age(at(100), at(120)), None);
+        assert_eq!(device_age(at(100), StreamInstant::ZERO), None);
+        assert_eq!(device_age(at(60_000), at(10)), None);
+    }
+
+    #[test]
+    fn the_period_is_small_and_within_what_the_device_supports() {
+        use cpal::SupportedBufferSize::{Range, Unknown};
+        // 10 ms by default
+        assert_eq!(
+            choose_period(
+                48_000,
+                &Range {
+                    min: 16,
+                    max: 8_192
+                },
+                None
+            ),
+            (480, None)
+        );
+        assert_eq!(choose_period(44_100, &Unknown, None), (441, None));
+        // the smallest the device supports when that is more
+        assert_eq!(
+            choose_period(
+                48_000,
+                &Range {
+                    min: 1_024,
+                    max: 8_192
+                },
+                None
+            ),
+            (1_024, None)
+        );
+        // what was asked for, moved into the range with a note
+        assert_eq!(
+            choose_period(
+                16_000,
+                &Range {
+                    min: 16,
+                    max: 8_192
+                },
+                Some(25)
+            ),
+            (400, None)
+        );
+        let (frames, note) = choose_period(
+            48_000,
+            &Range {
+                min: 1_024,
+                max: 8_192,
+            },
+            Some(5),
+        );
+        assert_eq!(frames, 1_024);
+        let note = note.unwrap();
+        assert!(note.contains("5 ms is 240 frames"), "{note}");
+        assert!(note.contains("1024 frames (21.3 ms)"), "{note}");
+        let (frames, _) = choose_period(
+            48_000,
+            &Range {
+                min: 16,
+                max: 4_096,
+            },
+            Some(1_000),
+        );
+        assert_eq!(frames, 4_096);
     }
 
     #[test]

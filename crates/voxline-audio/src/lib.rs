@@ -12,6 +12,7 @@
 
 pub mod capture;
 mod error;
+mod quiet;
 pub mod resample;
 pub mod stage;
 pub mod vad;
@@ -19,7 +20,8 @@ pub mod wav;
 
 pub use capture::{
     check_input_device, list_input_devices, Capture, CaptureEnd, CaptureError, CaptureFormat,
-    CaptureStats, InputConfigRange, InputDeviceInfo,
+    CaptureOptions, CaptureStats, CaptureTiming, ClockGap, InputConfigRange, InputDeviceInfo,
+    LatencySummary,
 };
 pub use error::AudioError;
 pub use resample::StreamResampler;

@@ -1,6 +1,7 @@
 //! The VAD stage: audio frames in, utterances out.
 
-use std::time::{Duration, Instant};
+use std::collections::VecDeque;
+use std::time::Instant;
 
 use voxline_core::{
     AudioFrame, Clock, Emitter, PipelineEvent, SpecBoard, Stage, StageError, Utterance, UtteranceId,
@@ -18,10 +19,16 @@ struct Pending {
     sent_at: u64,
 }
 
+/// Frames whose capture instants [`VadStage`] keeps for placing utterance
+/// ends in time (about 40 s of 10 ms capture blocks).
+const RECENT_FRAMES: usize = 4_096;
+
 /// Cuts the 16 kHz stream into [`Utterance`]s with an [`Endpointer`],
 /// numbering them from 1 and placing each on the session clock: the wall
-/// time of its end sample is extrapolated from the capture time of the
-/// frame that closed it.
+/// time of its end sample is the capture time of the frame holding it plus
+/// the audio before it in that frame. Where the capture skipped positions
+/// (a clock gap or dropped audio) the frames on either side carry their own
+/// instants, so an end before the skip is not moved by it.
 ///
 /// With [`VadStage::with_speculation`], an utterance is also sent early, as
 /// a speculative attempt under its own id, once a short silence follows
@@ -34,8 +41,9 @@ pub struct VadStage {
     /// The board and the silence (in samples) after which to speculate.
     spec: Option<(SpecBoard, u64)>,
     pending: Option<Pending>,
-    /// Stream position and capture instant of the latest frame.
-    last: Option<(u64, Instant)>,
+    /// Recent frames, oldest first: the endpointer position (plus origin) of
+    /// each one's first sample and its capture instant.
+    recent: VecDeque<(u64, Instant)>,
     /// Offset from endpointer positions to stream positions (the first frame's start,
     /// moved on by any audio dropped before a frame).
     origin: Option<u64>,
@@ -62,7 +70,7 @@ impl VadStage {
             next_id: 1,
             spec: None,
             pending: None,
-            last: None,
+            recent: VecDeque::new(),
             origin: None,
             gap_samples: 0,
         })
@@ -172,12 +180,16 @@ impl VadStage {
     }
 
     fn wall_of(&self, sample: u64) -> Instant {
-        match self.last {
-            Some((pos, at)) if sample <= pos => at
+        let i = self.recent.partition_point(|&(pos, _)| pos <= sample);
+        match (
+            i.checked_sub(1).map(|j| self.recent[j]),
+            self.recent.front(),
+        ) {
+            (Some((pos, at)), _) => at + Clock::samples_to_duration(sample - pos),
+            (None, Some(&(pos, at))) => at
                 .checked_sub(Clock::samples_to_duration(pos - sample))
                 .unwrap_or(at),
-            Some((pos, at)) => at + Clock::samples_to_duration(sample - pos),
-            None => Instant::now(),
+            (None, None) => Instant::now(),
         }
     }
 
@@ -232,15 +244,12 @@ impl Stage for VadStage {
             self.origin = Some(frame.start_sample);
             origin = frame.start_sample;
         }
-        let end = frame.end_sample();
-        // The capture instant of the frame's end, for extrapolating end-of-speech times.
-        self.last = Some((
-            end,
-            frame.captured
-                + Duration::from_secs_f64(
-                    frame.samples.len() as f64 / f64::from(voxline_core::SAMPLE_RATE),
-                ),
-        ));
+        // Where the frame starts in the endpointer's count, and when it was captured.
+        if self.recent.len() == RECENT_FRAMES {
+            self.recent.pop_front();
+        }
+        self.recent
+            .push_back((self.endpointer.position() + origin, frame.captured));
         if self.spec.is_none() {
             let segments = self.endpointer.push(&frame.samples);
             let closed = self.endpointer.position() + origin;
@@ -280,6 +289,8 @@ impl Stage for VadStage {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn fixture_16k(name: &str) -> Vec<f32> {
@@ -363,6 +374,43 @@ mod tests {
             last.end_sample,
             whole[2].end_sample
         );
+    }
+
+    #[test]
+    fn a_clock_gap_in_the_hangover_does_not_move_the_end_of_speech() {
+        let clock = Clock::start();
+        let audio = fixture_16k("multi_turn.wav");
+        // the device delivered nothing for 500 ms, 200 ms after the first
+        // question ended: later frames skip 8 000 positions and were captured
+        // 500 ms later than their audio alone says
+        let gap_at = 28_197 + 3_200;
+        let gap = Duration::from_millis(500);
+        let frames: Vec<AudioFrame> = frames(&audio, 0, &clock)
+            .into_iter()
+            .map(|mut f| {
+                if f.start_sample >= gap_at {
+                    f.start_sample += 8_000;
+                    f.captured += gap;
+                }
+                f
+            })
+            .collect();
+        let mut stage = VadStage::new(VadConfig::default()).unwrap();
+        let out = voxline_core::drive(&mut stage, frames).unwrap();
+        assert_eq!(out.len(), 3);
+        for u in &out {
+            // utterance positions count the audio the VAD heard
+            let mut due = clock.sample_due(u.end_sample);
+            if u.end_sample >= gap_at {
+                due += gap;
+            }
+            let skew = if u.end_wall > due {
+                u.end_wall - due
+            } else {
+                due - u.end_wall
+            };
+            assert!(skew < Duration::from_millis(1), "turn {}: {skew:?}", u.id);
+        }
     }
 
     #[test]

@@ -181,6 +181,14 @@ fn captures_a_file_backed_alsa_device() {
     assert_eq!(capture.format().device_id, "voxtest");
     assert_eq!(capture.format().sample_rate, config.min_sample_rate);
     assert_eq!(capture.format().channels, config.channels);
+    // a 10 ms period was asked for, and the device says what it granted
+    let format = capture.format().clone();
+    assert_eq!(
+        format.buffer_requested_frames,
+        Some(config.min_sample_rate / 100),
+        "{format:?}"
+    );
+    assert!(format.buffer_frames.is_some_and(|f| f > 0), "{format:?}");
 
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut frames: Vec<AudioFrame> = Vec::new();
@@ -198,6 +206,16 @@ fn captures_a_file_backed_alsa_device() {
     frames.extend(rx.try_iter().map(|e| e.item));
 
     assert_eq!(stats.end, CaptureEnd::Stopped, "{stats:?}");
+    // an unpaced device delivers more than wall time, never less: no clock gap
+    assert_eq!(stats.timing.clock_gaps, 0, "{:?}", stats.timing);
+    assert_eq!(
+        stats.timing.blocks_device_timed + stats.timing.blocks_arrival_timed,
+        stats
+            .frames_captured
+            .div_ceil(u64::from(format.buffer_frames.unwrap())),
+        "{:?}",
+        stats.timing
+    );
     assert_eq!(rx.stats().dropped(), 0);
     assert!(stats.frames_captured > 0);
     let sent: u64 = frames.iter().map(|f| f.samples.len() as u64).sum();
