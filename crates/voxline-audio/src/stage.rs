@@ -399,11 +399,9 @@ mod tests {
         let out = voxline_core::drive(&mut stage, frames).unwrap();
         assert_eq!(out.len(), 3);
         for u in &out {
-            // utterance positions count the audio the VAD heard
-            let mut due = clock.sample_due(u.end_sample);
-            if u.end_sample >= gap_at {
-                due += gap;
-            }
+            // positions are true stream positions (the gap included), so the
+            // end's wall time is simply when that stream sample was due
+            let due = clock.sample_due(u.end_sample);
             let skew = if u.end_wall > due {
                 u.end_wall - due
             } else {
