@@ -80,8 +80,8 @@ impl Manifest {
     }
 
     fn upsert(&mut self, entry: ManifestEntry) {
-        self.models
-            .retain(|m| m.file != entry.file && m.role != entry.role);
+        // one entry per file: a role may have several (whisper in f16 and quantised)
+        self.models.retain(|m| m.file != entry.file);
         self.models.push(entry);
         self.models.sort_by_key(|m| m.role == Role::Llm);
     }
