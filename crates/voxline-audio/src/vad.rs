@@ -13,10 +13,8 @@
 //! pushed since the start of the stream.
 //! - A frame is *speech* when its probability is `>= threshold`.
 //! - An utterance opens at the first speech frame. Its `start_sample` is that
-//!   frame's start minus `pre_roll_ms`, clamped at 0, never reaching back into
-//!   the previous segment, and never starting with digital silence (exact
-//!   zeros, such as the gap between replayed files: the pre-roll starts at its
-//!   first non-zero sample).
+//!   frame's start minus `pre_roll_ms`, clamped at 0 and never reaching back into
+//!   the previous segment.
 //! - Every speech frame moves the utterance's end to that frame's end. Once
 //!   `hangover_ms` of non-speech has followed the last speech frame, the
 //!   utterance closes with `end_sample` = end of the last speech frame (the
@@ -311,15 +309,6 @@ impl SegmentTracker {
         let Some(open) = self.open.as_mut() else {
             if is_speech {
                 let mut samples = Vec::with_capacity(self.ring.len() + frame.len());
-                // Digital silence (exact zeros) is no recording: the gap replay
-                // puts between files, or a device's start. Pre-roll that reached
-                // back into it changed what whisper heard at a file's start.
-                let live = self
-                    .ring
-                    .iter()
-                    .position(|v| *v != 0.0)
-                    .unwrap_or(self.ring.len());
-                self.ring.drain(..live);
                 samples.extend(self.ring.drain(..));
                 samples.extend_from_slice(frame);
                 self.open = Some(Open {
@@ -550,15 +539,14 @@ mod tests {
 
     const F: u64 = FRAME_SAMPLES as u64;
 
-    /// Frame `k` holds the value `k + 1` in every sample, so segment contents
-    /// are checkable (and no frame is digital silence).
+    /// Frame `k` holds the value `k` in every sample, so segment contents are checkable.
     fn frame(k: usize) -> Vec<f32> {
-        vec![(k + 1) as f32; FRAME_SAMPLES]
+        vec![k as f32; FRAME_SAMPLES]
     }
 
     /// The audio of frames `0..` as one stream, sliced to `[start, end)`.
     fn expected_audio(start: u64, end: u64) -> Vec<f32> {
-        (start..end).map(|s| (s / F + 1) as f32).collect()
+        (start..end).map(|s| (s / F) as f32).collect()
     }
 
     /// Feeds `decisions` (one per frame) and returns `(frame index at emission, segment)`.
@@ -608,34 +596,6 @@ mod tests {
                 forced_splits: 0
             }
         );
-    }
-
-    #[test]
-    fn pre_roll_never_starts_in_digital_silence() {
-        // 2 s of exact zeros (the gap between replayed files), 100 ms of quiet
-        // room tone, then speech: the pre-roll keeps the room tone only
-        let mut t = tracker(VadConfig::default());
-        let mut out = None;
-        for k in 0..125 {
-            t.push_frame(&[0.0; FRAME_SAMPLES], 0.0);
-            let _ = k;
-        }
-        for _ in 0..6 {
-            t.push_frame(&[0.001; FRAME_SAMPLES], 0.0);
-        }
-        for _ in 0..30 {
-            t.push_frame(&[0.5; FRAME_SAMPLES], 0.9);
-        }
-        for _ in 0..40 {
-            out = out.or(t.push_frame(&[0.001; FRAME_SAMPLES], 0.0));
-        }
-        let seg = out.expect("the utterance closed");
-        assert_eq!(
-            seg.start_sample,
-            125 * F,
-            "starts at the first non-zero sample"
-        );
-        assert!(seg.samples.iter().all(|v| *v != 0.0));
     }
 
     #[test]
