@@ -204,7 +204,7 @@ mod tests {
         let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
         assert!((d - 0.25).abs() < 1e-6, "{d}");
         // code(x) = trunc(x/d + 8.5): −2 → 0, 1 → 12, 0.5 → 10, 0 → 8
-        assert_eq!(b[2], 0 | (10 << 4));
+        assert_eq!(b[2], 10 << 4, "codes 0 (low) and 10 (high)");
         assert_eq!(b[3], 12 | (8 << 4));
         let back = WhisperQuant::Q4_0.dequantize(&b);
         assert_eq!((back[0], back[1], back[16], back[2]), (-2.0, 1.0, 0.5, 0.0));
