@@ -427,6 +427,13 @@ impl LlmEngine {
             .zip(&cp.cached)
             .take_while(|(a, b)| a == b)
             .count();
+        self.trim_cache(keep)?;
+        self.history = cp.history;
+        Ok(())
+    }
+
+    /// Drops the cached KV (and its tokens) from position `keep` on.
+    fn trim_cache(&mut self, keep: usize) -> Result<(), LlmError> {
         if keep < self.cached.len() {
             let p0 = u32::try_from(keep).unwrap_or(u32::MAX);
             self.ctx
@@ -434,7 +441,6 @@ impl LlmEngine {
                 .map_err(|e| LlmError::Engine(e.to_string()))?;
             self.cached.truncate(keep);
         }
-        self.history = cp.history;
         Ok(())
     }
 
@@ -520,13 +526,7 @@ impl LlmEngine {
             0
         };
         keep = keep.min(prompt.len().saturating_sub(1));
-        if keep < self.cached.len() {
-            let p0 = u32::try_from(keep).unwrap_or(u32::MAX);
-            self.ctx
-                .clear_kv_cache_seq(Some(0), Some(p0), None)
-                .map_err(|e| LlmError::Engine(e.to_string()))?;
-            self.cached.truncate(keep);
-        }
+        self.trim_cache(keep)?;
         self.ctx.reset_timings();
         let n_prefill = prompt.len() - keep;
         self.prefill(&prompt[keep..])?;
