@@ -49,6 +49,7 @@ fn attempts(audio: &[f32], silence_ms: u32) -> (usize, usize, Vec<f64>) {
         start_sample: (i * 320) as u64,
         samples: c.to_vec(),
         captured: clock.sample_due((i * 320) as u64),
+        new_recording: i == 0,
     });
     let out = voxline_core::drive(&mut stage, frames).unwrap();
     let spec: Vec<_> = out

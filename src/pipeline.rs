@@ -542,7 +542,7 @@ where
     let mut input_errors = Vec::new();
     let mut input_warnings = Vec::new();
     let mut interrupted = false;
-    let send = |frame_samples: Vec<f32>, pos: u64| -> bool {
+    let send = |frame_samples: Vec<f32>, pos: u64, new_recording: bool| -> bool {
         let captured = match opts.pace {
             Pace::Realtime => {
                 let due = clock.sample_due(pos);
@@ -559,6 +559,7 @@ where
                 start_sample: pos,
                 samples: frame_samples,
                 captured,
+                new_recording,
             })
             .is_ok()
     };
@@ -568,7 +569,7 @@ where
             let mut left = gap;
             while left > 0 {
                 let n = left.min(320);
-                if stop(&shutdown) || !send(vec![0.0; n as usize], pos) {
+                if stop(&shutdown) || !send(vec![0.0; n as usize], pos, false) {
                     interrupted = true;
                     break 'files;
                 }
@@ -591,7 +592,8 @@ where
             match input.source.next_chunk() {
                 Ok(Some(chunk)) => {
                     let n = chunk.len() as u64;
-                    if !send(chunk, pos) {
+                    // the file's first chunk: the pre-roll stops at it
+                    if !send(chunk, pos, pos == start) {
                         interrupted = true;
                         break 'files;
                     }

@@ -676,6 +676,7 @@ impl Drainer {
             start_sample: self.run_base + self.run_out,
             samples,
             captured,
+            new_recording: false,
         };
         self.run_out += len;
         out.send(frame).map_err(|_| DrainStop::Disconnected)?;

@@ -244,6 +244,10 @@ impl Stage for VadStage {
             self.origin = Some(frame.start_sample);
             origin = frame.start_sample;
         }
+        if frame.new_recording {
+            // a new recording: the pre-roll must not reach into what came before it
+            self.endpointer.clear_pre_roll();
+        }
         // Where the frame starts in the endpointer's count, and when it was captured.
         if self.recent.len() == RECENT_FRAMES {
             self.recent.pop_front();
@@ -315,6 +319,7 @@ mod tests {
                     start_sample: start,
                     samples: c.to_vec(),
                     captured: clock.sample_due(start),
+                    new_recording: i == 0,
                 }
             })
             .collect()

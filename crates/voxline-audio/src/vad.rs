@@ -14,7 +14,8 @@
 //! - A frame is *speech* when its probability is `>= threshold`.
 //! - An utterance opens at the first speech frame. Its `start_sample` is that
 //!   frame's start minus `pre_roll_ms`, clamped at 0 and never reaching back into
-//!   the previous segment.
+//!   the previous segment, nor past the start of a new recording
+//!   ([`SegmentTracker::clear_pre_roll`]).
 //! - Every speech frame moves the utterance's end to that frame's end. Once
 //!   `hangover_ms` of non-speech has followed the last speech frame, the
 //!   utterance closes with `end_sample` = end of the last speech frame (the
@@ -275,6 +276,12 @@ impl SegmentTracker {
         self.open.is_some()
     }
 
+    /// Forgets the audio kept for pre-roll: a new recording starts here, so
+    /// an utterance opening next does not reach back before this point.
+    pub fn clear_pre_roll(&mut self) {
+        self.ring.clear();
+    }
+
     /// The open utterance as it would close now, if one is open and holds
     /// speech: what a speculative end of turn sends downstream.
     pub fn open_utterance(&self) -> Option<OpenUtterance<'_>> {
@@ -500,6 +507,13 @@ impl Endpointer {
     /// Counters since creation.
     pub fn stats(&self) -> VadStats {
         self.tracker.stats()
+    }
+
+    /// A new recording starts with the next sample pushed: see
+    /// [`SegmentTracker::clear_pre_roll`]. (A partial detector frame still
+    /// pending is silence between recordings and is judged as usual.)
+    pub fn clear_pre_roll(&mut self) {
+        self.tracker.clear_pre_roll();
     }
 
     /// The open utterance as it would close now (see [`SegmentTracker::open_utterance`]).

@@ -35,6 +35,10 @@ pub struct AudioFrame {
     pub samples: Vec<f32>,
     /// When the first sample was captured (live) or due (replay).
     pub captured: Instant,
+    /// The first frame of a new recording (replay of several files): nothing
+    /// before it belongs with it, so the endpointer's pre-roll does not
+    /// reach back past it.
+    pub new_recording: bool,
 }
 
 impl AudioFrame {
@@ -586,6 +590,7 @@ mod tests {
             start_sample: 256,
             samples: vec![0.0; 256],
             captured: Instant::now(),
+            new_recording: false,
         };
         assert_eq!(f.utterance_id(), None);
         assert!(f.event().is_none());
