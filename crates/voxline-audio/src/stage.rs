@@ -417,6 +417,39 @@ mod tests {
     }
 
     #[test]
+    fn the_pre_roll_never_reaches_back_past_a_new_recording() {
+        let clock = Clock::start();
+        // a recording whose speech starts 50 ms in, after 1 s of digital silence
+        let audio = fixture_16k("q_capital.wav");
+        let sidecar: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../audio-fixtures/q_capital.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let speech = sidecar["turns"][0]["start_sample"].as_u64().unwrap() as usize;
+        let clip = &audio[speech - 800..];
+        let mut stream = vec![0.0f32; 16_000];
+        stream.extend_from_slice(clip);
+        let mut fs = frames(&stream, 0, &clock);
+        let file_start = 16_000u64;
+        for f in &mut fs {
+            f.new_recording = f.start_sample == file_start;
+        }
+        let out =
+            voxline_core::drive(&mut VadStage::new(VadConfig::default()).unwrap(), fs).unwrap();
+        assert_eq!(out.len(), 1);
+        // at most the part of one detector frame that straddles the boundary
+        assert!(
+            out[0].start_sample + crate::FRAME_SAMPLES as u64 > file_start,
+            "the pre-roll reached back to {} before the recording at {file_start}",
+            out[0].start_sample
+        );
+    }
+
+    #[test]
     fn end_of_stream_closes_an_open_utterance() {
         let clock = Clock::start();
         let audio = fixture_16k("q_capital.wav");

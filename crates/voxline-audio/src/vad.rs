@@ -509,9 +509,11 @@ impl Endpointer {
         self.tracker.stats()
     }
 
-    /// A new recording starts with the next sample pushed: see
-    /// [`SegmentTracker::clear_pre_roll`]. (A partial detector frame still
-    /// pending is silence between recordings and is judged as usual.)
+    /// A new recording starts with the next sample pushed: the pre-roll is
+    /// forgotten (see [`SegmentTracker::clear_pre_roll`]). The partial
+    /// detector frame still pending (less than 16 ms) is judged with the
+    /// recording's first samples, so at most that much of what came before
+    /// can stand in front of the new recording's first utterance.
     pub fn clear_pre_roll(&mut self) {
         self.tracker.clear_pre_roll();
     }
