@@ -309,6 +309,19 @@ mod tests {
         out
     }
 
+    /// A field (`start_sample`, `end_sample`) of q_capital's spoken turn, from its sidecar.
+    fn q_capital_turn(field: &str) -> usize {
+        let sidecar: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../audio-fixtures/q_capital.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        sidecar["turns"][0][field].as_u64().unwrap() as usize
+    }
+
     fn frames(audio: &[f32], offset: u64, clock: &Clock) -> Vec<AudioFrame> {
         audio
             .chunks(320)
@@ -421,15 +434,7 @@ mod tests {
         let clock = Clock::start();
         // a recording whose speech starts 50 ms in, after 1 s of digital silence
         let audio = fixture_16k("q_capital.wav");
-        let sidecar: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../../audio-fixtures/q_capital.json"),
-            )
-            .unwrap(),
-        )
-        .unwrap();
-        let speech = sidecar["turns"][0]["start_sample"].as_u64().unwrap() as usize;
+        let speech = q_capital_turn("start_sample");
         let clip = &audio[speech - 800..];
         let mut stream = vec![0.0f32; 16_000];
         stream.extend_from_slice(clip);
@@ -454,15 +459,7 @@ mod tests {
         let clock = Clock::start();
         let audio = fixture_16k("q_capital.wav");
         // cut the file 100 ms after the speech ends: no hangover left to close it
-        let sidecar: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../../audio-fixtures/q_capital.json"),
-            )
-            .unwrap(),
-        )
-        .unwrap();
-        let end = sidecar["turns"][0]["end_sample"].as_u64().unwrap() as usize + 1600;
+        let end = q_capital_turn("end_sample") + 1600;
         let mut stage = VadStage::new(VadConfig::default()).unwrap();
         let out = voxline_core::drive(&mut stage, frames(&audio[..end], 0, &clock)).unwrap();
         assert_eq!(out.len(), 1);

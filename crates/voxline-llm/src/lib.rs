@@ -846,6 +846,8 @@ impl voxline_core::Stage for LlmStage {
             .max(self.engine.config().decode_threads);
         let meter = self.meter.clone();
         let mut running = meter.as_ref().map(|m| m.enter(threads));
+        // the lease's priority changes only when the turn's state does
+        let mut priority = None;
         let r = self.engine.respond(&t.text, &mut |piece| {
             // not computing while waiting for room downstream
             let waits = out.would_block();
@@ -862,11 +864,15 @@ impl voxline_core::Stage for LlmStage {
             }
             index += 1;
             // the answer streams: more urgent work (a committed turn's STT) goes first
-            out.set_priority(if speculative() {
+            let now = if speculative() {
                 voxline_core::Priority::Speculative
             } else {
                 voxline_core::Priority::Streaming
-            });
+            };
+            if priority != Some(now) {
+                out.set_priority(now);
+                priority = Some(now);
+            }
             if out.cpu_wanted() {
                 // not computing while the urgent work runs
                 running = None;
