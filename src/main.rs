@@ -787,7 +787,13 @@ fn install_signal_handler(handle: ShutdownHandle) {
                 let _ = tokio::signal::ctrl_c().await;
             }
             voxline::output::remove_partials();
-            std::process::exit(128 + SIGNAL.load(std::sync::atomic::Ordering::Relaxed).max(2));
+            let code = 128 + SIGNAL.load(std::sync::atomic::Ordering::Relaxed).max(2);
+            // SAFETY: `_exit` ends the process at once. Unlike `exit` it runs no
+            // atexit handlers or C++ static destructors, which would tear down
+            // whisper.cpp and llama.cpp state while their threads still compute
+            // (seen as a crash instead of the documented status). Everything
+            // that must happen first (partial files removed) has happened.
+            unsafe { libc::_exit(code) }
         });
     });
 }
