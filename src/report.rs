@@ -489,11 +489,14 @@ pub fn build(
     let mut turns = Vec::new();
     let mut jobs: Vec<SimJob> = Vec::new();
     let audio_ms = Clock::samples_to_ms(run.audio_samples);
-    for (n, (id, g)) in by_id.into_iter().enumerate() {
+    // turns counted for the warm-up: cancelled attempts (spans, no utterance) are not turns
+    let mut n = 0;
+    for (id, g) in by_id {
         let Some((u, utt_at)) = g.utt else { continue };
+        n += 1;
         let mut t = TurnReport {
             id,
-            warmup: n < warmup,
+            warmup: n <= warmup,
             start_sample: u.start_sample,
             end_sample: u.end_sample,
             closed_sample: u.closed_sample,
