@@ -707,9 +707,7 @@ fn engine_stages(
         .priority
         .then(|| voxline_core::CpuGovernor::new(threads.total, true));
     let mut stt = voxline_stt::SttStage::new(stt).with_cpu(governor.clone(), opts.meter.clone());
-    let mut llm = llm
-        .with_meter(opts.meter.clone())
-        .with_governor(governor);
+    let mut llm = llm.with_meter(opts.meter.clone()).with_governor(governor);
     if let Some(b) = board {
         stt = stt.with_speculation(b.clone());
         llm = llm.with_speculation(b.clone());

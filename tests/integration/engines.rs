@@ -57,7 +57,10 @@ fn an_engine_moved_to_other_threads_keeps_its_conversation_and_cache() {
     let (batch, decode) = moved.threads();
     let other = (batch % 2 + 1, decode % 2 + 1);
     assert!(moved.set_threads(other.0, other.1).unwrap());
-    assert!(!moved.set_threads(other.0, other.1).unwrap(), "no change, no move");
+    assert!(
+        !moved.set_threads(other.0, other.1).unwrap(),
+        "no change, no move"
+    );
     assert_eq!(moved.threads(), other);
     assert_eq!(moved.cached_tokens(), still.cached_tokens());
     assert!(moved.set_threads(0, 1).is_err());
@@ -76,4 +79,42 @@ fn an_engine_moved_to_other_threads_keeps_its_conversation_and_cache() {
     let b = still.respond(q3, &mut |_| true).unwrap();
     assert_eq!(a.n_prefill_tokens, b.n_prefill_tokens);
     assert_eq!(a.text, b.text);
+}
+
+#[test]
+fn a_full_context_drops_the_oldest_turn_without_evaluating_the_rest_again() {
+    let _g = util::engine_lock();
+    let mut config = util::settings(24).llm_config();
+    config.n_ctx = 320;
+    let mut engine = voxline_llm::LlmEngine::load(config).unwrap();
+    let questions = [
+        "What is the capital of France?",
+        "Name a large animal.",
+        "What colour is the sky?",
+        "How many legs does a spider have?",
+        "What do bees make?",
+        "Name a planet.",
+        "What is ice made of?",
+        "Which season is the coldest?",
+        "What do cows drink?",
+        "Name a fruit that is yellow.",
+    ];
+    let mut shifted = 0;
+    for q in questions.iter().cycle().take(24) {
+        let r = engine.respond(q, &mut |_| true).unwrap();
+        assert!(!r.text.is_empty(), "{q}: empty answer");
+        if r.dropped_turns > 0 {
+            shifted += 1;
+            // the turns that stay come from the cache: only the new turn
+            // (and the tail of the previous answer) is evaluated
+            assert!(
+                r.n_prefill_tokens * 2 < r.n_prompt_tokens,
+                "{q}: {} of {} prompt tokens evaluated again",
+                r.n_prefill_tokens,
+                r.n_prompt_tokens
+            );
+        }
+        assert!(engine.cached_tokens() <= 320);
+    }
+    assert!(shifted >= 5, "the context filled only {shifted} times");
 }

@@ -532,6 +532,54 @@ impl LlmEngine {
         Ok(())
     }
 
+    /// After the oldest turns were dropped from `remembered` to fit the
+    /// context: removes their tokens from the KV cache and shifts every
+    /// later token back into place (llama.cpp re-rotates the cached keys),
+    /// so the turns that stay are not evaluated again — without this, the
+    /// whole remaining history was re-evaluated at every turn once the
+    /// context was full (seconds per turn on one thread). The shifted
+    /// entries were computed while the dropped turns were still there, the
+    /// approximation llama.cpp's own context shift makes. Nothing happens
+    /// when the cache does not line up with the new prompt.
+    fn shift_out_dropped(
+        &mut self,
+        remembered: &[(String, String)],
+        prompt: &[LlamaToken],
+    ) -> Result<(), LlmError> {
+        let rendered = |h: &[(String, String)]| -> Result<usize, LlmError> {
+            Ok(self.tokenize(&self.render(h, None)?)?.len())
+        };
+        let dropped = remembered.len() - self.history.len();
+        let Some(d) = rendered(remembered)?.checked_sub(rendered(&remembered[dropped..])?) else {
+            return Ok(());
+        };
+        let shared = |a: &[LlamaToken], b: &[LlamaToken]| {
+            a.iter().zip(b).take_while(|(x, y)| x == y).count()
+        };
+        let at = shared(&self.cached, prompt);
+        if d == 0
+            || at + d >= self.cached.len()
+            || shared(&self.cached[at + d..], &prompt[at..]) == 0
+        {
+            return Ok(());
+        }
+        let pos = |p: usize| u32::try_from(p).unwrap_or(u32::MAX);
+        let engine = |e: &dyn std::fmt::Display| LlmError::Engine(format!("context shift: {e}"));
+        self.ctx
+            .clear_kv_cache_seq(Some(0), Some(pos(at)), Some(pos(at + d)))
+            .map_err(|e| engine(&e))?;
+        self.ctx
+            .kv_cache_seq_add(
+                0,
+                Some(pos(at + d)),
+                None,
+                -i32::try_from(d).unwrap_or(i32::MAX),
+            )
+            .map_err(|e| engine(&e))?;
+        self.cached.drain(at..at + d);
+        Ok(())
+    }
+
     /// Drops the cached KV (and its tokens) from position `keep` on.
     fn trim_cache(&mut self, keep: usize) -> Result<(), LlmError> {
         if keep < self.cached.len() {
@@ -599,6 +647,7 @@ impl LlmEngine {
         if !self.config.memory {
             self.history.clear();
         }
+        let remembered = self.history.clone();
         let prompt = loop {
             let text = self.render(&self.history, Some(user))?;
             let tokens = self.tokenize(&text)?;
@@ -615,6 +664,9 @@ impl LlmEngine {
             self.history.remove(0);
             dropped_turns += 1;
         };
+        if dropped_turns > 0 && self.config.cache_prompt {
+            self.shift_out_dropped(&remembered, &prompt)?;
+        }
         // Reuse the longest cached prefix (at least one token is always re-evaluated for logits).
         let mut keep = if self.config.cache_prompt {
             self.cached
