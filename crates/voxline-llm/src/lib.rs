@@ -25,6 +25,8 @@ use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::TokenToStringError;
 use serde::{Deserialize, Serialize};
 
+pub mod batch;
+
 /// Errors of the language model engine.
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
