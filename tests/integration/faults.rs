@@ -67,7 +67,8 @@ fn an_engine_error_fails_its_turn_and_the_next_turns_run() {
         .filter(|e: &serde_json::Value| e["type"] == "turn_error")
         .collect();
     assert_eq!(errs.len(), 1);
-    assert_eq!(errs[0]["id"], 2);
+    // the second turn's (ids number speculative attempts, so not necessarily 2)
+    assert_eq!(errs[0]["id"], turns[1]["id"]);
 }
 
 #[test]
