@@ -190,7 +190,8 @@ fn pipeline_vs_raw(c: &mut Criterion) {
     // One pipeline run per sample; each yields its STT time and its decode time.
     let run_once = || {
         let stt = voxline_stt::SttStage::new(SttEngine::load(settings.stt_config()).unwrap());
-        let llm = voxline_llm::LlmStage::new(LlmEngine::load(settings.llm_config()).unwrap());
+        let llm =
+            voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(settings.llm_config()).unwrap());
         let inputs = voxline::pipeline::open_inputs(std::slice::from_ref(&file)).unwrap();
         let run = voxline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();
         let r = voxline::report::build(&run, voxline::report::RunConfig::default(), 0.0, None);

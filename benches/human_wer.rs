@@ -125,7 +125,7 @@ fn main() {
     let stt = voxline_stt::SttStage::new(SttEngine::load(settings.stt_config()).unwrap())
         .with_speculation(board.clone());
     let llm =
-        voxline_llm::LlmStage::new(voxline_llm::LlmEngine::load(settings.llm_config()).unwrap())
+        voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(settings.llm_config()).unwrap())
             .with_speculation(board.clone());
     let opts = RunOptions {
         pace: Pace::Fast,

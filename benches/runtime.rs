@@ -47,7 +47,11 @@ impl Stage for Fan {
 }
 
 /// Time to push `msgs` messages through a pipeline of `stage` into a sink, per message.
-fn through<S: Stage<In = LlmOut, Out = LlmOut>>(stage: S, msgs: u64, publish: bool) -> Duration {
+fn through<S: Stage<In = LlmOut, Out = LlmOut> + Send>(
+    stage: S,
+    msgs: u64,
+    publish: bool,
+) -> Duration {
     let mut p = Pipeline::builder(Clock::start())
         .publish_messages(publish)
         .build();

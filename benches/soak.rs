@@ -61,9 +61,8 @@ fn main() {
         let stt = voxline_stt::SttStage::new(
             voxline_stt::SttEngine::load(settings.stt_config()).unwrap(),
         );
-        let llm = voxline_llm::LlmStage::new(
-            voxline_llm::LlmEngine::load(settings.llm_config()).unwrap(),
-        );
+        let llm =
+            voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(settings.llm_config()).unwrap());
         let inputs = voxline::pipeline::open_inputs(&files).unwrap();
         let run = voxline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();
         let r = voxline::report::build(&run, voxline::report::RunConfig::default(), 0.0, None);

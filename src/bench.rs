@@ -10,17 +10,35 @@ use voxline_core::SpanKind;
 
 use crate::pipeline::RunResult;
 use crate::report::Report;
+use crate::topology::{LLM, SINK, STT, VAD};
 use crate::BadInput;
 
-/// One row per turn.
+/// The stages of `r`'s topology that the fixed columns and rows do not
+/// cover (any stage added to the standard pipeline), in flow order.
+fn added_stages(r: &Report) -> Vec<&str> {
+    r.topology
+        .stages()
+        .iter()
+        .filter(|s| ![VAD, STT, LLM, SINK].contains(&s.id) && !s.is_sink())
+        .map(|s| s.id.as_str())
+        .collect()
+}
+
+/// One row per turn; a `<stage>_busy_ms` column for each stage added to
+/// the standard pipeline (its measured busy time on the turn).
 #[must_use]
 pub fn to_csv(r: &Report) -> String {
-    let mut s = String::from("id,warmup,file,transcript,expected,wer,response_chars,endpoint_delay_ms,stt_queue_ms,stt_ms,stt_rtfx,stt_tokens,llm_queue_ms,llm_ttft_ms,llm_first_token_ms,llm_prefill_tokens,llm_prefill_tps,llm_generated_tokens,llm_decode_tps,response_latency_ms,error\n");
+    let added = added_stages(r);
+    let mut s = String::from("id,warmup,file,transcript,expected,wer,response_chars,endpoint_delay_ms,stt_queue_ms,stt_ms,stt_rtfx,stt_tokens,llm_queue_ms,llm_ttft_ms,llm_first_token_ms,llm_prefill_tokens,llm_prefill_tps,llm_generated_tokens,llm_decode_tps,response_latency_ms,error");
+    for stage in &added {
+        let _ = write!(s, ",{stage}_busy_ms");
+    }
+    s.push('\n');
     let f = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.3}"));
     let q =
         |v: Option<&str>| v.map_or(String::new(), |x| format!("\"{}\"", x.replace('"', "\"\"")));
     for t in &r.turns {
-        let _ = writeln!(
+        let _ = write!(
             s,
             "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             t.id,
@@ -47,37 +65,79 @@ pub fn to_csv(r: &Report) -> String {
             f(t.response_latency_ms),
             q(t.error.as_deref()),
         );
+        for stage in &added {
+            let _ = write!(s, ",{}", f(t.work.get(*stage).map(|w| w.busy_ms)));
+        }
+        s.push('\n');
     }
     s
 }
 
-/// Draws the timeline: one row per stage (speech, VAD→STT, LLM), a bar per
-/// turn span on the report's clock; the throughput bottleneck's row is red.
+/// Each turn's bars, one per row of `rows`: `(row, start, end)` in ms on
+/// the report's clock. The STT and the LLM are where the report's clock put
+/// them; a stage added to the pipeline is where it ran on the wall clock, or
+/// on the virtual clock right after the row before it, for its busy time.
+fn timeline_bars(r: &Report, rows: &[&str]) -> Vec<(usize, f64, f64)> {
+    let mut bars = Vec::new();
+    for t in &r.turns {
+        let tl = t.timeline;
+        let start_speech = tl.end_of_speech_ms - t.audio_ms.min(tl.end_of_speech_ms);
+        let mut previous_end = tl.closed_ms;
+        for (row, name) in rows.iter().enumerate() {
+            let span = match *name {
+                "speech" => Some([start_speech, tl.end_of_speech_ms]),
+                "endpoint" => Some([tl.end_of_speech_ms, tl.closed_ms]),
+                n if n == STT => tl.stt_ms,
+                n if n == LLM => tl.llm_ms,
+                n => t.work.get(n).map(|w| {
+                    if r.clock == "wall" {
+                        [w.start_ms, w.end_ms]
+                    } else {
+                        [previous_end, previous_end + w.busy_ms]
+                    }
+                }),
+            };
+            if let Some([a, b]) = span {
+                bars.push((row, a, b));
+                previous_end = b;
+            }
+        }
+    }
+    bars
+}
+
+/// Draws the timeline: a row for the speech, one for the endpointer's
+/// delay, then one per stage of the topology (the VAD and the sink aside),
+/// a bar per turn on the report's clock; the throughput bottleneck's row is
+/// red.
 ///
 /// # Errors
 /// A message when the SVG cannot be drawn or written.
 pub fn timeline_svg(r: &Report) -> Result<String, String> {
     let mut svg = String::new();
-    let rows = ["speech", "endpoint", "stt", "llm"];
-    let end = r
-        .turns
+    let mut rows = vec!["speech", "endpoint"];
+    rows.extend(
+        r.topology
+            .stages()
+            .iter()
+            .filter(|s| s.id != VAD && !s.is_sink())
+            .map(|s| s.id.as_str()),
+    );
+    let bars = timeline_bars(r, &rows);
+    let end = bars
         .iter()
-        .map(|t| {
-            t.timeline
-                .llm_ms
-                .map_or(t.timeline.closed_ms, |l| l[1])
-                .max(t.timeline.stt_ms.map_or(0.0, |s| s[1]))
-        })
+        .map(|(_, _, b)| *b)
         .fold(r.summary.audio_s * 1000.0, f64::max)
         .max(1.0);
     let bottleneck = r.summary.bottleneck.throughput.clone().unwrap_or_default();
-    draw_timeline(r, &rows, end, &bottleneck, &mut svg)?;
+    draw_timeline(r, &rows, &bars, end, &bottleneck, &mut svg)?;
     Ok(svg)
 }
 
 fn draw_timeline(
     r: &Report,
-    rows: &[&str; 4],
+    rows: &[&str],
+    bars: &[(usize, f64, f64)],
     end: f64,
     bottleneck: &str,
     svg: &mut String,
@@ -112,33 +172,23 @@ fn draw_timeline(
         })
         .draw()
         .map_err(|e| e.to_string())?;
+    // the endpoint row is the VAD's work: a VAD bottleneck colours it
+    let is_bottleneck = |row: &str| row == bottleneck || (row == "endpoint" && VAD == bottleneck);
     let colour = |row: &str| {
-        if row == bottleneck {
+        if is_bottleneck(row) {
             RGBColor(214, 39, 40)
         } else {
             match row {
                 "speech" => RGBColor(150, 150, 150),
                 "endpoint" => RGBColor(188, 189, 34),
-                "stt" => RGBColor(31, 119, 180),
-                _ => RGBColor(44, 160, 44),
+                n if n == STT => RGBColor(31, 119, 180),
+                n if n == LLM => RGBColor(44, 160, 44),
+                _ => RGBColor(255, 127, 14),
             }
         }
     };
-    let mut bars = Vec::new();
-    for t in &r.turns {
-        let tl = t.timeline;
-        let start_speech = tl.end_of_speech_ms - t.audio_ms.min(tl.end_of_speech_ms);
-        bars.push((0usize, start_speech, tl.end_of_speech_ms));
-        bars.push((1, tl.end_of_speech_ms, tl.closed_ms));
-        if let Some([a, b]) = tl.stt_ms {
-            bars.push((2, a, b));
-        }
-        if let Some([a, b]) = tl.llm_ms {
-            bars.push((3, a, b));
-        }
-    }
     chart
-        .draw_series(bars.into_iter().map(|(row, a, b)| {
+        .draw_series(bars.iter().map(|&(row, a, b)| {
             Rectangle::new(
                 [
                     (a / 1000.0, SegmentValue::Exact(row)),

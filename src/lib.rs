@@ -4,6 +4,7 @@
 //! The binary (`src/main.rs`) is a thin shell over this crate; the
 //! integration tests drive the same functions.
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod bench;
 pub mod budget;
@@ -14,6 +15,7 @@ pub mod report;
 pub mod settings;
 pub mod sidecar;
 pub mod stats;
+pub mod topology;
 
 /// An error in what the user gave (a file, a flag, a model): exit code 2.
 #[derive(Debug, thiserror::Error)]

@@ -699,7 +699,7 @@ fn engine_stages(
     threads: &voxline::settings::ThreadBudget,
 ) -> (
     voxline::fault::Faulty<voxline_stt::SttStage>,
-    voxline::fault::Faulty<voxline_llm::LlmStage>,
+    impl voxline_core::StartStage<Stage = voxline::fault::Faulty<voxline_llm::RunningLlmStage>>,
 ) {
     let board = opts.speculation.as_ref().map(|(b, _)| b);
     // in priority mode both engines' threads follow the cores other processes leave free
@@ -712,9 +712,16 @@ fn engine_stages(
         stt = stt.with_speculation(b.clone());
         llm = llm.with_speculation(b.clone());
     }
+    let llm_fault = fault.clone();
     (
         voxline::fault::Faulty::new(stt, fault.clone()),
-        voxline::fault::Faulty::new(llm, fault.clone()),
+        // the engine's context is made on the stage's thread
+        voxline_core::on_thread(voxline_llm::STAGE_NAME, move || {
+            Ok(voxline::fault::Faulty::new(
+                voxline_core::StartStage::start(llm)?,
+                llm_fault,
+            ))
+        }),
     )
 }
 
@@ -864,7 +871,12 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         args.out.warmup,
     );
     args.vad.record(&mut config);
-    let rep = report::build(&result, config, model_load_ms, budget.as_ref());
+    let rep = report::build(
+        &result,
+        config,
+        model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0,
+        budget.as_ref(),
+    );
     finish_report(&rep, report_out.as_ref(), args.out.quiet)?;
     Ok(outcome_of(&rep))
 }
@@ -1014,7 +1026,12 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     let mut config =
         RunConfig::from_settings(&settings, pace_name(pace), files.clone(), args.warmup);
     args.vad.record(&mut config);
-    let mut rep = report::build(&result, config, model_load_ms, budget.as_ref());
+    let mut rep = report::build(
+        &result,
+        config,
+        model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0,
+        budget.as_ref(),
+    );
     if let Some((path, base)) = &baseline {
         let (metrics, verdict) = voxline::bench::compare_values(&serde_json::to_value(&rep)?, base);
         rep.baseline = Some(report::BaselineResult {
@@ -1221,7 +1238,12 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     let result = pipeline::run_source(source, stt, llm, &opts, Some(shutdown))?;
     let mut config = RunConfig::from_settings(&settings, "live", Vec::new(), args.out.warmup);
     args.vad.record(&mut config);
-    let rep = report::build(&result, config, model_load_ms, budget.as_ref());
+    let rep = report::build(
+        &result,
+        config,
+        model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0,
+        budget.as_ref(),
+    );
     if let Some(l) = &rep.live {
         if l.frames_dropped_in_ring > 0 {
             eprintln!(
@@ -1246,14 +1268,16 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
 }
 
 /// Shows the `warnings` (every input has been checked by now), then loads
-/// both engines, timing it (the cold-start figure). The language model
+/// both engines, timing it (the cold-start figure; the language model's
+/// context is made when its stage starts, counted in
+/// [`RunOutcome::startup`](voxline_core::RunOutcome)). The language model
 /// loads first: its system prompt is checked against the context before
 /// anything else is spent.
 fn load_engines(
     settings: &EngineSettings,
     warnings: &[String],
     quiet: bool,
-) -> anyhow::Result<(voxline_stt::SttEngine, voxline_llm::LlmEngine, f64)> {
+) -> anyhow::Result<(voxline_stt::SttEngine, voxline_llm::LlmModel, f64)> {
     for w in warnings {
         eprintln!("voxline: warning: {w}");
     }
@@ -1261,8 +1285,8 @@ fn load_engines(
         eprintln!("voxline: loading models");
     }
     let t0 = Instant::now();
-    let llm = voxline_llm::LlmEngine::load(settings.llm_config())
-        .context("loading the language model")?;
+    let llm =
+        voxline_llm::LlmModel::load(settings.llm_config()).context("loading the language model")?;
     let stt =
         voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
     Ok((stt, llm, t0.elapsed().as_secs_f64() * 1000.0))

@@ -10,11 +10,12 @@ use std::time::Instant;
 
 use voxline_audio::{VadConfig, VadStage, WavSource};
 use voxline_core::{
-    edge, AudioFrame, Clock, FullPolicy, LlmOut, Pipeline, PipelineEvent, RunOutcome,
-    ShutdownHandle, Stage, TimedEvent, Transcript, Utterance,
+    AudioFrame, Clock, FullPolicy, LlmOut, Pipeline, PipelineEvent, RunOutcome, ShutdownHandle,
+    Stage, StageId, StartStage, TimedEvent, Topology, Transcript, Utterance,
 };
 
 use crate::sidecar::Sidecar;
+use crate::topology::{self, AudioEdge};
 use crate::BadInput;
 
 /// How recorded audio is released into the pipeline.
@@ -247,17 +248,77 @@ pub enum RunError {
     /// Something the user gave is wrong.
     #[error(transparent)]
     BadInput(#[from] BadInput),
-    /// The runtime could not start a stage thread.
+    /// The runtime could not start a stage (its thread, or its start-up).
     #[error("could not start the pipeline: {0}")]
-    Runtime(String),
+    Runtime(#[from] voxline_core::RuntimeError),
+    /// A thread of the session itself could not start.
+    #[error("could not start the pipeline: {0}")]
+    Thread(#[source] std::io::Error),
+    /// The pipeline's topology does not hold together (an edge undeclared).
+    #[error("could not build the pipeline: {0}")]
+    Topology(#[from] voxline_core::TopologyError),
     /// The input device could not be opened.
     #[error(transparent)]
     Capture(voxline_audio::AudioError),
 }
 
+/// A transcript stage added to the pipeline (see [`Extras`]).
+pub type TranscriptStage = Box<dyn Stage<In = Transcript, Out = Transcript> + Send>;
+
+/// Stages added to the standard pipeline, each on its own thread with its
+/// own queue, and its own row in the report, the timeline and the CSV.
+#[derive(Default)]
+pub struct Extras {
+    after_stt: Vec<TranscriptStage>,
+}
+
+impl std::fmt::Debug for Extras {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.after_stt.iter().map(|s| s.name().to_owned()))
+            .finish()
+    }
+}
+
+impl Extras {
+    /// Adds `stage` between the STT and the LLM (after the ones added
+    /// before it): it sees every transcript and passes on what the LLM
+    /// answers. Its name must be new to the pipeline.
+    #[must_use]
+    pub fn after_stt(
+        mut self,
+        stage: impl Stage<In = Transcript, Out = Transcript> + Send,
+    ) -> Self {
+        self.after_stt.push(Box::new(stage));
+        self
+    }
+
+    /// The pipeline's topology with these stages in it.
+    fn topology(&self, audio: AudioEdge, queue_capacity: usize) -> Result<Topology, BadInput> {
+        let mut t = topology::standard(audio, queue_capacity);
+        let mut after = topology::STT;
+        for stage in &self.after_stt {
+            let id = StageId::owned(stage.name().to_owned());
+            if t.stage_spec(id.as_str()).is_some() {
+                return Err(BadInput(format!(
+                    "a stage named `{id}` is already in the pipeline; give the added stage another name"
+                )));
+            }
+            let into = topology::edge_into(&id);
+            t = t
+                .edge(into.clone(), queue_capacity.max(1), FullPolicy::Block)
+                .insert_after(&after, id.clone(), into);
+            after = id;
+        }
+        Ok(t)
+    }
+}
+
 /// What a run produced.
 #[derive(Debug)]
 pub struct RunResult {
+    /// The pipeline's stages and edges, as it was built.
+    pub topology: Topology,
     /// The session clock (origin = start of replay).
     pub clock: Clock,
     /// The pacing used.
@@ -378,12 +439,15 @@ impl EventSink {
 /// Replays `inputs` through VAD → `stt` → `llm`, returning every event and span.
 ///
 /// `stt` and `llm` are normally [`voxline_stt::SttStage`] and
-/// [`voxline_llm::LlmStage`]; tests may wrap them (e.g. to slow one down).
+/// [`voxline_llm::LlmStage`] (any [`StartStage`]: a stage, or what builds
+/// one on its own thread); tests may wrap them (e.g. to slow one down).
+/// Every stage has started before any audio is fed: one that cannot start
+/// is an error here.
 /// `shutdown` stops the source early (Ctrl-C); turns in flight finish.
 ///
 /// # Errors
 /// [`RunError::BadInput`] for an invalid VAD configuration or an unwritable
-/// event log, [`RunError::Runtime`] when a thread cannot start.
+/// event log, [`RunError::Runtime`] when a stage cannot start.
 pub fn run<S, L>(
     inputs: Vec<Input>,
     stt: S,
@@ -392,10 +456,29 @@ pub fn run<S, L>(
     shutdown: Option<ShutdownHandle>,
 ) -> Result<RunResult, RunError>
 where
-    S: Stage<In = Utterance, Out = Transcript>,
-    L: Stage<In = Transcript, Out = LlmOut>,
+    S: StartStage<Stage: Stage<In = Utterance, Out = Transcript>>,
+    L: StartStage<Stage: Stage<In = Transcript, Out = LlmOut>>,
 {
     run_source(Source::Replay(inputs), stt, llm, opts, shutdown)
+}
+
+/// Like [`run`], with `extras` added to the pipeline.
+///
+/// # Errors
+/// As [`run`]; [`RunError::BadInput`] when an added stage's name is taken.
+pub fn run_with<S, L>(
+    inputs: Vec<Input>,
+    stt: S,
+    llm: L,
+    extras: Extras,
+    opts: &RunOptions,
+    shutdown: Option<ShutdownHandle>,
+) -> Result<RunResult, RunError>
+where
+    S: StartStage<Stage: Stage<In = Utterance, Out = Transcript>>,
+    L: StartStage<Stage: Stage<In = Transcript, Out = LlmOut>>,
+{
+    run_source_with(Source::Replay(inputs), stt, llm, extras, opts, shutdown)
 }
 
 /// Runs the pipeline from any [`Source`]; see [`run`].
@@ -417,26 +500,47 @@ pub fn run_source<S, L>(
     shutdown: Option<ShutdownHandle>,
 ) -> Result<RunResult, RunError>
 where
-    S: Stage<In = Utterance, Out = Transcript>,
-    L: Stage<In = Transcript, Out = LlmOut>,
+    S: StartStage<Stage: Stage<In = Utterance, Out = Transcript>>,
+    L: StartStage<Stage: Stage<In = Transcript, Out = LlmOut>>,
+{
+    run_source_with(source, stt, llm, Extras::default(), opts, shutdown)
+}
+
+/// [`run_source`] with `extras` added to the pipeline; the pipeline is
+/// built from its [`Topology`] ([`crate::topology`]).
+///
+/// # Errors
+/// As [`run_source`]; [`RunError::BadInput`] when an added stage's name is
+/// taken.
+#[allow(clippy::too_many_lines)]
+pub fn run_source_with<S, L>(
+    source: Source,
+    stt: S,
+    llm: L,
+    extras: Extras,
+    opts: &RunOptions,
+    shutdown: Option<ShutdownHandle>,
+) -> Result<RunResult, RunError>
+where
+    S: StartStage<Stage: Stage<In = Utterance, Out = Transcript>>,
+    L: StartStage<Stage: Stage<In = Transcript, Out = LlmOut>>,
 {
     let mut vad = VadStage::new(opts.vad.clone()).map_err(BadInput::from_display)?;
     if let Some((board, silence_ms)) = &opts.speculation {
         vad = vad.with_speculation(board.clone(), *silence_ms);
     }
     let clock = Clock::start();
-    let (audio_tx, audio_rx) = match &source {
-        Source::Replay(_) => edge::<AudioFrame>("audio", 64, FullPolicy::Block),
-        Source::Live(l) => edge::<AudioFrame>(
-            "audio",
-            l.audio_queue_frames.max(16),
-            FullPolicy::DropOldest,
-        ),
+    let audio = match &source {
+        Source::Replay(_) => AudioEdge::Replay,
+        Source::Live(l) => AudioEdge::Live(l.audio_queue_frames),
     };
+    let topology = extras.topology(audio, opts.queue_capacity)?;
+    let (audio_tx, audio_rx) = topology.channel::<AudioFrame>(&topology::AUDIO)?;
     // Open the device first: if it cannot be opened nothing else starts (and nothing is written).
-    let capture = match &source {
-        Source::Live(l) => Some(
-            voxline_audio::Capture::start_with(
+    let replaying = matches!(source, Source::Replay(_));
+    let (inputs, live) = match source {
+        Source::Live(l) => {
+            let capture = voxline_audio::Capture::start_with(
                 l.device.as_deref(),
                 &voxline_audio::CaptureOptions {
                     buffer_ms: l.capture_buffer_ms,
@@ -444,49 +548,52 @@ where
                 audio_tx.clone(),
                 clock,
             )
-            .map_err(RunError::Capture)?,
-        ),
-        Source::Replay(_) => None,
+            .map_err(RunError::Capture)?;
+            (Vec::new(), Some((l, capture)))
+        }
+        Source::Replay(inputs) => (inputs, None),
     };
     let mut sink = EventSink::new(clock, opts.console, opts.events.as_ref())?;
     let mut builder = Pipeline::builder(clock);
-    if let (Source::Replay(_), Some(stop)) = (&source, &shutdown) {
+    if let (true, Some(stop)) = (replaying, &shutdown) {
         // Ctrl-C during replay: stop feeding, cancel what is queued, finish what runs.
         builder = builder.cancel_queued_on(stop.clone());
     }
     let mut p = builder.build();
-    let cap = opts.queue_capacity.max(1);
-    let (utt_tx, utt_rx) = edge::<Utterance>("utterances", cap, FullPolicy::Block);
-    let (tr_tx, tr_rx) = edge::<Transcript>("transcripts", cap, FullPolicy::Block);
-    let (out_tx, out_rx) = edge::<LlmOut>("responses", 1024, FullPolicy::Block);
-    let rt = |e: voxline_core::RuntimeError| RunError::Runtime(e.to_string());
-    p.spawn_stage(vad, audio_rx, utt_tx).map_err(rt)?;
+    // every edge as the topology declares it: the one each stage writes
+    let (utt_tx, utt_rx) = topology.channel_from::<Utterance>(topology::VAD.as_str())?;
+    let (tr_tx, mut tr_rx) = topology.channel_from::<Transcript>(topology::STT.as_str())?;
+    for stage in extras.after_stt {
+        let (tx, rx) = topology.channel_from::<Transcript>(stage.name())?;
+        p.spawn_stage(stage, tr_rx, tx)?;
+        tr_rx = rx;
+    }
+    let (out_tx, out_rx) = topology.channel_from::<LlmOut>(topology::LLM.as_str())?;
+    p.spawn_stage(vad, audio_rx, utt_tx)?;
     if opts.cpu_shared {
         // fast replay measures service times: no call is interrupted by a yield
-        let lease = if opts.pace == Pace::Fast && matches!(source, Source::Replay(_)) {
+        let lease = if opts.pace == Pace::Fast && replaying {
             voxline_core::CpuLease::non_preemptive()
         } else {
             voxline_core::CpuLease::new()
         };
-        p.spawn_stage_leased(stt, utt_rx, tr_tx, lease.clone())
-            .map_err(rt)?;
-        p.spawn_stage_leased(llm, tr_rx, out_tx, lease)
-            .map_err(rt)?;
+        p.spawn_stage_leased(stt, utt_rx, tr_tx, lease.clone())?;
+        p.spawn_stage_leased(llm, tr_rx, out_tx, lease)?;
     } else {
-        p.spawn_stage(stt, utt_rx, tr_tx).map_err(rt)?;
-        p.spawn_stage(llm, tr_rx, out_tx).map_err(rt)?;
+        p.spawn_stage(stt, utt_rx, tr_tx)?;
+        p.spawn_stage(llm, tr_rx, out_tx)?;
     }
-    p.spawn_sink("sink", out_rx, |_| Ok(())).map_err(rt)?;
+    p.spawn_sink(topology::SINK.as_str(), out_rx, |_| Ok(()))?;
     let events = p.events();
     let hook = opts.on_event.clone();
     let internal_stop = p.shutdown_handle();
     let turns_done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let done_counter = turns_done.clone();
     // the queues in front of the engines: growing ones mean a stage falls behind real time
-    let watched = [
-        ("stt", p.edge_stats("utterances")),
-        ("llm", p.edge_stats("transcripts")),
-    ];
+    let watched: Vec<_> = topology::watched(&topology)
+        .into_iter()
+        .map(|(stage, input)| (stage, p.edge_stats(input.as_str())))
+        .collect();
     let sink_thread = std::thread::Builder::new()
         .name("events".into())
         .spawn(move || {
@@ -508,35 +615,31 @@ where
             }
             sink.finish()
         })
-        .map_err(|e| RunError::Runtime(e.to_string()))?;
+        .map_err(RunError::Thread)?;
 
     // The source runs on this thread.
     let stop = |s: &Option<ShutdownHandle>| {
         s.as_ref().is_some_and(ShutdownHandle::is_requested) || internal_stop.is_requested()
     };
-    let inputs = match source {
-        Source::Replay(inputs) => inputs,
-        Source::Live(live) => {
-            drop(audio_tx); // the capture thread holds its own sender
-            let capture =
-                capture.ok_or_else(|| RunError::Runtime("live capture did not start".into()))?;
-            let ((report, samples), stopped) =
-                live_source(&live, capture, &turns_done, &watched, &|| stop(&shutdown));
-            return Ok(finish_run(
-                p,
-                sink_thread,
-                clock,
-                opts,
-                Vec::new(),
-                Vec::new(),
-                Vec::new(),
-                stopped,
-                shutdown.as_ref(),
-                samples,
-                Some(report),
-            ));
-        }
-    };
+    if let Some((live, capture)) = live {
+        drop(audio_tx); // the capture thread holds its own sender
+        let ((report, samples), stopped) =
+            live_source(&live, capture, &turns_done, &watched, &|| stop(&shutdown));
+        return Ok(finish_run(
+            topology,
+            p,
+            sink_thread,
+            clock,
+            opts,
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            stopped,
+            shutdown.as_ref(),
+            samples,
+            Some(report),
+        ));
+    }
     let mut pos: u64 = 0;
     let mut spans = Vec::new();
     let mut input_errors = Vec::new();
@@ -626,6 +729,7 @@ where
     drop(audio_tx);
     let interrupted = interrupted || shutdown.is_some();
     Ok(finish_run(
+        topology,
         p,
         sink_thread,
         clock,
@@ -645,6 +749,7 @@ type SinkThread = std::thread::JoinHandle<(Vec<TimedEvent>, Option<String>)>;
 /// Joins the pipeline and the event sink and gathers the result.
 #[allow(clippy::too_many_arguments)]
 fn finish_run(
+    topology: Topology,
     p: Pipeline,
     sink_thread: SinkThread,
     clock: Clock,
@@ -667,6 +772,7 @@ fn finish_run(
         input_errors.push(format!("event log: {e}"));
     }
     RunResult {
+        topology,
         clock,
         pace: opts.pace,
         outcome,
@@ -688,7 +794,7 @@ fn live_source(
     live: &LiveOptions,
     capture: voxline_audio::Capture,
     turns_done: &std::sync::atomic::AtomicU64,
-    watched: &[(&str, Option<std::sync::Arc<voxline_core::EdgeStats>>)],
+    watched: &[(StageId, Option<std::sync::Arc<voxline_core::EdgeStats>>)],
     stop: &dyn Fn() -> bool,
 ) -> ((LiveReport, u64), bool) {
     let f = capture.format().clone();

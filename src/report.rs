@@ -27,6 +27,7 @@ use voxline_core::{
 
 use crate::pipeline::{Pace, RunResult};
 use crate::stats::Percentiles;
+use crate::topology::{LLM, STT, VAD};
 
 /// Version of the report schema.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -114,6 +115,23 @@ pub struct TurnReport {
     pub note: Option<String>,
     /// When things happened, in ms on the report's clock (for timelines).
     pub timeline: TurnTimeline,
+    /// Each stage's measured work on this turn, by stage (not in the JSON;
+    /// the CSV and the timeline show it for every stage of the topology).
+    #[serde(skip)]
+    pub work: BTreeMap<String, StageWork>,
+}
+
+/// One stage's work on one turn, as measured: its calls for the turn, from
+/// the first start to the last end on the session clock (ms since its
+/// origin), and the time they computed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageWork {
+    /// The first call's start.
+    pub start_ms: f64,
+    /// The last call's end.
+    pub end_ms: f64,
+    /// Busy time (waits for room downstream or for the cores excluded).
+    pub busy_ms: f64,
 }
 
 /// A turn's moments on the report's clock (ms since the session origin; the
@@ -380,6 +398,9 @@ pub struct Report {
     pub baseline: Option<BaselineResult>,
     /// The live capture's figures (live sessions only).
     pub live: Option<crate::pipeline::LiveReport>,
+    /// The pipeline's stages and edges (not in the JSON: the renderers walk it).
+    #[serde(skip)]
+    pub topology: voxline_core::Topology,
 }
 
 /// This run against an earlier report.
@@ -412,6 +433,8 @@ struct Gathered {
     llm_span: Option<(Instant, Instant, Instant, f64)>,
     /// The attempt's commit: (sent at, confirmed at) stream positions, and when.
     commit: Option<(u64, u64, Instant)>,
+    /// Every stage's calls for the turn: first start, last end, busy ms.
+    work: BTreeMap<String, (Instant, Instant, f64)>,
 }
 
 /// Builds the report of a run and checks it against `budget`, if given.
@@ -472,17 +495,21 @@ pub fn build(
         };
         // service time: waits for room downstream or for the cores are not work
         let busy = s.busy().as_secs_f64() * 1000.0;
-        match s.stage.as_str() {
-            "stt" => by_id.entry(id).or_default().stt_span = Some((s.started, s.finished, busy)),
-            "llm" => {
-                by_id.entry(id).or_default().llm_span = Some((
-                    s.started,
-                    s.first_emit.unwrap_or(s.finished),
-                    s.finished,
-                    busy,
-                ))
-            }
-            _ => {}
+        let g = by_id.entry(id).or_default();
+        let work = g
+            .work
+            .entry(s.stage.clone())
+            .or_insert((s.started, s.finished, 0.0));
+        *work = (work.0.min(s.started), work.1.max(s.finished), work.2 + busy);
+        if s.stage == STT {
+            g.stt_span = Some((s.started, s.finished, busy));
+        } else if s.stage == LLM {
+            g.llm_span = Some((
+                s.started,
+                s.first_emit.unwrap_or(s.finished),
+                s.finished,
+                busy,
+            ));
         }
     }
 
@@ -502,6 +529,18 @@ pub fn build(
             closed_sample: u.closed_sample,
             spec_sample: g.commit.map(|(sent, _, _)| sent),
             audio_ms: u.duration_ms(),
+            work: g
+                .work
+                .iter()
+                .map(|(stage, (a, b, busy))| {
+                    let work = StageWork {
+                        start_ms: clock.ms_since_origin(*a),
+                        end_ms: clock.ms_since_origin(*b),
+                        busy_ms: *busy,
+                    };
+                    (stage.clone(), work)
+                })
+                .collect(),
             ..Default::default()
         };
         // Truth from the sidecar: the spoken turn overlapping this utterance most.
@@ -704,7 +743,7 @@ pub fn build(
             + run.live.as_ref().map_or(0, |l| l.frames_dropped_in_ring),
         ..Default::default()
     };
-    summary.bottleneck = bottleneck(&stages, &counted);
+    summary.bottleneck = bottleneck(&stages, &counted, &run.topology);
     summary.budget = BudgetResult {
         given: false,
         passed: true,
@@ -733,6 +772,7 @@ pub fn build(
         interrupted: run.interrupted,
         baseline: None,
         live: run.live.clone(),
+        topology: run.topology.clone(),
     };
     if let Some(b) = budget {
         report.summary.budget = b.evaluate(&report);
@@ -767,13 +807,14 @@ fn drop_negative_latencies(t: &mut TurnReport) {
 }
 
 fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<StageReport> {
-    let input_edge = |stage: &str| match stage {
-        "vad" => "audio",
-        "stt" => "utterances",
-        "llm" => "transcripts",
-        _ => "responses",
-    };
-    let mut names: Vec<String> = Vec::new();
+    // the topology's stages in flow order, then any other that ran
+    let mut names: Vec<String> = run
+        .topology
+        .stages()
+        .iter()
+        .map(|s| s.id.to_string())
+        .filter(|name| run.outcome.spans.iter().any(|s| &s.stage == name))
+        .collect();
     for s in &run.outcome.spans {
         if !names.contains(&s.stage) {
             names.push(s.stage.clone());
@@ -794,17 +835,19 @@ fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<
                 .filter(|s| s.kind == SpanKind::Process)
                 .map(|s| s.queue_wait().as_secs_f64() * 1000.0)
                 .collect();
-            let tokens: Option<u64> = match name.as_str() {
-                "stt" => Some(
+            let tokens: Option<u64> = if name == STT {
+                Some(
                     turns
                         .iter()
                         .filter_map(|t| t.stt_tokens)
                         .map(u64::from)
                         .sum(),
-                ),
+                )
+            } else if name == LLM {
                 // streamed tokens: the end-of-generation token is not text
-                "llm" => Some(turns.iter().map(|t| t.llm_streamed_tokens as u64).sum()),
-                _ => None,
+                Some(turns.iter().map(|t| t.llm_streamed_tokens as u64).sum())
+            } else {
+                None
             };
             // LLM: decode tokens/s as in `llm_decode_tps`, (n − 1) / (t_last − t_first)
             // per turn, pooled over the turns (prefill is not decoding)
@@ -815,18 +858,19 @@ fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<
                     t.llm_decode_tps.map(|tps| (gaps, gaps / tps))
                 })
                 .fold((0.0, 0.0), |(g, d), (tg, td)| (g + tg, d + td));
-            let tokens_per_s = if name == "llm" {
+            let tokens_per_s = if name == LLM {
                 (decode_s > 0.0).then(|| gaps / decode_s)
             } else {
                 tokens
                     .filter(|_| busy_ms > 0.0)
                     .map(|n| n as f64 / (busy_ms / 1000.0))
             };
+            let input = run.topology.input_of(&name);
             let edge = run
                 .outcome
                 .edges
                 .iter()
-                .find(|e| e.name == input_edge(&name));
+                .find(|e| input.is_some_and(|i| e.name == *i));
             StageReport {
                 items: spans.iter().filter(|s| s.kind == SpanKind::Process).count(),
                 busy_ms,
@@ -999,12 +1043,13 @@ fn simulate(jobs: &[SimJob], cores: SimCores, turns: &mut [TurnReport]) -> f64 {
 fn with_virtual_waits(mut stages: Vec<StageReport>, turns: &[TurnReport]) -> Vec<StageReport> {
     for s in &mut stages {
         // (arrival, start) of every item on the virtual clock
-        let items: Vec<(f64, f64)> = match s.name.as_str() {
-            "stt" => turns
+        let items: Vec<(f64, f64)> = if s.name == STT {
+            turns
                 .iter()
                 .filter_map(|t| Some((t.timeline.closed_ms, t.timeline.stt_ms?[0])))
-                .collect(),
-            "llm" => turns
+                .collect()
+        } else if s.name == LLM {
+            turns
                 .iter()
                 .filter_map(|t| {
                     Some((
@@ -1012,13 +1057,13 @@ fn with_virtual_waits(mut stages: Vec<StageReport>, turns: &[TurnReport]) -> Vec
                         t.timeline.llm_ms?[0],
                     ))
                 })
-                .collect(),
-            "vad" => {
-                s.queue_wait_ms = Percentiles::of(&vec![0.0; s.items]);
-                s.queue_max_depth = 0;
-                continue;
-            }
-            _ => continue,
+                .collect()
+        } else if s.name == VAD {
+            s.queue_wait_ms = Percentiles::of(&vec![0.0; s.items]);
+            s.queue_max_depth = 0;
+            continue;
+        } else {
+            continue;
         };
         s.queue_wait_ms = Percentiles::of(&items.iter().map(|(a, b)| b - a).collect::<Vec<_>>());
         // deepest queue: items arrived and not yet started, at each arrival
@@ -1055,12 +1100,16 @@ fn terms(t: &TurnReport) -> Option<[f64; 6]> {
     ])
 }
 
-fn bottleneck(stages: &[StageReport], turns: &[&TurnReport]) -> Bottleneck {
+fn bottleneck(
+    stages: &[StageReport],
+    turns: &[&TurnReport],
+    topology: &voxline_core::Topology,
+) -> Bottleneck {
     let mut b = Bottleneck::default();
     let mut reasons = Vec::new();
     let busiest = stages
         .iter()
-        .filter(|s| s.name != "sink")
+        .filter(|s| !topology.is_sink(&s.name))
         .max_by(|a, b| a.utilization.total_cmp(&b.utilization));
     if let Some(s) = busiest {
         b.throughput = Some(s.name.clone());

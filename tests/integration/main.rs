@@ -14,4 +14,5 @@ mod outputs;
 mod replay;
 mod report;
 mod speculation;
+mod topology;
 mod util;

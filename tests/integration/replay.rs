@@ -155,14 +155,12 @@ fn a_slow_llm_loses_nothing_and_queues_stay_bounded() {
         queue_capacity: 1,
         ..Default::default()
     };
-    let run = voxline::pipeline::run(
-        inputs,
-        stt,
-        Slow(llm, std::time::Duration::from_millis(3000)),
-        &opts,
-        None,
-    )
-    .unwrap();
+    // the real stage starts (makes its context) on its thread, slowed down there
+    let slow_llm = voxline_core::on_thread("llm", move || {
+        let llm = voxline_core::StartStage::start(llm)?;
+        Ok(Slow(llm, std::time::Duration::from_millis(3000)))
+    });
+    let run = voxline::pipeline::run(inputs, stt, slow_llm, &opts, None).unwrap();
     assert!(run.outcome.failed.is_none());
     let utterances: Vec<u64> = run
         .events

@@ -168,7 +168,7 @@ fn an_answer_cancelled_mid_stream_leaves_no_history_and_no_cache_behind() {
     let _g = util::engine_lock();
     let s = util::settings(24);
     let board = SpecBoard::new();
-    let llm = voxline_llm::LlmStage::new(voxline_llm::LlmEngine::load(s.llm_config()).unwrap())
+    let llm = voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(s.llm_config()).unwrap())
         .with_speculation(board.clone());
     let mut p = Pipeline::new(Clock::start());
     let (tx, rx) = edge::<Transcript>("transcripts", 4, FullPolicy::Block);

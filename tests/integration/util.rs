@@ -100,7 +100,7 @@ pub fn stages(
     s: &voxline::settings::EngineSettings,
 ) -> (voxline_stt::SttStage, voxline_llm::LlmStage) {
     let stt = voxline_stt::SttEngine::load(s.stt_config()).unwrap();
-    let llm = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
+    let llm = voxline_llm::LlmModel::load(s.llm_config()).unwrap();
     (
         voxline_stt::SttStage::new(stt),
         voxline_llm::LlmStage::new(llm),

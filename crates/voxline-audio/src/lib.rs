@@ -25,7 +25,7 @@ pub use capture::{
 };
 pub use error::AudioError;
 pub use resample::StreamResampler;
-pub use stage::VadStage;
+pub use stage::{VadStage, VAD_STAGE, VAD_STAGE_NAME};
 pub use vad::{Endpointer, Segment, SegmentTracker, VadConfig, VadStats, FRAME_SAMPLES};
 pub use wav::{HeaderWarning, Level, SampleEncoding, WavSource, WavSpec};
 

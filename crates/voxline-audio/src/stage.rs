@@ -210,12 +210,18 @@ impl VadStage {
     }
 }
 
+/// The VAD stage's name in the pipeline.
+pub const VAD_STAGE_NAME: &str = "vad";
+
+/// The VAD stage's identity in the pipeline's topology.
+pub const VAD_STAGE: voxline_core::StageId = voxline_core::StageId::new(VAD_STAGE_NAME);
+
 impl Stage for VadStage {
     type In = AudioFrame;
     type Out = Utterance;
 
     fn name(&self) -> &str {
-        "vad"
+        VAD_STAGE_NAME
     }
 
     fn process(

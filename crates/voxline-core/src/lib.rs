@@ -12,6 +12,8 @@
 //!   and shuts down in order;
 //! - [`span`]: the runtime's record of each call ([`Span`]);
 //! - [`spec`]: speculative turns ([`SpecBoard`], [`SpecGate`]);
+//! - [`topology`]: the pipeline's shape declared once ([`Topology`],
+//!   [`StageId`], [`EdgeId`]);
 //! - [`files`]: atomic file writing, with partial files removed on abort.
 //!
 //! ```
@@ -47,6 +49,7 @@
 //! ```
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod clock;
 pub mod cpu;
@@ -57,6 +60,7 @@ pub mod runtime;
 pub mod span;
 pub mod spec;
 pub mod stage;
+pub mod topology;
 
 pub use clock::{Clock, StreamTime, SAMPLE_RATE};
 pub use cpu::{CpuGovernor, LeaseGuard, Priority, ThreadMeter};
@@ -74,4 +78,5 @@ pub use runtime::{
 };
 pub use span::{Span, SpanKind, SpanRecord};
 pub use spec::{SpecBoard, SpecGate, SpecState};
-pub use stage::{drive, Emitter, Stage, StageError};
+pub use stage::{drive, on_thread, Emitter, OnThread, Stage, StageError, StartError, StartStage};
+pub use topology::{EdgeId, EdgeSpec, StageId, StageSpec, Topology, TopologyError};

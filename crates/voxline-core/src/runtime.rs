@@ -25,7 +25,7 @@ use crate::clock::Clock;
 use crate::edge::{EdgeReceiver, EdgeSender, EdgeStats, EdgeStatsSnapshot, Envelope};
 use crate::message::{Message, PipelineEvent, TimedEvent, TurnError, UtteranceId};
 use crate::span::{Span, SpanKind};
-use crate::stage::{Emitter, Stage, StageError};
+use crate::stage::{Emitter, Stage, StageError, StartError, StartStage};
 
 /// The receiving end of the event bus.
 pub type EventReceiver = cb::Receiver<TimedEvent>;
@@ -96,6 +96,15 @@ pub enum RuntimeError {
         #[source]
         source: io::Error,
     },
+    /// A stage's start-up hook failed (or panicked) on its thread.
+    #[error("stage `{stage}` could not start: {source}")]
+    Start {
+        /// The stage.
+        stage: String,
+        /// Why.
+        #[source]
+        source: StartError,
+    },
 }
 
 /// What a finished run leaves behind.
@@ -113,6 +122,9 @@ pub struct RunOutcome {
     pub events: Vec<TimedEvent>,
     /// When the last thread was joined.
     pub finished: Instant,
+    /// How long the stages took to start on their threads (their start-up
+    /// hooks, e.g. creating an engine context), together.
+    pub startup: std::time::Duration,
 }
 
 impl RunOutcome {
@@ -171,6 +183,7 @@ impl PipelineBuilder {
             cancel_queued: self.cancel_queued,
             threads: Vec::new(),
             edges: Vec::new(),
+            startup: std::time::Duration::ZERO,
         }
     }
 }
@@ -222,6 +235,7 @@ pub struct Pipeline {
     cancel_queued: Option<ShutdownHandle>,
     threads: Vec<(String, JoinHandle<()>)>,
     edges: Vec<Arc<EdgeStats>>,
+    startup: std::time::Duration,
 }
 
 impl Pipeline {
@@ -313,33 +327,70 @@ impl Pipeline {
         self.edges.iter().find(|e| e.name() == name).cloned()
     }
 
-    /// Runs `stage` on its own thread, reading `input` and writing `output`.
+    /// Runs a stage on its own thread, reading `input` and writing `output`.
+    ///
+    /// `stage` is a [`Stage`] that is [`Send`], or a [`StartStage`] that
+    /// builds one: its [`StartStage::start`] runs on the new thread, and this
+    /// waits for it (a start-up barrier), so a stage that cannot start is
+    /// reported here, before any input is read.
     ///
     /// # Errors
     ///
-    /// [`RuntimeError::Spawn`] when the thread cannot be started.
-    pub fn spawn_stage<S: Stage>(
+    /// [`RuntimeError::Spawn`] when the thread cannot be started,
+    /// [`RuntimeError::Start`] when the stage's start-up fails.
+    pub fn spawn_stage<S: StartStage>(
         &mut self,
         stage: S,
-        input: EdgeReceiver<S::In>,
-        output: EdgeSender<S::Out>,
+        input: EdgeReceiver<<S::Stage as Stage>::In>,
+        output: EdgeSender<<S::Stage as Stage>::Out>,
     ) -> Result<(), RuntimeError> {
         self.start_stage(stage, input, output, None)
     }
 
-    fn start_stage<S: Stage>(
+    fn start_stage<S: StartStage>(
         &mut self,
-        stage: S,
-        input: EdgeReceiver<S::In>,
-        output: EdgeSender<S::Out>,
+        starter: S,
+        input: EdgeReceiver<<S::Stage as Stage>::In>,
+        output: EdgeSender<<S::Stage as Stage>::Out>,
         lease: Option<CpuLease>,
     ) -> Result<(), RuntimeError> {
         self.register_edge(input.stats());
         self.register_edge(output.stats());
-        let name = stage.name().to_owned();
+        let name = starter.stage_name().to_owned();
         let mut ctx = self.context(name.clone());
         ctx.lease = lease;
-        self.spawn(name, move || run_stage(stage, &input, &output, &ctx))
+        let (ready_tx, ready_rx) = cb::bounded::<Result<(), StartError>>(1);
+        let began = Instant::now();
+        self.spawn(name.clone(), move || {
+            let failed = match catch_unwind(AssertUnwindSafe(|| starter.start())) {
+                Ok(Ok(stage)) => Ok(stage),
+                Ok(Err(e)) => Err(e),
+                Err(payload) => {
+                    Err(format!("panicked: {}", panic_message(payload.as_ref())).into())
+                }
+            };
+            let stage = match failed {
+                Ok(stage) => stage,
+                Err(e) => {
+                    // the edges go first: whoever hears of the failure finds them closed
+                    drop(input);
+                    drop(output);
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = ready_tx.send(Ok(()));
+            drop(ready_tx);
+            run_stage(stage, &input, &output, &ctx);
+        })?;
+        let started = ready_rx
+            .recv()
+            .unwrap_or_else(|_| Err("its thread ended before it started".into()));
+        self.startup += began.elapsed();
+        started.map_err(|source| RuntimeError::Start {
+            stage: name,
+            source,
+        })
     }
 
     /// Like [`spawn_stage`](Self::spawn_stage), but every call of the stage
@@ -347,12 +398,12 @@ impl Pipeline {
     ///
     /// # Errors
     ///
-    /// [`RuntimeError::Spawn`] when the thread cannot be started.
-    pub fn spawn_stage_leased<S: Stage>(
+    /// As [`spawn_stage`](Self::spawn_stage).
+    pub fn spawn_stage_leased<S: StartStage>(
         &mut self,
         stage: S,
-        input: EdgeReceiver<S::In>,
-        output: EdgeSender<S::Out>,
+        input: EdgeReceiver<<S::Stage as Stage>::In>,
+        output: EdgeSender<<S::Stage as Stage>::Out>,
         lease: CpuLease,
     ) -> Result<(), RuntimeError> {
         self.start_stage(stage, input, output, Some(lease))
@@ -415,6 +466,7 @@ impl Pipeline {
             failed: lock(&self.shared.failure).clone(),
             events,
             finished: Instant::now(),
+            startup: self.startup,
         }
     }
 }

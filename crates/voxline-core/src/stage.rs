@@ -13,8 +13,10 @@ use crate::span::{Span, SpanKind};
 /// [`Pipeline`](crate::Pipeline).
 ///
 /// A stage owns its engine and state. It does not time itself: the runtime
-/// records a [`Span`] around every call.
-pub trait Stage: Send + 'static {
+/// records a [`Span`] around every call. A stage that is [`Send`] is handed
+/// to the runtime as it is; one that holds state bound to its thread (an
+/// engine context) is built on that thread by a [`StartStage`].
+pub trait Stage: 'static {
     /// What the stage consumes.
     type In: Message;
     /// What the stage produces.
@@ -52,6 +54,112 @@ pub trait Stage: Send + 'static {
     fn finish(&mut self, out: &mut Emitter<'_, Self::Out>) -> Result<(), StageError> {
         let _ = out;
         Ok(())
+    }
+}
+
+/// A boxed stage is a stage: lets a pipeline hold added stages of one
+/// message type in a list.
+impl<I: Message, O: Message> Stage for Box<dyn Stage<In = I, Out = O> + Send> {
+    type In = I;
+    type Out = O;
+
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn process(&mut self, input: I, out: &mut Emitter<'_, O>) -> Result<(), StageError> {
+        (**self).process(input, out)
+    }
+
+    fn priority(&self, input: &I) -> Priority {
+        (**self).priority(input)
+    }
+
+    fn finish(&mut self, out: &mut Emitter<'_, O>) -> Result<(), StageError> {
+        (**self).finish(out)
+    }
+}
+
+/// Why a stage could not start: the engine's own error, kept as the source.
+pub type StartError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What the runtime moves onto a stage's thread and starts there, before the
+/// stage's first input: [`StartStage::start`] runs on that thread, so state
+/// that must not cross threads (a llama.cpp context) is created where it
+/// lives. Every [`Send`] stage is its own starter; [`on_thread`] makes one
+/// from a closure.
+pub trait StartStage: Send + 'static {
+    /// The stage that runs.
+    type Stage: Stage;
+
+    /// The stage's name (its thread's name, and the name in start errors).
+    fn stage_name(&self) -> &str;
+
+    /// Builds the stage, on its own thread.
+    ///
+    /// # Errors
+    ///
+    /// Whatever keeps the stage from starting; the runtime reports it from
+    /// [`Pipeline::spawn_stage`](crate::Pipeline::spawn_stage) before any
+    /// input is read.
+    fn start(self) -> Result<Self::Stage, StartError>;
+}
+
+impl<S: Stage + Send> StartStage for S {
+    type Stage = S;
+
+    fn stage_name(&self) -> &str {
+        self.name()
+    }
+
+    fn start(self) -> Result<S, StartError> {
+        Ok(self)
+    }
+}
+
+/// A [`StartStage`] made from a closure; see [`on_thread`].
+pub struct OnThread<F, S> {
+    name: String,
+    build: F,
+    stage: std::marker::PhantomData<fn() -> S>,
+}
+
+impl<F, S> std::fmt::Debug for OnThread<F, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnThread")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A starter that builds stage `name` by calling `build` on the stage's own
+/// thread, e.g. to wrap a stage whose starter is not the stage itself.
+#[must_use]
+pub fn on_thread<F, S>(name: impl Into<String>, build: F) -> OnThread<F, S>
+where
+    S: Stage,
+    F: FnOnce() -> Result<S, StartError> + Send + 'static,
+{
+    OnThread {
+        name: name.into(),
+        build,
+        stage: std::marker::PhantomData,
+    }
+}
+
+impl<F, S> StartStage for OnThread<F, S>
+where
+    S: Stage,
+    F: FnOnce() -> Result<S, StartError> + Send + 'static,
+{
+    type Stage = S;
+
+    fn stage_name(&self) -> &str {
+        &self.name
+    }
+
+    fn start(self) -> Result<S, StartError> {
+        (self.build)()
     }
 }
 

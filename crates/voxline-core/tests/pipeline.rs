@@ -627,3 +627,116 @@ fn several_leased_producers_never_deadlock_on_a_full_edge() {
     assert!(failed.is_none());
     assert_eq!(n, 2 * 200 * 8);
 }
+
+/// A stage that is not `Send` (like an engine context): it must be built on
+/// the thread it runs on, by its start-up hook.
+struct ThreadBound {
+    /// The thread it was built on (an `Rc` makes the stage `!Send`).
+    built_on: std::rc::Rc<String>,
+}
+
+impl Stage for ThreadBound {
+    type In = Item;
+    type Out = Item;
+
+    fn name(&self) -> &str {
+        "bound"
+    }
+
+    fn process(&mut self, mut item: Item, out: &mut Emitter<'_, Item>) -> Result<(), StageError> {
+        // a stage runs where it was built
+        let here = thread::current().name().unwrap_or_default().to_owned();
+        if here != *self.built_on {
+            return Err(StageError::fatal(format!(
+                "built on {} but run on {here}",
+                self.built_on
+            )));
+        }
+        item.hops.push("bound");
+        out.emit(item);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_stage_that_is_not_send_is_built_on_its_own_thread_before_its_first_input() {
+    let mut p = Pipeline::new(Clock::start());
+    let (source, rx) = edge::<Item>("in", 4, FullPolicy::Block);
+    let (tx, results) = edge::<Item>("out", 4, FullPolicy::Block);
+    let (started_tx, started) = mpsc::channel();
+    p.spawn_stage(
+        voxline_core::on_thread("bound", move || {
+            let name = thread::current().name().unwrap_or_default().to_owned();
+            let _ = started_tx.send(name.clone());
+            Ok(ThreadBound {
+                built_on: std::rc::Rc::new(name),
+            })
+        }),
+        rx,
+        tx,
+    )
+    .unwrap();
+    // the start-up barrier: the hook has run when spawn_stage returns
+    let built_on = started
+        .try_recv()
+        .expect("the hook ran before spawn_stage returned");
+    assert_eq!(built_on, "voxline-bound");
+    assert_ne!(thread::current().name(), Some(built_on.as_str()));
+    let (got_tx, got) = mpsc::channel();
+    p.spawn_sink("sink", results, move |env| {
+        let _ = got_tx.send(env.item);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(feed(source, 3), 3);
+    let outcome = join_within(p);
+    assert!(outcome.failed.is_none(), "{:?}", outcome.failed);
+    let items: Vec<Item> = got.try_iter().collect();
+    assert_eq!(items.len(), 3);
+    assert!(items.iter().all(|i| i.hops == ["bound"]));
+    assert!(outcome.startup > Duration::ZERO);
+}
+
+#[test]
+fn a_stage_that_cannot_start_is_reported_by_spawn_before_any_input() {
+    #[derive(Debug, thiserror::Error)]
+    #[error("no context: out of memory")]
+    struct NoContext;
+
+    let mut p = Pipeline::new(Clock::start());
+    let (source, rx) = edge::<Item>("in", 4, FullPolicy::Block);
+    let (tx, _results) = edge::<Item>("out", 4, FullPolicy::Block);
+    let err = p
+        .spawn_stage(
+            voxline_core::on_thread("bound", || -> Result<Hop, _> { Err(NoContext.into()) }),
+            rx,
+            tx,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "stage `bound` could not start: no context: out of memory"
+    );
+    // the engine's own error is kept as the source
+    let source_err = std::error::Error::source(&err).unwrap();
+    assert!(source_err.downcast_ref::<NoContext>().is_some());
+    // the stage's thread is gone and took its input with it: nothing was read
+    assert!(source
+        .send(Item {
+            id: 0,
+            hops: Vec::new()
+        })
+        .is_err());
+
+    let mut p = Pipeline::new(Clock::start());
+    let (_source, rx) = edge::<Item>("in", 4, FullPolicy::Block);
+    let (tx, _results) = edge::<Item>("out", 4, FullPolicy::Block);
+    let err = p
+        .spawn_stage(
+            voxline_core::on_thread("bound", || -> Result<Hop, _> { panic!("hook blew up") }),
+            rx,
+            tx,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("panicked: hook blew up"), "{err}");
+}

@@ -1,6 +1,9 @@
 //! voxline's language model: llama.cpp through llama-cpp-2.
 //!
-//! One model and one context, loaded once. The conversation lives in the
+//! The model ([`LlmModel`]) loads once, on any thread, and can be shared;
+//! its context ([`LlmEngine`]) is bound to the thread that made it, so the
+//! pipeline's stage ([`LlmStage`]) creates it on its own thread when it
+//! starts. The conversation lives in the
 //! KV cache as one token sequence: the system prompt, then each turn. A new
 //! turn is rendered with the model's own chat template, tokenised, and only
 //! the tokens after the longest prefix already in the cache are evaluated —
@@ -9,10 +12,13 @@
 //! budget is exceeded the oldest turns are dropped first. Tokens are
 //! streamed to a callback as they are decoded.
 #![warn(missing_docs)]
+// The only unsafe code moves a context's state through llama.cpp's C API
+// (`LlmEngine::set_threads`), allowed there alone.
+#![deny(unsafe_code)]
 
 use std::num::NonZeroU32;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
@@ -263,44 +269,48 @@ impl Utf8Stream {
     }
 }
 
-/// A loaded language model with its context and conversation.
-pub struct LlmEngine {
-    // Field order matters: the contexts borrow the model and must drop first.
-    ctx: LlamaContext<'static>,
-    /// The context used before the last thread change, with its threads.
-    spare: Option<((usize, usize), LlamaContext<'static>)>,
-    model: Box<LlamaModel>,
+/// A loaded language model: the weights, its chat template, the settings
+/// and the tokenised system prompt. [`Send`] and [`Sync`], cheap to clone
+/// (shared); a conversation needs an [`LlmEngine`] made from it.
+#[derive(Clone)]
+pub struct LlmModel(Arc<ModelParts>);
+
+struct ModelParts {
+    model: LlamaModel,
     template: LlamaChatTemplate,
     config: LlmConfig,
-    /// Tokens whose KV is in the cache, in order (sequence 0).
-    cached: Vec<LlamaToken>,
-    /// Completed turns: (user, assistant).
-    history: Vec<(String, String)>,
-    batch: LlamaBatch<'static>,
-    system_tokens: usize,
-    /// Threads the context computes with now: (prompt batches, single tokens).
-    threads_now: (usize, usize),
-    /// Grants the threads each turn runs with (the cores other processes leave free).
-    governor: Option<voxline_core::CpuGovernor>,
+    system_tokens: Vec<LlamaToken>,
 }
 
-// SAFETY: the context and model are used by one thread at a time (the
-// engine is owned by exactly one stage and moved, never shared); llama.cpp
-// contexts carry no thread affinity.
-unsafe impl Send for LlmEngine {}
-
-impl std::fmt::Debug for LlmEngine {
+impl std::fmt::Debug for LlmModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LlmEngine")
-            .field("config", &self.config)
-            .field("cached_tokens", &self.cached.len())
+        f.debug_struct("LlmModel")
+            .field("config", &self.0.config)
             .finish_non_exhaustive()
     }
 }
 
-impl LlmEngine {
-    /// Loads the GGUF model, creates the context, and evaluates the system
-    /// prompt once so every turn starts from its cached KV.
+/// An engine's llama.cpp contexts, borrowing the model they were made from.
+struct Contexts<'a> {
+    /// The context the engine computes with.
+    ctx: LlamaContext<'a>,
+    /// The context used before the last thread change, with its threads.
+    spare: Option<((usize, usize), LlamaContext<'a>)>,
+}
+
+self_cell::self_cell!(
+    /// A model and the contexts made from it (they borrow it).
+    struct Session {
+        owner: LlmModel,
+        #[covariant]
+        dependent: Contexts,
+    }
+);
+
+impl LlmModel {
+    /// Loads the GGUF model and checks that the system prompt and an
+    /// answer fit in the context. Runs on any thread; nothing here is tied
+    /// to one.
     ///
     /// # Errors
     /// [`LlmError::Model`] for a missing, foreign or truncated file,
@@ -308,7 +318,7 @@ impl LlmEngine {
     /// without a chat template, [`LlmError::Config`] for 0 threads, a tiny
     /// context or a temperature outside 0..=2,
     /// [`LlmError::SystemPromptTooLong`] when the system prompt and the
-    /// answer cannot fit in the context (checked before the context is made).
+    /// answer cannot fit in the context.
     pub fn load(config: LlmConfig) -> Result<Self, LlmError> {
         if config.threads == 0 {
             return Err(LlmError::Config(
@@ -334,10 +344,8 @@ impl LlmEngine {
             detail,
         };
         let mparams = LlamaModelParams::default().with_n_gpu_layers(config.n_gpu_layers);
-        let model = Box::new(
-            LlamaModel::load_from_file(backend, &config.model, &mparams)
-                .map_err(|e| load_err(e.to_string()))?,
-        );
+        let model = LlamaModel::load_from_file(backend, &config.model, &mparams)
+            .map_err(|e| load_err(e.to_string()))?;
         let template = model.chat_template(None).map_err(|e| LlmError::Template {
             path: config.model.clone(),
             detail: e.to_string(),
@@ -355,33 +363,109 @@ impl LlmEngine {
                 max_tokens: config.max_tokens,
             });
         }
-        let threads_now = (config.threads, config.decode_threads.max(1));
-        // SAFETY: the model is boxed (stable address), never moved out or
-        // replaced, and dropped after the context (field order).
-        let model_ref: &'static LlamaModel = unsafe { &*std::ptr::from_ref::<LlamaModel>(&model) };
-        let ctx = new_context(model_ref, &config, threads_now)?;
-        let mut engine = Self {
-            ctx,
-            spare: None,
+        Ok(Self(Arc::new(ModelParts {
             model,
             template,
             config,
+            system_tokens,
+        })))
+    }
+
+    /// The settings the model was loaded with.
+    #[must_use]
+    pub fn config(&self) -> &LlmConfig {
+        &self.0.config
+    }
+
+    fn llama(&self) -> &LlamaModel {
+        &self.0.model
+    }
+}
+
+/// A language model's context and conversation, made from an [`LlmModel`].
+///
+/// The llama.cpp context is bound to the thread that created it: an engine
+/// is neither [`Send`] nor [`Sync`]. In the pipeline, [`LlmStage`] makes it
+/// on the stage's own thread.
+pub struct LlmEngine {
+    /// The model (the session's owner too: a cheap handle, kept apart so it
+    /// can be read while a context is written).
+    model: LlmModel,
+    session: Session,
+    /// Tokens whose KV is in the cache, in order (sequence 0).
+    cached: Vec<LlamaToken>,
+    /// Completed turns: (user, assistant).
+    history: Vec<(String, String)>,
+    batch: LlamaBatch<'static>,
+    /// Threads the context computes with now: (prompt batches, single tokens).
+    threads_now: (usize, usize),
+    /// Grants the threads each turn runs with (the cores other processes leave free).
+    governor: Option<voxline_core::CpuGovernor>,
+}
+
+impl std::fmt::Debug for LlmEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmEngine")
+            .field("config", self.config())
+            .field("cached_tokens", &self.cached.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LlmEngine {
+    /// Loads the model ([`LlmModel::load`]) and makes an engine from it
+    /// ([`LlmEngine::new`]), on this thread.
+    ///
+    /// # Errors
+    /// As [`LlmModel::load`] and [`LlmEngine::new`].
+    pub fn load(config: LlmConfig) -> Result<Self, LlmError> {
+        Self::new(LlmModel::load(config)?)
+    }
+
+    /// Creates a context for `model` on this thread and evaluates the system
+    /// prompt once, so every turn starts from its cached KV.
+    ///
+    /// # Errors
+    /// [`LlmError::Load`] when llama.cpp cannot create the context,
+    /// [`LlmError::Engine`] when the system prompt cannot be evaluated.
+    pub fn new(model: LlmModel) -> Result<Self, LlmError> {
+        let config = model.config();
+        let threads_now = (config.threads, config.decode_threads.max(1));
+        let session = Session::try_new(model.clone(), |m| {
+            Ok::<_, LlmError>(Contexts {
+                ctx: new_context(m.llama(), m.config(), threads_now)?,
+                spare: None,
+            })
+        })?;
+        let mut engine = Self {
+            model,
+            session,
             cached: Vec::new(),
             history: Vec::new(),
             batch: LlamaBatch::new(512, 1),
-            system_tokens: 0,
             threads_now,
             governor: None,
         };
-        engine.system_tokens = system_tokens.len();
-        engine.prefill(&system_tokens)?;
+        let model = engine.model.clone();
+        engine.prefill(&model.0.system_tokens)?;
         Ok(engine)
     }
 
     /// The settings this engine runs with.
     #[must_use]
     pub fn config(&self) -> &LlmConfig {
-        &self.config
+        self.model.config()
+    }
+
+    /// The model this engine was made from.
+    #[must_use]
+    pub fn model(&self) -> &LlmModel {
+        &self.model
+    }
+
+    /// The context the engine computes with.
+    fn ctx(&self) -> &LlamaContext<'_> {
+        &self.session.borrow_dependent().ctx
     }
 
     /// Threads the engine computes with now: (prompt batches, single tokens).
@@ -410,41 +494,45 @@ impl LlmEngine {
         if (batch, decode) == self.threads_now {
             return Ok(false);
         }
-        let size = self.ctx.get_state_size();
+        let size = self.ctx().get_state_size();
         let mut state = vec![0u8; size];
-        // SAFETY: `state` holds `get_state_size()` bytes, the most llama.cpp
-        // writes for this context (its documented requirement).
-        let written = unsafe { self.ctx.copy_state_data(state.as_mut_ptr()) };
+        // SAFETY (FFI: llama.cpp's state copy): `state` holds
+        // `get_state_size()` bytes, the most llama.cpp writes for this
+        // context (its documented requirement).
+        #[allow(unsafe_code)]
+        let written = unsafe { self.ctx().copy_state_data(state.as_mut_ptr()) };
         if written > size {
             return Err(LlmError::Engine(format!(
                 "moving the context: {written} bytes of state written into {size}"
             )));
         }
         state.truncate(written);
-        // SAFETY: as in `load`: the boxed model outlives every context made
-        // from it (field order), and is never moved out or replaced.
-        let model_ref: &'static LlamaModel =
-            unsafe { &*std::ptr::from_ref::<LlamaModel>(&self.model) };
-        let mut ctx = match self.spare.take() {
-            Some((threads, ctx)) if threads == (batch, decode) => ctx,
-            other => {
-                self.spare = other;
-                new_context(model_ref, &self.config, (batch, decode))?
+        let threads_now = self.threads_now;
+        self.session.with_dependent_mut(|model, contexts| {
+            let mut ctx = match contexts.spare.take() {
+                Some((threads, ctx)) if threads == (batch, decode) => ctx,
+                other => {
+                    contexts.spare = other;
+                    new_context(model.llama(), model.config(), (batch, decode))?
+                }
+            };
+            // SAFETY (FFI: llama.cpp's state restore): `state` is exactly what
+            // `copy_state_data` wrote for a context of the same model and
+            // parameters (only the thread counts differ), the format
+            // llama.cpp reads back.
+            #[allow(unsafe_code)]
+            let read = unsafe { ctx.set_state_data(&state) };
+            if read != written {
+                return Err(LlmError::Engine(format!(
+                    "moving the context: {read} of {written} bytes of state read back"
+                )));
             }
-        };
-        // SAFETY: `state` is exactly what `copy_state_data` wrote for a
-        // context of the same model and parameters (only the thread counts
-        // differ), the format llama.cpp reads back.
-        let read = unsafe { ctx.set_state_data(&state) };
-        if read != written {
-            return Err(LlmError::Engine(format!(
-                "moving the context: {read} of {written} bytes of state read back"
-            )));
-        }
-        let previous = std::mem::replace(&mut self.ctx, ctx);
-        // kept for a move back (load comes and goes): reading a state replaces
-        // everything a context holds, so its stale cache does no harm
-        self.spare = Some((self.threads_now, previous));
+            let previous = std::mem::replace(&mut contexts.ctx, ctx);
+            // kept for a move back (load comes and goes): reading a state replaces
+            // everything a context holds, so its stale cache does no harm
+            contexts.spare = Some((threads_now, previous));
+            Ok(())
+        })?;
         self.threads_now = (batch, decode);
         Ok(true)
     }
@@ -486,7 +574,7 @@ impl LlmEngine {
     /// Tokens of the rendered system prompt.
     #[must_use]
     pub fn system_prompt_tokens(&self) -> usize {
-        self.system_tokens
+        self.model.0.system_tokens.len()
     }
 
     /// Tokens whose KV is currently cached.
@@ -567,17 +655,19 @@ impl LlmEngine {
         }
         let pos = |p: usize| u32::try_from(p).unwrap_or(u32::MAX);
         let engine = |e: &dyn std::fmt::Display| LlmError::Engine(format!("context shift: {e}"));
-        self.ctx
-            .clear_kv_cache_seq(Some(0), Some(pos(at)), Some(pos(at + d)))
-            .map_err(|e| engine(&e))?;
-        self.ctx
-            .kv_cache_seq_add(
-                0,
-                Some(pos(at + d)),
-                None,
-                -i32::try_from(d).unwrap_or(i32::MAX),
-            )
-            .map_err(|e| engine(&e))?;
+        self.session.with_dependent_mut(|_, c| {
+            c.ctx
+                .clear_kv_cache_seq(Some(0), Some(pos(at)), Some(pos(at + d)))
+                .map_err(|e| engine(&e))?;
+            c.ctx
+                .kv_cache_seq_add(
+                    0,
+                    Some(pos(at + d)),
+                    None,
+                    -i32::try_from(d).unwrap_or(i32::MAX),
+                )
+                .map_err(|e| engine(&e))
+        })?;
         self.cached.drain(at..at + d);
         Ok(())
     }
@@ -586,8 +676,8 @@ impl LlmEngine {
     fn trim_cache(&mut self, keep: usize) -> Result<(), LlmError> {
         if keep < self.cached.len() {
             let p0 = u32::try_from(keep).unwrap_or(u32::MAX);
-            self.ctx
-                .clear_kv_cache_seq(Some(0), Some(p0), None)
+            self.session
+                .with_dependent_mut(|_, c| c.ctx.clear_kv_cache_seq(Some(0), Some(p0), None))
                 .map_err(|e| LlmError::Engine(e.to_string()))?;
             self.cached.truncate(keep);
         }
@@ -601,11 +691,20 @@ impl LlmEngine {
     }
 
     fn render(&self, history: &[(String, String)], user: Option<&str>) -> Result<String, LlmError> {
-        render_chat(&self.model, &self.template, &self.config, history, user)
+        let m = &self.model.0;
+        render_chat(&m.model, &m.template, &m.config, history, user)
     }
 
     fn tokenize(&self, text: &str) -> Result<Vec<LlamaToken>, LlmError> {
-        tokenize_with(&self.model, text)
+        tokenize_with(self.model.llama(), text)
+    }
+
+    /// Evaluates the batch as it is now.
+    fn decode_batch(&mut self, what: &str) -> Result<(), LlmError> {
+        let batch = &mut self.batch;
+        self.session
+            .with_dependent_mut(|_, c| c.ctx.decode(batch))
+            .map_err(|e| LlmError::Engine(format!("{what}: {e}")))
     }
 
     /// Evaluates `tokens` after what is cached, in batches; logits for the last one.
@@ -621,14 +720,12 @@ impl LlmEngine {
                     .map_err(|e| LlmError::Engine(e.to_string()))?;
                 self.cached.push(t);
             }
-            self.ctx
-                .decode(&mut self.batch)
-                .map_err(|e| LlmError::Engine(format!("prefill: {e}")))?;
+            self.decode_batch("prefill")?;
         }
         // Wait for the evaluation to finish so llama.cpp books it now (its
         // counters are updated on synchronisation, not on submission).
         if n > 0 {
-            let _ = self.ctx.get_logits_ith(self.batch.n_tokens() - 1);
+            let _ = self.ctx().get_logits_ith(self.batch.n_tokens() - 1);
         }
         Ok(())
     }
@@ -644,9 +741,11 @@ impl LlmEngine {
         user: &str,
         on_token: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Response, LlmError> {
-        let budget = (self.config.n_ctx - self.config.max_tokens) as usize;
+        let handle = self.model.clone();
+        let config = handle.config();
+        let budget = (config.n_ctx - config.max_tokens) as usize;
         let mut dropped_turns = 0u32;
-        if !self.config.memory {
+        if !config.memory {
             self.history.clear();
         }
         let remembered = self.history.clone();
@@ -659,18 +758,18 @@ impl LlmEngine {
             if self.history.is_empty() {
                 return Err(LlmError::ContextFull {
                     needed: tokens.len(),
-                    n_ctx: self.config.n_ctx,
-                    max_tokens: self.config.max_tokens,
+                    n_ctx: config.n_ctx,
+                    max_tokens: config.max_tokens,
                 });
             }
             self.history.remove(0);
             dropped_turns += 1;
         };
-        if dropped_turns > 0 && self.config.cache_prompt {
+        if dropped_turns > 0 && config.cache_prompt {
             self.shift_out_dropped(&remembered, &prompt)?;
         }
         // Reuse the longest cached prefix (at least one token is always re-evaluated for logits).
-        let mut keep = if self.config.cache_prompt {
+        let mut keep = if config.cache_prompt {
             self.cached
                 .iter()
                 .zip(&prompt)
@@ -682,34 +781,36 @@ impl LlmEngine {
         keep = keep.min(prompt.len().saturating_sub(1));
         self.trim_cache(keep)?;
         self.follow_governor(false)?;
-        self.ctx.reset_timings();
+        self.session
+            .with_dependent_mut(|_, c| c.ctx.reset_timings());
         let n_prefill = prompt.len() - keep;
         self.prefill(&prompt[keep..])?;
 
-        let mut sampler = self.sampler();
+        let mut sampler = sampler(&config.sampling);
+        let model = handle.llama();
         let mut text = String::new();
         let mut utf8 = Utf8Stream::default();
         let (mut n_sampled, mut n_streamed) = (0u32, 0u32);
         let mut logits_at = self.batch.n_tokens() - 1;
         let stop = loop {
-            let token = sampler.sample(&self.ctx, logits_at);
+            let token = sampler.sample(self.ctx(), logits_at);
             sampler.accept(token);
             n_sampled += 1;
-            if self.model.is_eog_token(token) {
+            if model.is_eog_token(token) {
                 break Stop::EndOfGeneration;
             }
-            let bytes = piece_bytes(&self.model, token)?;
+            let bytes = piece_bytes(model, token)?;
             let piece = utf8.push(&bytes);
             n_streamed += 1;
             text.push_str(&piece);
             let go_on = on_token(&piece);
-            if n_sampled >= self.config.max_tokens {
+            if n_sampled >= config.max_tokens {
                 break Stop::MaxTokens;
             }
             if !go_on {
                 break Stop::Cancelled;
             }
-            if self.cached.len() + 1 >= self.config.n_ctx as usize {
+            if self.cached.len() + 1 >= config.n_ctx as usize {
                 break Stop::ContextFull;
             }
             // the sampled token's logits are used: the state can move now
@@ -719,9 +820,7 @@ impl LlmEngine {
             self.batch
                 .add(token, pos, &[0], true)
                 .map_err(|e| LlmError::Engine(e.to_string()))?;
-            self.ctx
-                .decode(&mut self.batch)
-                .map_err(|e| LlmError::Engine(format!("decode: {e}")))?;
+            self.decode_batch("decode")?;
             self.cached.push(token);
             logits_at = 0;
         };
@@ -730,7 +829,7 @@ impl LlmEngine {
             text.push_str(&tail);
             on_token(&tail);
         }
-        let t = self.ctx.timings();
+        let t = self.session.with_dependent_mut(|_, c| c.ctx.timings());
         // llama.cpp reports at least 1 for each counter; an idle counter is 0.
         let engine = EngineCounters {
             n_p_eval: if n_prefill > 1 {
@@ -745,7 +844,7 @@ impl LlmEngine {
             },
         };
         let answer = text.trim().to_string();
-        if self.config.memory {
+        if config.memory {
             self.history.push((user.to_string(), answer.clone()));
         }
         Ok(Response {
@@ -759,29 +858,29 @@ impl LlmEngine {
             engine,
         })
     }
+}
 
-    fn sampler(&self) -> LlamaSampler {
-        let s = &self.config.sampling;
-        if s.temperature <= 0.0 {
-            LlamaSampler::greedy()
-        } else {
-            LlamaSampler::chain_simple([
-                LlamaSampler::top_k(s.top_k),
-                LlamaSampler::top_p(s.top_p, 1),
-                LlamaSampler::temp(s.temperature),
-                LlamaSampler::dist(s.seed),
-            ])
-        }
+/// The sampler `s` asks for.
+fn sampler(s: &Sampling) -> LlamaSampler {
+    if s.temperature <= 0.0 {
+        LlamaSampler::greedy()
+    } else {
+        LlamaSampler::chain_simple([
+            LlamaSampler::top_k(s.top_k),
+            LlamaSampler::top_p(s.top_p, 1),
+            LlamaSampler::temp(s.temperature),
+            LlamaSampler::dist(s.seed),
+        ])
     }
 }
 
 /// A context for `model` with `config`'s size and `threads` (prompt
 /// batches, single tokens) — always the pipeline's, never llama.cpp's default.
-fn new_context(
-    model: &'static LlamaModel,
+fn new_context<'m>(
+    model: &'m LlamaModel,
     config: &LlmConfig,
     threads: (usize, usize),
-) -> Result<LlamaContext<'static>, LlmError> {
+) -> Result<LlamaContext<'m>, LlmError> {
     let n = |t: usize| i32::try_from(t.max(1)).unwrap_or(1);
     let cparams = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(config.n_ctx))
@@ -859,31 +958,44 @@ fn tokenize_with(model: &LlamaModel, text: &str) -> Result<Vec<LlamaToken>, LlmE
         .map_err(|e| LlmError::Engine(format!("tokenize: {e}")))
 }
 
-/// The language-model stage: one [`Transcript`](voxline_core::Transcript)
-/// in; its answer streamed out as [`LlmOut::Token`](voxline_core::LlmOut)s as
-/// they decode, then one [`LlmOut::Done`](voxline_core::LlmOut). An empty
-/// transcript is answered with nothing (a turn with an empty response); an
-/// engine failure becomes a turn error for that id.
+/// The language-model stage as it is handed to the pipeline: a loaded
+/// model and the stage's settings. It starts on the stage's own thread
+/// ([`voxline_core::StartStage`]), where it creates the engine's context
+/// and evaluates the system prompt; what runs is a [`RunningLlmStage`].
+#[derive(Debug)]
 pub struct LlmStage {
-    engine: LlmEngine,
+    model: LlmModel,
     cancel: Option<voxline_core::ShutdownHandle>,
     board: Option<voxline_core::SpecBoard>,
-    /// A speculative turn answered but not yet committed, with the
-    /// conversation as it was before it.
-    pending: Option<(voxline_core::UtteranceId, Checkpoint)>,
     meter: Option<voxline_core::ThreadMeter>,
+    governor: Option<voxline_core::CpuGovernor>,
 }
 
+/// The stage's name in the pipeline.
+pub const STAGE_NAME: &str = "llm";
+
+/// The stage's identity in the pipeline's topology.
+pub const STAGE: voxline_core::StageId = voxline_core::StageId::new(STAGE_NAME);
+
+// The model and the stage as handed to the pipeline cross threads (the
+// engine, which holds the context, does not: it is made on the stage's).
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    fn sent<T: Send>() {}
+    shared::<LlmModel>();
+    sent::<LlmStage>();
+};
+
 impl LlmStage {
-    /// Wraps a loaded engine.
+    /// The stage for a loaded model.
     #[must_use]
-    pub fn new(engine: LlmEngine) -> Self {
+    pub fn new(model: LlmModel) -> Self {
         Self {
-            engine,
+            model,
             cancel: None,
             board: None,
-            pending: None,
             meter: None,
+            governor: None,
         }
     }
 
@@ -898,7 +1010,7 @@ impl LlmStage {
     /// [`LlmEngine::set_governor`]), counted on the meter.
     #[must_use]
     pub fn with_governor(mut self, governor: Option<voxline_core::CpuGovernor>) -> Self {
-        self.engine.set_governor(governor);
+        self.governor = governor;
         self
     }
 
@@ -912,6 +1024,53 @@ impl LlmStage {
         self
     }
 
+    /// Once `cancel` is requested, the answer in flight stops at the next
+    /// token and queued turns end at once with a turn error ("cancelled").
+    #[must_use]
+    pub fn cancel_on(mut self, cancel: voxline_core::ShutdownHandle) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+}
+
+impl voxline_core::StartStage for LlmStage {
+    type Stage = RunningLlmStage;
+
+    fn stage_name(&self) -> &str {
+        STAGE_NAME
+    }
+
+    /// Creates the engine's context here, on the stage's thread.
+    fn start(self) -> Result<RunningLlmStage, voxline_core::StartError> {
+        let mut engine = LlmEngine::new(self.model)?;
+        engine.set_governor(self.governor);
+        Ok(RunningLlmStage {
+            engine,
+            cancel: self.cancel,
+            board: self.board,
+            pending: None,
+            meter: self.meter,
+        })
+    }
+}
+
+/// The language-model stage running on its thread: one
+/// [`Transcript`](voxline_core::Transcript) in; its answer streamed out as
+/// [`LlmOut::Token`](voxline_core::LlmOut)s as they decode, then one
+/// [`LlmOut::Done`](voxline_core::LlmOut). An empty transcript is answered
+/// with nothing (a turn with an empty response); an engine failure becomes a
+/// turn error for that id.
+pub struct RunningLlmStage {
+    engine: LlmEngine,
+    cancel: Option<voxline_core::ShutdownHandle>,
+    board: Option<voxline_core::SpecBoard>,
+    /// A speculative turn answered but not yet committed, with the
+    /// conversation as it was before it.
+    pending: Option<(voxline_core::UtteranceId, Checkpoint)>,
+    meter: Option<voxline_core::ThreadMeter>,
+}
+
+impl RunningLlmStage {
     /// The engine (e.g. to inspect the conversation).
     #[must_use]
     pub fn engine(&self) -> &LlmEngine {
@@ -945,14 +1104,6 @@ impl LlmStage {
         Ok(())
     }
 
-    /// Once `cancel` is requested, the answer in flight stops at the next
-    /// token and queued turns end at once with a turn error ("cancelled").
-    #[must_use]
-    pub fn cancel_on(mut self, cancel: voxline_core::ShutdownHandle) -> Self {
-        self.cancel = Some(cancel);
-        self
-    }
-
     fn cancelled(&self) -> bool {
         self.cancel
             .as_ref()
@@ -960,12 +1111,12 @@ impl LlmStage {
     }
 }
 
-impl voxline_core::Stage for LlmStage {
+impl voxline_core::Stage for RunningLlmStage {
     type In = voxline_core::Transcript;
     type Out = voxline_core::LlmOut;
 
     fn name(&self) -> &str {
-        "llm"
+        STAGE_NAME
     }
 
     fn finish(
@@ -1118,8 +1269,8 @@ mod tests {
 
     #[test]
     fn every_token_decodes_to_its_whole_text() {
-        let engine = LlmEngine::load(LlmConfig::new(model_path(), 1)).unwrap();
-        let model = &engine.model;
+        let model = LlmModel::load(LlmConfig::new(model_path(), 1)).unwrap();
+        let model = model.llama();
         let mut longer_than_first_try = 0;
         for id in 0..model.n_vocab() {
             let token = LlamaToken::new(id);

@@ -10,6 +10,7 @@
 //! - [`location`]: where the models directory is (flag, `VOXLINE_MODELS`,
 //!   `./models`, the user's data directory).
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

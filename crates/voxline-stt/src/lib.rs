@@ -429,12 +429,18 @@ impl SttStage {
     }
 }
 
+/// The stage's name in the pipeline.
+pub const STAGE_NAME: &str = "stt";
+
+/// The stage's identity in the pipeline's topology.
+pub const STAGE: voxline_core::StageId = voxline_core::StageId::new(STAGE_NAME);
+
 impl voxline_core::Stage for SttStage {
     type In = voxline_core::Utterance;
     type Out = voxline_core::Transcript;
 
     fn name(&self) -> &str {
-        "stt"
+        STAGE_NAME
     }
 
     fn priority(&self, u: &Self::In) -> voxline_core::Priority {

@@ -1,0 +1,126 @@
+//! The shape of voxline's pipeline, declared once: the stages (VAD → STT →
+//! LLM → sink, plus any added ones), the edges between them, their
+//! capacities and full-queue policies. [`crate::pipeline`] builds the
+//! pipeline from it; the report, the timeline, the CSV and the live
+//! fall-behind warning walk it (a run carries it in
+//! [`RunResult::topology`](crate::pipeline::RunResult)).
+
+use voxline_core::{EdgeId, FullPolicy, StageId, Topology};
+
+/// The voice-activity detector: audio in, utterances out.
+pub const VAD: StageId = voxline_audio::VAD_STAGE;
+/// Speech to text: utterances in, transcripts out.
+pub const STT: StageId = voxline_stt::STAGE;
+/// The language model: transcripts in, tokens and completed turns out.
+pub const LLM: StageId = voxline_llm::STAGE;
+/// Where the answers end (the events carry them to the console and the log).
+pub const SINK: StageId = StageId::new("sink");
+
+/// Audio frames, from the source to the VAD.
+pub const AUDIO: EdgeId = EdgeId::new("audio");
+/// Utterances, from the VAD to the STT.
+pub const UTTERANCES: EdgeId = EdgeId::new("utterances");
+/// Transcripts, from the STT to the LLM.
+pub const TRANSCRIPTS: EdgeId = EdgeId::new("transcripts");
+/// The LLM's output, to the sink.
+pub const RESPONSES: EdgeId = EdgeId::new("responses");
+
+/// Frames the audio edge holds when replaying (it blocks when full).
+const REPLAY_AUDIO_FRAMES: usize = 64;
+/// Items the responses edge holds (tokens: an answer streams into it).
+const RESPONSE_ITEMS: usize = 1024;
+
+/// How the audio edge behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AudioEdge {
+    /// Recorded audio: never lose any; a full queue slows the source.
+    Replay,
+    /// A device: the callback must never wait; a full queue of this many
+    /// frames (at least 16) drops the oldest.
+    Live(usize),
+}
+
+/// The standard pipeline: VAD → STT → LLM → sink, with `queue_capacity`
+/// utterances and transcripts queued in front of the engines.
+#[must_use]
+pub fn standard(audio: AudioEdge, queue_capacity: usize) -> Topology {
+    let (audio_capacity, audio_policy) = match audio {
+        AudioEdge::Replay => (REPLAY_AUDIO_FRAMES, FullPolicy::Block),
+        AudioEdge::Live(frames) => (frames.max(16), FullPolicy::DropOldest),
+    };
+    let cap = queue_capacity.max(1);
+    Topology::new()
+        .edge(AUDIO, audio_capacity, audio_policy)
+        .edge(UTTERANCES, cap, FullPolicy::Block)
+        .edge(TRANSCRIPTS, cap, FullPolicy::Block)
+        .edge(RESPONSES, RESPONSE_ITEMS, FullPolicy::Block)
+        .stage(VAD, AUDIO, Some(UTTERANCES))
+        .stage(STT, UTTERANCES, Some(TRANSCRIPTS))
+        .stage(LLM, TRANSCRIPTS, Some(RESPONSES))
+        .stage(SINK, RESPONSES, None)
+}
+
+/// The edge into a stage added after `after`: `to_<stage>`.
+#[must_use]
+pub fn edge_into(stage: &StageId) -> EdgeId {
+    EdgeId::owned(format!("to_{stage}"))
+}
+
+/// The stages whose falling behind real time a live session warns about
+/// (the engines and any added stage: not the VAD, not the sink), each with
+/// the edge it reads.
+#[must_use]
+pub fn watched(topology: &Topology) -> Vec<(StageId, EdgeId)> {
+    topology
+        .stages()
+        .iter()
+        .filter(|s| s.id != VAD && !s.is_sink())
+        .map(|s| (s.id.clone(), s.input.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_standard_pipeline_is_a_line_from_audio_to_the_sink() {
+        let t = standard(AudioEdge::Replay, 4);
+        let names: Vec<&str> = t.stages().iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(names, ["vad", "stt", "llm", "sink"]);
+        for pair in t.stages().windows(2) {
+            assert_eq!(pair[0].output.as_ref(), Some(&pair[1].input));
+        }
+        assert!(t.is_sink("sink"));
+        assert_eq!(t.edge_spec(&UTTERANCES).map(|e| e.capacity), Some(4));
+        assert_eq!(
+            t.edge_spec(&AUDIO).map(|e| e.policy),
+            Some(FullPolicy::Block)
+        );
+    }
+
+    #[test]
+    fn live_audio_drops_the_oldest_and_holds_at_least_16_frames() {
+        let t = standard(AudioEdge::Live(4), 1);
+        let audio = t.edge_spec(&AUDIO).unwrap();
+        assert_eq!((audio.capacity, audio.policy), (16, FullPolicy::DropOldest));
+        let w: Vec<String> = watched(&t)
+            .iter()
+            .map(|(s, e)| format!("{s}<{e}"))
+            .collect();
+        assert_eq!(w, ["stt<utterances", "llm<transcripts"]);
+    }
+
+    #[test]
+    fn an_added_stage_is_watched_on_its_own_edge() {
+        let upper = StageId::owned("upper".into());
+        let t = standard(AudioEdge::Replay, 2)
+            .edge(edge_into(&upper), 2, FullPolicy::Block)
+            .insert_after(&STT, upper.clone(), edge_into(&upper));
+        let w: Vec<String> = watched(&t)
+            .iter()
+            .map(|(s, e)| format!("{s}<{e}"))
+            .collect();
+        assert_eq!(w, ["stt<utterances", "upper<to_upper", "llm<transcripts"]);
+    }
+}
