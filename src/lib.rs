@@ -14,6 +14,7 @@ pub mod report;
 pub mod settings;
 pub mod sidecar;
 pub mod stats;
+pub mod tally;
 
 /// An error in what the user gave (a file, a flag, a model): exit code 2.
 #[derive(Debug, thiserror::Error)]

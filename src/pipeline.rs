@@ -81,6 +81,8 @@ pub struct LiveOptions {
     /// The capture period to ask the device for, in ms (`None`: the smallest
     /// it supports from 10 ms up).
     pub capture_buffer_ms: Option<u32>,
+    /// Leading turns left out of the summary's figures.
+    pub warmup: usize,
 }
 
 /// What the live capture did.
@@ -283,6 +285,18 @@ pub struct RunResult {
     pub engine_threads_peak: usize,
     /// The live capture's figures, for a live session.
     pub live: Option<LiveReport>,
+    /// A live session's measurements, taken as they happened (its
+    /// `outcome.spans` and `events` are then empty: a session of weeks
+    /// keeps only bounded totals and the last turns; see [`crate::tally`]).
+    pub tally: Option<crate::tally::Tally>,
+}
+
+/// A live session's tally, shared by the stage threads (spans) and the
+/// event thread (events).
+type SharedTally = std::sync::Arc<std::sync::Mutex<crate::tally::Tally>>;
+
+fn lock_tally(t: &SharedTally) -> std::sync::MutexGuard<'_, crate::tally::Tally> {
+    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Writes events to the console and an optional JSONL output (a regular
@@ -291,7 +305,10 @@ struct EventSink {
     clock: Clock,
     console: bool,
     file: Option<(crate::output::Output, crate::output::Writer)>,
+    /// Every event, for the report (replay: a file ends).
     events: Vec<TimedEvent>,
+    /// Live: events go into the tally instead and are not kept.
+    tally: Option<SharedTally>,
     write_error: Option<String>,
 }
 
@@ -319,6 +336,7 @@ impl EventSink {
             console: console && !output.is_some_and(crate::output::Output::is_stdout),
             file,
             events: Vec::new(),
+            tally: None,
             write_error: None,
         })
     }
@@ -361,7 +379,10 @@ impl EventSink {
                 _ => {}
             }
         }
-        self.events.push(ev);
+        match &self.tally {
+            Some(t) => lock_tally(t).event(&ev),
+            None => self.events.push(ev),
+        }
     }
 
     /// Finishes the event log; returns the events and any write error.
@@ -450,6 +471,18 @@ where
     };
     let mut sink = EventSink::new(clock, opts.console, opts.events.as_ref())?;
     let mut builder = Pipeline::builder(clock);
+    // live: spans and events are tallied as they happen, not kept
+    let tally: Option<SharedTally> = match &source {
+        Source::Live(l) => Some(std::sync::Arc::new(std::sync::Mutex::new(
+            crate::tally::Tally::new(clock, l.warmup),
+        ))),
+        Source::Replay(_) => None,
+    };
+    if let Some(t) = &tally {
+        let spans = t.clone();
+        builder = builder.observe_spans(move |s| lock_tally(&spans).span(&s));
+        sink.tally = Some(t.clone());
+    }
     if let (Source::Replay(_), Some(stop)) = (&source, &shutdown) {
         // Ctrl-C during replay: stop feeding, cancel what is queued, finish what runs.
         builder = builder.cancel_queued_on(stop.clone());
@@ -522,7 +555,7 @@ where
                 capture.ok_or_else(|| RunError::Runtime("live capture did not start".into()))?;
             let ((report, samples), stopped) =
                 live_source(&live, capture, &turns_done, &watched, &|| stop(&shutdown));
-            return Ok(finish_run(
+            let mut run = finish_run(
                 p,
                 sink_thread,
                 clock,
@@ -534,7 +567,15 @@ where
                 shutdown.as_ref(),
                 samples,
                 Some(report),
-            ));
+            );
+            if let Some(t) = tally {
+                // every thread is joined: nothing else holds the tally now
+                let mut t =
+                    std::mem::replace(&mut *lock_tally(&t), crate::tally::Tally::new(clock, 0));
+                t.close(run.outcome.failed.as_deref());
+                run.tally = Some(t);
+            }
+            return Ok(run);
         }
     };
     let mut pos: u64 = 0;
@@ -679,6 +720,7 @@ fn finish_run(
         cpu_shared: opts.cpu_shared,
         engine_threads_peak: opts.meter.peak(),
         live,
+        tally: None,
     }
 }
 
