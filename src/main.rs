@@ -1210,7 +1210,8 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     if let Some(l) = &rep.live {
         if l.frames_dropped_in_ring > 0 {
             eprintln!(
-                "voxline: warning: {} audio frames were dropped because capture fell behind",
+                "voxline: warning: {:.1} s of audio ({} device frames) was dropped because capture fell behind",
+                l.frames_dropped_in_ring_16k as f64 / 16_000.0,
                 l.frames_dropped_in_ring
             );
         }

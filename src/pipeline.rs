@@ -96,6 +96,9 @@ pub struct LiveReport {
     pub frames_captured: u64,
     /// Device frames dropped because the capture ring was full.
     pub frames_dropped_in_ring: u64,
+    /// The same drops in 16 kHz frames (the unit of `summary.dropped`).
+    #[serde(skip)]
+    pub frames_dropped_in_ring_16k: u64,
     /// Why capture ended.
     pub end: String,
     /// Stream errors reported by the device.
@@ -454,6 +457,8 @@ where
             FullPolicy::DropOldest,
         ),
     };
+    // drops are counted in 16 kHz frames, like the capture ring's
+    let audio_tx = audio_tx.measure_drops(|f| f.samples.len() as u64);
     // Open the device first: if it cannot be opened nothing else starts (and nothing is written).
     let capture = match &source {
         Source::Live(l) => Some(
@@ -724,6 +729,12 @@ fn finish_run(
     }
 }
 
+/// `frames` at `rate` Hz as 16 kHz frames (rounded).
+fn to_16k(frames: u64, rate: u32) -> u64 {
+    let rate = u128::from(rate.max(1));
+    ((u128::from(frames) * 16_000 + rate / 2) / rate) as u64
+}
+
 /// Runs live capture until it should stop; returns the capture figures, the
 /// 16 kHz samples captured, and whether a stop was requested.
 fn live_source(
@@ -777,6 +788,7 @@ fn live_source(
         ),
         frames_captured: stats.frames_captured,
         frames_dropped_in_ring: stats.frames_dropped_in_ring,
+        frames_dropped_in_ring_16k: to_16k(stats.frames_dropped_in_ring, f.sample_rate),
         end: format!("{:?}", stats.end),
         stream_errors: stats.stream_errors.clone(),
         buffer_requested_frames: f.buffer_requested_frames,

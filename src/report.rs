@@ -29,7 +29,7 @@ use crate::pipeline::{Pace, RunResult};
 use crate::stats::Percentiles;
 
 /// Version of the report schema.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// One turn: an utterance and what became of it.
 #[derive(Debug, Clone, Serialize, Default)]
@@ -242,7 +242,8 @@ pub struct Summary {
     pub llm_prefill_tps: Option<Percentiles>,
     /// Mean word error rate over turns with a sidecar.
     pub wer: Option<f64>,
-    /// Items dropped anywhere.
+    /// Audio dropped (capture ring and audio queue together), in 16 kHz
+    /// frames: 16 000 is a second.
     pub dropped: u64,
     /// The most engine threads that computed at once (never above the thread budget).
     pub engine_threads_peak: usize,
@@ -818,10 +819,18 @@ pub(crate) fn finish_turn(t: &mut TurnReport) {
     }
 }
 
-/// Everything the run dropped: the edges' drops and the capture ring's.
+/// Audio the run dropped, in 16 kHz frames: the audio queue's drops (the
+/// other queues block, they never drop) and the capture ring's.
 pub(crate) fn dropped_total(run: &RunResult) -> u64 {
-    run.outcome.edges.iter().map(|e| e.dropped).sum::<u64>()
-        + run.live.as_ref().map_or(0, |l| l.frames_dropped_in_ring)
+    run.outcome
+        .edges
+        .iter()
+        .map(|e| e.dropped_units)
+        .sum::<u64>()
+        + run
+            .live
+            .as_ref()
+            .map_or(0, |l| l.frames_dropped_in_ring_16k)
 }
 
 /// A latency is a duration: one that comes out negative measures a wrong
