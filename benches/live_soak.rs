@@ -4,7 +4,8 @@
 //! second. Not a CI test; run it by hand:
 //!
 //! `cargo bench --bench live_soak` (100 hours of audio; `VOXLINE_SOAK_HOURS`
-//! to change, `VOXLINE_SOAK_WALL_S` caps the wall time, default 3600)
+//! to change, `VOXLINE_SOAK_WALL_S` caps the wall time, default 3600;
+//! `VOXLINE_SOAK_BIN` soaks another build of `voxline`)
 //!
 //! Prints the RSS after each hour of audio (a line every tenth of the run
 //! for long runs), then the verdict: RSS at the end within 5 % of its value
@@ -25,7 +26,9 @@ fn main() {
     let hours = env("VOXLINE_SOAK_HOURS", 100.0);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let soak = live_soak::Soak {
-        bin: env!("CARGO_BIN_EXE_voxline").into(),
+        // another build to compare with (e.g. before a change)
+        bin: std::env::var_os("VOXLINE_SOAK_BIN")
+            .map_or_else(|| env!("CARGO_BIN_EXE_voxline").into(), Into::into),
         models: std::env::var_os("VOXLINE_MODELS_DIR")
             .map_or_else(|| root.join("models"), Into::into),
         speech: root.join("audio-fixtures/multi_turn.wav"),

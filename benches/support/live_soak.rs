@@ -145,12 +145,17 @@ pub fn run(soak: &Soak) -> Outcome {
     let events = home.path().join("events.jsonl");
     let mut child = Command::new(&soak.bin)
         .env("HOME", home.path())
+        // Each turn on its own (`--no-memory`): with the conversation kept,
+        // every turn past ~25 re-evaluates the whole history (the context
+        // cliff, see Performance), and the turns queued at the end would take
+        // minutes to drain. The history is bounded by `--ctx` either way.
         .args([
             "live",
             "--device",
             "voxsoak",
             "--max-tokens",
             "8",
+            "--no-memory",
             "--quiet",
         ])
         .arg("--models-dir")
