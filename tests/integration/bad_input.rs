@@ -951,7 +951,7 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
         &[
             &name_of(&schema_1),
             &"schema version 1",
-            &"writes version 1",
+            &"writes version 2",
         ],
         Style::OneLine,
     );
