@@ -20,7 +20,8 @@ fn main() {
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
-    let model = models.join(voxline_models::registry::WHISPER_TINY_EN.file);
+    let model =
+        models.join(voxline_models::registry::for_role(voxline_models::registry::Role::Stt).file);
     let mut stt = SttEngine::load(SttConfig::new(&model, threads))
         .expect("whisper model (run `voxline models fetch`)");
     let policies = [

@@ -34,7 +34,8 @@ fn setup() -> Setup {
         audio.extend_from_slice(&c);
     }
     Setup {
-        whisper: models.join(voxline_models::registry::WHISPER_TINY_EN.file),
+        whisper: models
+            .join(voxline_models::registry::for_role(voxline_models::registry::Role::Stt).file),
         llm: models.join(voxline_models::registry::SMOLLM2_135M.file),
         audio,
         budget: voxline::settings::ThreadBudget::split(total, None).unwrap(),

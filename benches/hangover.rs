@@ -120,7 +120,7 @@ fn main() {
     println!();
     println!("| spec silence ms | attempts | cancelled (speech resumed) | sent after the VAD's end of speech, ms |");
     println!("|---|---|---|---|");
-    for silence in [100, 150, 200, 250, 300] {
+    for silence in [32, 48, 64, 80, 100, 150, 200, 250, 300] {
         let (mut started, mut cancelled, mut delays) = (0, 0, Vec::new());
         for (_, audio) in &clips {
             let (s, c, d) = attempts(audio, silence);

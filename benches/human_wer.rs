@@ -62,7 +62,8 @@ fn main() {
         .and_then(|t| t.parse().ok())
         .unwrap_or(8);
     let settings = EngineSettings {
-        whisper_model: models.join(voxline_models::registry::WHISPER_TINY_EN.file),
+        whisper_model: models
+            .join(voxline_models::registry::for_role(voxline_models::registry::Role::Stt).file),
         llm_model: models.join(voxline_models::registry::SMOLLM2_135M.file),
         threads: ThreadBudget::split(None, None).unwrap(),
         audio_ctx: voxline_stt::AudioCtx::Default,

@@ -38,7 +38,8 @@ fn main() {
         .collect();
     files.sort();
     let settings = voxline::settings::EngineSettings {
-        whisper_model: models.join(voxline_models::registry::WHISPER_TINY_EN.file),
+        whisper_model: models
+            .join(voxline_models::registry::for_role(voxline_models::registry::Role::Stt).file),
         llm_model: models.join(voxline_models::registry::SMOLLM2_135M.file),
         threads: voxline::settings::ThreadBudget::split(None, None).unwrap(),
         audio_ctx: voxline_stt::AudioCtx::Default,

@@ -90,8 +90,8 @@ enum ModelsCommand {
         /// manifest.json, else the user data directory, ~/.local/share/voxline/models).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Also write whisper with its weight matrices quantised (`q8_0` or `q4_0`),
-        /// from the same source; use it with `--whisper-quant`.
+        /// Also write whisper with its weight matrices in `q4_0` (f16 and q8_0 are
+        /// always installed), from the same source; use it with `--whisper-quant`.
         #[arg(long, value_enum)]
         whisper_quant: Option<QuantArg>,
     },
@@ -118,7 +118,8 @@ struct EngineArgs {
     /// whisper.cpp ggml speech model (default: the installed tiny.en).
     #[arg(long)]
     whisper_model: Option<PathBuf>,
-    /// Use the installed quantised tiny.en (`voxline models fetch --whisper-quant q8_0|q4_0`).
+    /// Which installed tiny.en to use: its weights in f16, q8_0 (the default) or q4_0
+    /// (`voxline models fetch --whisper-quant q4_0` installs it).
     #[arg(long, value_enum)]
     whisper_quant: Option<QuantArg>,
     /// GGUF language model (default: the installed SmolLM2-135M-Instruct).
@@ -174,7 +175,10 @@ struct EngineArgs {
 /// A quantised whisper model.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum QuantArg {
-    /// 8-bit blocks (ggml q8_0).
+    /// 16-bit floats: the converter's full precision.
+    #[value(name = "f16")]
+    F16,
+    /// 8-bit blocks (ggml q8_0): the default.
     #[value(name = "q8_0")]
     Q8_0,
     /// 4-bit blocks (ggml q4_0): faster, less accurate.
@@ -182,11 +186,23 @@ enum QuantArg {
     Q4_0,
 }
 
-impl From<QuantArg> for voxline_models::quant::WhisperQuant {
-    fn from(q: QuantArg) -> Self {
-        match q {
-            QuantArg::Q8_0 => Self::Q8_0,
-            QuantArg::Q4_0 => Self::Q4_0,
+impl QuantArg {
+    /// The pinned whisper model in this precision.
+    fn model(self) -> &'static voxline_models::registry::PinnedModel {
+        use voxline_models::quant::WhisperQuant;
+        match self {
+            Self::F16 => &registry::WHISPER_TINY_EN,
+            Self::Q8_0 => registry::whisper_quantised(WhisperQuant::Q8_0),
+            Self::Q4_0 => registry::whisper_quantised(WhisperQuant::Q4_0),
+        }
+    }
+
+    /// The name `--whisper-quant` takes.
+    fn name(self) -> &'static str {
+        match self {
+            Self::F16 => "f16",
+            Self::Q8_0 => "q8_0",
+            Self::Q4_0 => "q4_0",
         }
     }
 }
@@ -386,7 +402,9 @@ fn models(command: ModelsCommand) -> anyhow::Result<Outcome> {
         ModelsCommand::Fetch { dir, whisper_quant } => {
             let mut wanted = registry::PINNED.to_vec();
             if let Some(q) = whisper_quant {
-                wanted.push(*registry::whisper_quantised(q.into()));
+                if !wanted.iter().any(|m| m.file == q.model().file) {
+                    wanted.push(*q.model());
+                }
             }
             let models_dir = location::resolve_from_process(dir.as_deref());
             let dir = models_dir.path.clone();
@@ -553,9 +571,7 @@ impl EngineArgs {
             self.whisper_model
                 .clone()
                 .unwrap_or_else(|| match self.whisper_quant {
-                    Some(q) => models_dir
-                        .path
-                        .join(registry::whisper_quantised(q.into()).file),
+                    Some(q) => models_dir.path.join(q.model().file),
                     None => fetch::default_path(&models_dir.path, Role::Stt),
                 });
         let llm_model = self
@@ -581,10 +597,10 @@ impl EngineArgs {
                     format!("check the path given to {flag}")
                 } else {
                     let fetch = match (role, self.whisper_quant) {
-                        (Role::Stt, Some(q)) => format!(
+                        (Role::Stt, Some(q @ QuantArg::Q4_0)) => format!(
                             "{} with --whisper-quant {}",
                             fetch_command(&models_dir),
-                            voxline_models::quant::WhisperQuant::from(q).name()
+                            q.name()
                         ),
                         _ => fetch_command(&models_dir),
                     };
@@ -686,12 +702,12 @@ fn engine_stages(
     voxline::fault::Faulty<voxline_llm::LlmStage>,
 ) {
     let board = opts.speculation.as_ref().map(|(b, _)| b);
-    // in priority mode whisper's threads follow the cores other processes leave free
+    // in priority mode both engines' threads follow the cores other processes leave free
     let governor = threads
         .priority
-        .then(|| voxline_core::CpuGovernor::new(threads.stt, true));
-    let mut stt = voxline_stt::SttStage::new(stt).with_cpu(governor, opts.meter.clone());
-    let mut llm = llm.with_meter(opts.meter.clone());
+        .then(|| voxline_core::CpuGovernor::new(threads.total, true));
+    let mut stt = voxline_stt::SttStage::new(stt).with_cpu(governor.clone(), opts.meter.clone());
+    let mut llm = llm.with_meter(opts.meter.clone()).with_governor(governor);
     if let Some(b) = board {
         stt = stt.with_speculation(b.clone());
         llm = llm.with_speculation(b.clone());

@@ -547,10 +547,13 @@ pub fn build(
         pace: run.pace,
         clock,
     };
-    for (n, (id, g)) in by_id.into_iter().enumerate() {
+    // turns counted for the warm-up: cancelled attempts (spans, no utterance) are not turns
+    let mut n = 0;
+    for (id, g) in by_id {
         let Some((t, job)) = turn_report(n, id, &g, &cx) else {
             continue;
         };
+        n += 1;
         if let Some(mut job) = job {
             job.turn = turns.len();
             jobs.push(job);
@@ -644,7 +647,7 @@ pub fn build(
     report
 }
 
-/// The report of utterance `id` (the `n`th gathered), and at fast pace the
+/// The report of utterance `id` (turn `n`, from 0), and at fast pace the
 /// service times the virtual clock replays for it; `None` when its
 /// utterance was never seen (a cancelled attempt). At fast pace the queue
 /// waits and latencies are left for [`simulate`]; then [`finish_turn`].

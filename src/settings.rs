@@ -8,8 +8,11 @@ use voxline_stt::{AudioCtx, SttConfig};
 use crate::BadInput;
 
 /// The default silence after which a turn is sent early (speculative
-/// turn-taking), ms; chosen by measurement (see the README's latency section).
-pub const DEFAULT_SPEC_SILENCE_MS: u32 = 150;
+/// turn-taking), ms: four detector frames. Chosen by measurement (see the
+/// README's turn-taking section): an attempt that speech interrupts is
+/// aborted within milliseconds and costs only idle CPU, so a short wait
+/// buys latency (~90 ms against 150) for a few more cancelled attempts.
+pub const DEFAULT_SPEC_SILENCE_MS: u32 = 64;
 
 /// The default silence that ends a turn, ms. With speculation a hangover
 /// costs no latency while it is shorter than STT plus the first token
@@ -118,23 +121,16 @@ impl ThreadBudget {
 
     /// The default: one engine computes at a time, the current turn's
     /// critical path first (committed STT > first token > streaming decode >
-    /// speculative work); whisper gets every thread the budget holds, less the
-    /// cores other processes keep busy; the LLM runs on one thread (decoding
-    /// is memory-bound: one thread is ~80 % of two, and a single thread
-    /// cannot stall on a barrier when another process takes a core).
+    /// speculative work), and whichever computes gets every thread the budget
+    /// holds, less the cores other processes keep busy (a governor shared by
+    /// both engines; the LLM moves its context to a new thread count between
+    /// tokens, see `LlmEngine::set_governor`).
     ///
     /// # Errors
     /// [`BadInput`] when `total` is 0.
     pub fn priority(total: Option<usize>) -> Result<Self, BadInput> {
         let mut b = Self::shared(total)?;
         b.priority = true;
-        // llama.cpp fixes its thread counts when the context is made, so they
-        // cannot follow the free cores as whisper's do: with two threads a
-        // prefill stalled ~40 s per turn while other processes kept the
-        // cores busy. One thread prefills a turn's few dozen tokens ~90 ms
-        // slower on an idle machine, and never collapses.
-        b.llm = 1;
-        b.llm_decode = 1;
         Ok(b)
     }
 
@@ -289,7 +285,7 @@ mod tests {
         let b = ThreadBudget::priority(Some(2)).unwrap();
         assert_eq!(
             (b.stt, b.llm, b.llm_decode, b.mode()),
-            (2, 1, 1, "priority")
+            (2, 2, 2, "priority")
         );
         assert_eq!(ThreadBudget::split(Some(2), None).unwrap().mode(), "split");
     }

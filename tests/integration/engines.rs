@@ -43,3 +43,78 @@ fn whisper_then_llama_in_one_process() {
     assert_eq!(r.engine.n_eval, r.n_sampled - 1, "{r:?}");
     assert_eq!(r.engine.n_p_eval, r.n_prefill_tokens, "{r:?}");
 }
+
+#[test]
+fn an_engine_moved_to_other_threads_keeps_its_conversation_and_cache() {
+    let _g = util::engine_lock();
+    let s = util::settings(24);
+    let mut moved = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
+    let mut still = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
+    let q1 = "What is the capital of France?";
+    let a = moved.respond(q1, &mut |_| true).unwrap();
+    let b = still.respond(q1, &mut |_| true).unwrap();
+    assert_eq!(a.text, b.text);
+    let (batch, decode) = moved.threads();
+    let other = (batch % 2 + 1, decode % 2 + 1);
+    assert!(moved.set_threads(other.0, other.1).unwrap());
+    assert!(
+        !moved.set_threads(other.0, other.1).unwrap(),
+        "no change, no move"
+    );
+    assert_eq!(moved.threads(), other);
+    assert_eq!(moved.cached_tokens(), still.cached_tokens());
+    assert!(moved.set_threads(0, 1).is_err());
+    // the cache moved whole: the next turn evaluates only its new tokens,
+    // exactly as the engine that never moved, and answers the same
+    let q2 = "And what is the capital of Italy?";
+    let a = moved.respond(q2, &mut |_| true).unwrap();
+    let b = still.respond(q2, &mut |_| true).unwrap();
+    assert_eq!(a.n_prefill_tokens, b.n_prefill_tokens);
+    assert!(a.n_prefill_tokens < a.n_prompt_tokens / 2, "{a:?}");
+    assert_eq!(a.text, b.text);
+    // and back, into the context kept from before (its cache is stale)
+    assert!(moved.set_threads(batch, decode).unwrap());
+    let q3 = "Which of the two is larger?";
+    let a = moved.respond(q3, &mut |_| true).unwrap();
+    let b = still.respond(q3, &mut |_| true).unwrap();
+    assert_eq!(a.n_prefill_tokens, b.n_prefill_tokens);
+    assert_eq!(a.text, b.text);
+}
+
+#[test]
+fn a_full_context_drops_the_oldest_turn_without_evaluating_the_rest_again() {
+    let _g = util::engine_lock();
+    let mut config = util::settings(24).llm_config();
+    config.n_ctx = 320;
+    let mut engine = voxline_llm::LlmEngine::load(config).unwrap();
+    let questions = [
+        "What is the capital of France?",
+        "Name a large animal.",
+        "What colour is the sky?",
+        "How many legs does a spider have?",
+        "What do bees make?",
+        "Name a planet.",
+        "What is ice made of?",
+        "Which season is the coldest?",
+        "What do cows drink?",
+        "Name a fruit that is yellow.",
+    ];
+    let mut shifted = 0;
+    for q in questions.iter().cycle().take(24) {
+        let r = engine.respond(q, &mut |_| true).unwrap();
+        assert!(!r.text.is_empty(), "{q}: empty answer");
+        if r.dropped_turns > 0 {
+            shifted += 1;
+            // the turns that stay come from the cache: only the new turn
+            // (and the tail of the previous answer) is evaluated
+            assert!(
+                r.n_prefill_tokens * 2 < r.n_prompt_tokens,
+                "{q}: {} of {} prompt tokens evaluated again",
+                r.n_prefill_tokens,
+                r.n_prompt_tokens
+            );
+        }
+        assert!(engine.cached_tokens() <= 320);
+    }
+    assert!(shifted >= 5, "the context filled only {shifted} times");
+}

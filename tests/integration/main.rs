@@ -3,6 +3,7 @@
 //! (`.ci/run` does it).
 
 mod bad_input;
+mod batching;
 mod engines;
 mod faults;
 mod ggml_guard;

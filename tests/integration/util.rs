@@ -24,7 +24,7 @@ fn model(file: &str) -> PathBuf {
 
 /// The default whisper model.
 pub fn whisper_model() -> PathBuf {
-    model(voxline_models::registry::WHISPER_TINY_EN.file)
+    model(voxline_models::registry::for_role(voxline_models::registry::Role::Stt).file)
 }
 
 /// The default language model.

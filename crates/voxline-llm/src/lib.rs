@@ -25,6 +25,8 @@ use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::TokenToStringError;
 use serde::{Deserialize, Serialize};
 
+pub mod batch;
+
 /// Errors of the language model engine.
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
@@ -263,8 +265,10 @@ impl Utf8Stream {
 
 /// A loaded language model with its context and conversation.
 pub struct LlmEngine {
-    // Field order matters: the context borrows the model and must drop first.
+    // Field order matters: the contexts borrow the model and must drop first.
     ctx: LlamaContext<'static>,
+    /// The context used before the last thread change, with its threads.
+    spare: Option<((usize, usize), LlamaContext<'static>)>,
     model: Box<LlamaModel>,
     template: LlamaChatTemplate,
     config: LlmConfig,
@@ -274,6 +278,10 @@ pub struct LlmEngine {
     history: Vec<(String, String)>,
     batch: LlamaBatch<'static>,
     system_tokens: usize,
+    /// Threads the context computes with now: (prompt batches, single tokens).
+    threads_now: (usize, usize),
+    /// Grants the threads each turn runs with (the cores other processes leave free).
+    governor: Option<voxline_core::CpuGovernor>,
 }
 
 // SAFETY: the context and model are used by one thread at a time (the
@@ -347,21 +355,14 @@ impl LlmEngine {
                 max_tokens: config.max_tokens,
             });
         }
-        let threads = i32::try_from(config.threads).unwrap_or(1);
-        let decode_threads = i32::try_from(config.decode_threads.max(1)).unwrap_or(1);
-        let cparams = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(config.n_ctx))
-            .with_n_batch(512)
-            .with_n_threads(decode_threads)
-            .with_n_threads_batch(threads);
+        let threads_now = (config.threads, config.decode_threads.max(1));
         // SAFETY: the model is boxed (stable address), never moved out or
         // replaced, and dropped after the context (field order).
         let model_ref: &'static LlamaModel = unsafe { &*std::ptr::from_ref::<LlamaModel>(&model) };
-        let ctx = model_ref
-            .new_context(backend, cparams)
-            .map_err(|e| load_err(e.to_string()))?;
+        let ctx = new_context(model_ref, &config, threads_now)?;
         let mut engine = Self {
             ctx,
+            spare: None,
             model,
             template,
             config,
@@ -369,6 +370,8 @@ impl LlmEngine {
             history: Vec::new(),
             batch: LlamaBatch::new(512, 1),
             system_tokens: 0,
+            threads_now,
+            governor: None,
         };
         engine.system_tokens = system_tokens.len();
         engine.prefill(&system_tokens)?;
@@ -379,6 +382,105 @@ impl LlmEngine {
     #[must_use]
     pub fn config(&self) -> &LlmConfig {
         &self.config
+    }
+
+    /// Threads the engine computes with now: (prompt batches, single tokens).
+    #[must_use]
+    pub fn threads(&self) -> (usize, usize) {
+        self.threads_now
+    }
+
+    /// Computes prompt batches on `batch` threads and single tokens on
+    /// `decode` threads from now on. llama.cpp fixes a context's threads
+    /// when it is made, so a change makes a new context and moves the whole
+    /// state into it (KV cache, logits). Making a context takes tens of
+    /// milliseconds, so the one left is kept for a move back, which costs
+    /// only the state copy. Returns whether the threads changed.
+    ///
+    /// # Errors
+    /// [`LlmError::Config`] for 0 threads, [`LlmError::Load`] when llama.cpp
+    /// cannot make the new context, [`LlmError::Engine`] when the state does
+    /// not move whole.
+    pub fn set_threads(&mut self, batch: usize, decode: usize) -> Result<bool, LlmError> {
+        if batch == 0 || decode == 0 {
+            return Err(LlmError::Config(
+                "the language model needs at least one thread".into(),
+            ));
+        }
+        if (batch, decode) == self.threads_now {
+            return Ok(false);
+        }
+        let size = self.ctx.get_state_size();
+        let mut state = vec![0u8; size];
+        // SAFETY: `state` holds `get_state_size()` bytes, the most llama.cpp
+        // writes for this context (its documented requirement).
+        let written = unsafe { self.ctx.copy_state_data(state.as_mut_ptr()) };
+        if written > size {
+            return Err(LlmError::Engine(format!(
+                "moving the context: {written} bytes of state written into {size}"
+            )));
+        }
+        state.truncate(written);
+        // SAFETY: as in `load`: the boxed model outlives every context made
+        // from it (field order), and is never moved out or replaced.
+        let model_ref: &'static LlamaModel =
+            unsafe { &*std::ptr::from_ref::<LlamaModel>(&self.model) };
+        let mut ctx = match self.spare.take() {
+            Some((threads, ctx)) if threads == (batch, decode) => ctx,
+            other => {
+                self.spare = other;
+                new_context(model_ref, &self.config, (batch, decode))?
+            }
+        };
+        // SAFETY: `state` is exactly what `copy_state_data` wrote for a
+        // context of the same model and parameters (only the thread counts
+        // differ), the format llama.cpp reads back.
+        let read = unsafe { ctx.set_state_data(&state) };
+        if read != written {
+            return Err(LlmError::Engine(format!(
+                "moving the context: {read} of {written} bytes of state read back"
+            )));
+        }
+        let previous = std::mem::replace(&mut self.ctx, ctx);
+        // kept for a move back (load comes and goes): reading a state replaces
+        // everything a context holds, so its stale cache does no harm
+        self.spare = Some((self.threads_now, previous));
+        self.threads_now = (batch, decode);
+        Ok(true)
+    }
+
+    /// Follows the threads `governor` grants, for prompt batches and single
+    /// tokens alike (instead of the configured counts): a turn runs with what
+    /// [`LlmEngine::adapt_threads`] took before it, and an answer moves to
+    /// fewer threads at the next token when other processes take cores (a
+    /// ggml thread sharing its core with another process stalls its
+    /// siblings at every barrier). It never moves to more threads within a
+    /// turn, so the threads counted when a turn starts are its most.
+    pub fn set_governor(&mut self, governor: Option<voxline_core::CpuGovernor>) {
+        self.governor = governor;
+    }
+
+    /// Moves to the threads the governor grants now (none set: the
+    /// configured ones stay) and returns them; call it before a turn.
+    ///
+    /// # Errors
+    /// As [`LlmEngine::set_threads`].
+    pub fn adapt_threads(&mut self) -> Result<(usize, usize), LlmError> {
+        self.follow_governor(true)?;
+        Ok(self.threads_now)
+    }
+
+    /// The threads the governor grants now, moving the context to them when
+    /// they differ and `more_allowed` or they are fewer.
+    fn follow_governor(&mut self, more_allowed: bool) -> Result<(), LlmError> {
+        let Some(g) = &self.governor else {
+            return Ok(());
+        };
+        let t = g.threads();
+        if more_allowed || t < self.threads_now.0.max(self.threads_now.1) {
+            self.set_threads(t, t)?;
+        }
+        Ok(())
     }
 
     /// Tokens of the rendered system prompt.
@@ -429,6 +531,54 @@ impl LlmEngine {
             .count();
         self.trim_cache(keep)?;
         self.history = cp.history;
+        Ok(())
+    }
+
+    /// After the oldest turns were dropped from `remembered` to fit the
+    /// context: removes their tokens from the KV cache and shifts every
+    /// later token back into place (llama.cpp re-rotates the cached keys),
+    /// so the turns that stay are not evaluated again — without this, the
+    /// whole remaining history was re-evaluated at every turn once the
+    /// context was full (seconds per turn on one thread). The shifted
+    /// entries were computed while the dropped turns were still there, the
+    /// approximation llama.cpp's own context shift makes. Nothing happens
+    /// when the cache does not line up with the new prompt.
+    fn shift_out_dropped(
+        &mut self,
+        remembered: &[(String, String)],
+        prompt: &[LlamaToken],
+    ) -> Result<(), LlmError> {
+        let rendered = |h: &[(String, String)]| -> Result<usize, LlmError> {
+            Ok(self.tokenize(&self.render(h, None)?)?.len())
+        };
+        let dropped = remembered.len() - self.history.len();
+        let Some(d) = rendered(remembered)?.checked_sub(rendered(&remembered[dropped..])?) else {
+            return Ok(());
+        };
+        let shared = |a: &[LlamaToken], b: &[LlamaToken]| {
+            a.iter().zip(b).take_while(|(x, y)| x == y).count()
+        };
+        let at = shared(&self.cached, prompt);
+        if d == 0
+            || at + d >= self.cached.len()
+            || shared(&self.cached[at + d..], &prompt[at..]) == 0
+        {
+            return Ok(());
+        }
+        let pos = |p: usize| u32::try_from(p).unwrap_or(u32::MAX);
+        let engine = |e: &dyn std::fmt::Display| LlmError::Engine(format!("context shift: {e}"));
+        self.ctx
+            .clear_kv_cache_seq(Some(0), Some(pos(at)), Some(pos(at + d)))
+            .map_err(|e| engine(&e))?;
+        self.ctx
+            .kv_cache_seq_add(
+                0,
+                Some(pos(at + d)),
+                None,
+                -i32::try_from(d).unwrap_or(i32::MAX),
+            )
+            .map_err(|e| engine(&e))?;
+        self.cached.drain(at..at + d);
         Ok(())
     }
 
@@ -499,6 +649,7 @@ impl LlmEngine {
         if !self.config.memory {
             self.history.clear();
         }
+        let remembered = self.history.clone();
         let prompt = loop {
             let text = self.render(&self.history, Some(user))?;
             let tokens = self.tokenize(&text)?;
@@ -515,6 +666,9 @@ impl LlmEngine {
             self.history.remove(0);
             dropped_turns += 1;
         };
+        if dropped_turns > 0 && self.config.cache_prompt {
+            self.shift_out_dropped(&remembered, &prompt)?;
+        }
         // Reuse the longest cached prefix (at least one token is always re-evaluated for logits).
         let mut keep = if self.config.cache_prompt {
             self.cached
@@ -527,6 +681,7 @@ impl LlmEngine {
         };
         keep = keep.min(prompt.len().saturating_sub(1));
         self.trim_cache(keep)?;
+        self.follow_governor(false)?;
         self.ctx.reset_timings();
         let n_prefill = prompt.len() - keep;
         self.prefill(&prompt[keep..])?;
@@ -557,6 +712,8 @@ impl LlmEngine {
             if self.cached.len() + 1 >= self.config.n_ctx as usize {
                 break Stop::ContextFull;
             }
+            // the sampled token's logits are used: the state can move now
+            self.follow_governor(false)?;
             self.batch.clear();
             let pos = i32::try_from(self.cached.len()).unwrap_or(i32::MAX);
             self.batch
@@ -616,6 +773,27 @@ impl LlmEngine {
             ])
         }
     }
+}
+
+/// A context for `model` with `config`'s size and `threads` (prompt
+/// batches, single tokens) — always the pipeline's, never llama.cpp's default.
+fn new_context(
+    model: &'static LlamaModel,
+    config: &LlmConfig,
+    threads: (usize, usize),
+) -> Result<LlamaContext<'static>, LlmError> {
+    let n = |t: usize| i32::try_from(t.max(1)).unwrap_or(1);
+    let cparams = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(config.n_ctx))
+        .with_n_batch(512)
+        .with_n_threads(n(threads.1))
+        .with_n_threads_batch(n(threads.0));
+    model
+        .new_context(backend()?, cparams)
+        .map_err(|e| LlmError::Load {
+            path: config.model.clone(),
+            detail: e.to_string(),
+        })
 }
 
 /// Renders the system prompt, `history` and `user` with the model's chat template.
@@ -713,6 +891,14 @@ impl LlmStage {
     #[must_use]
     pub fn with_meter(mut self, meter: voxline_core::ThreadMeter) -> Self {
         self.meter = Some(meter);
+        self
+    }
+
+    /// Each turn runs with the threads `governor` grants (see
+    /// [`LlmEngine::set_governor`]), counted on the meter.
+    #[must_use]
+    pub fn with_governor(mut self, governor: Option<voxline_core::CpuGovernor>) -> Self {
+        self.engine.set_governor(governor);
         self
     }
 
@@ -839,11 +1025,12 @@ impl voxline_core::Stage for LlmStage {
                 .as_ref()
                 .is_some_and(|b| b.state(id) == voxline_core::SpecState::Pending)
         };
-        let threads = self
+        // the most this turn runs with (never more mid-answer)
+        let (batch, decode) = self
             .engine
-            .config()
-            .threads
-            .max(self.engine.config().decode_threads);
+            .adapt_threads()
+            .map_err(|e| voxline_core::StageError::turn(id, e.to_string()))?;
+        let threads = batch.max(decode);
         let meter = self.meter.clone();
         let mut running = meter.as_ref().map(|m| m.enter(threads));
         // the lease's priority changes only when the turn's state does
