@@ -12,7 +12,7 @@
 //! llm_prefill_tps = 100.0 # median per-turn prefill tokens/s
 //! stt_rtfx = 1.0          # median audio seconds per STT second
 //! [max]
-//! dropped = 0             # items dropped anywhere
+//! dropped = 0             # audio dropped, 16 kHz frames (16000 = 1 s)
 //! errors = 0              # turns that ended in an error
 //! wer = 0.1               # mean word error rate against the sidecars
 //! ```
@@ -55,7 +55,7 @@ pub struct MinLimits {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MaxLimits {
-    /// Items dropped anywhere.
+    /// Audio dropped anywhere, in 16 kHz frames (16 000 = 1 s).
     pub dropped: Option<u64>,
     /// Turns that ended in an error.
     pub errors: Option<u64>,

@@ -15,6 +15,7 @@ pub mod report;
 pub mod settings;
 pub mod sidecar;
 pub mod stats;
+pub mod tally;
 pub mod topology;
 
 /// An error in what the user gave (a file, a flag, a model): exit code 2.

@@ -1226,6 +1226,7 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         // ~1 minute of 10 ms device blocks: a stalled VAD thread must not lose speech
         audio_queue_frames: 6000,
         capture_buffer_ms: args.capture_buffer_ms,
+        warmup: args.out.warmup,
     });
     if !args.out.quiet {
         eprintln!(
@@ -1247,7 +1248,8 @@ fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     if let Some(l) = &rep.live {
         if l.frames_dropped_in_ring > 0 {
             eprintln!(
-                "voxline: warning: {} audio frames were dropped because capture fell behind",
+                "voxline: warning: {:.1} s of audio ({} device frames) was dropped because capture fell behind",
+                l.frames_dropped_in_ring_16k as f64 / 16_000.0,
                 l.frames_dropped_in_ring
             );
         }

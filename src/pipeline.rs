@@ -82,6 +82,8 @@ pub struct LiveOptions {
     /// The capture period to ask the device for, in ms (`None`: the smallest
     /// it supports from 10 ms up).
     pub capture_buffer_ms: Option<u32>,
+    /// Leading turns left out of the summary's figures.
+    pub warmup: usize,
 }
 
 /// What the live capture did.
@@ -95,6 +97,9 @@ pub struct LiveReport {
     pub frames_captured: u64,
     /// Device frames dropped because the capture ring was full.
     pub frames_dropped_in_ring: u64,
+    /// The same drops in 16 kHz frames (the unit of `summary.dropped`).
+    #[serde(skip)]
+    pub frames_dropped_in_ring_16k: u64,
     /// Why capture ended.
     pub end: String,
     /// Stream errors reported by the device.
@@ -344,6 +349,18 @@ pub struct RunResult {
     pub engine_threads_peak: usize,
     /// The live capture's figures, for a live session.
     pub live: Option<LiveReport>,
+    /// A live session's measurements, taken as they happened (its
+    /// `outcome.spans` and `events` are then empty: a session of weeks
+    /// keeps only bounded totals and the last turns; see [`crate::tally`]).
+    pub tally: Option<crate::tally::Tally>,
+}
+
+/// A live session's tally, shared by the stage threads (spans) and the
+/// event thread (events).
+type SharedTally = std::sync::Arc<std::sync::Mutex<crate::tally::Tally>>;
+
+fn lock_tally(t: &SharedTally) -> std::sync::MutexGuard<'_, crate::tally::Tally> {
+    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Writes events to the console and an optional JSONL output (a regular
@@ -352,7 +369,10 @@ struct EventSink {
     clock: Clock,
     console: bool,
     file: Option<(crate::output::Output, crate::output::Writer)>,
+    /// Every event, for the report (replay: a file ends).
     events: Vec<TimedEvent>,
+    /// Live: events go into the tally instead and are not kept.
+    tally: Option<SharedTally>,
     write_error: Option<String>,
 }
 
@@ -380,6 +400,7 @@ impl EventSink {
             console: console && !output.is_some_and(crate::output::Output::is_stdout),
             file,
             events: Vec::new(),
+            tally: None,
             write_error: None,
         })
     }
@@ -422,7 +443,10 @@ impl EventSink {
                 _ => {}
             }
         }
-        self.events.push(ev);
+        match &self.tally {
+            Some(t) => lock_tally(t).event(&ev),
+            None => self.events.push(ev),
+        }
     }
 
     /// Finishes the event log; returns the events and any write error.
@@ -536,6 +560,15 @@ where
     };
     let topology = extras.topology(audio, opts.queue_capacity)?;
     let (audio_tx, audio_rx) = topology.channel::<AudioFrame>(&topology::AUDIO)?;
+    // drops are counted in 16 kHz frames, like the capture ring's
+    let audio_tx = audio_tx.measure_drops(|f| f.samples.len() as u64);
+    // live: spans and events are tallied as they happen, not kept
+    let tally: Option<SharedTally> = match &source {
+        Source::Live(l) => Some(std::sync::Arc::new(std::sync::Mutex::new(
+            crate::tally::Tally::new(clock, l.warmup),
+        ))),
+        Source::Replay(_) => None,
+    };
     // Open the device first: if it cannot be opened nothing else starts (and nothing is written).
     let replaying = matches!(source, Source::Replay(_));
     let (inputs, live) = match source {
@@ -555,6 +588,11 @@ where
     };
     let mut sink = EventSink::new(clock, opts.console, opts.events.as_ref())?;
     let mut builder = Pipeline::builder(clock);
+    if let Some(t) = &tally {
+        let spans = t.clone();
+        builder = builder.observe_spans(move |s| lock_tally(&spans).span(&s));
+        sink.tally = Some(t.clone());
+    }
     if let (true, Some(stop)) = (replaying, &shutdown) {
         // Ctrl-C during replay: stop feeding, cancel what is queued, finish what runs.
         builder = builder.cancel_queued_on(stop.clone());
@@ -625,7 +663,7 @@ where
         drop(audio_tx); // the capture thread holds its own sender
         let ((report, samples), stopped) =
             live_source(&live, capture, &turns_done, &watched, &|| stop(&shutdown));
-        return Ok(finish_run(
+        let mut run = finish_run(
             topology,
             p,
             sink_thread,
@@ -638,7 +676,15 @@ where
             shutdown.as_ref(),
             samples,
             Some(report),
-        ));
+        );
+        if let Some(t) = tally {
+            // every thread is joined: nothing else holds the tally now
+            let mut t =
+                std::mem::replace(&mut *lock_tally(&t), crate::tally::Tally::new(clock, 0));
+            t.close(run.outcome.failed.as_deref());
+            run.tally = Some(t);
+        }
+        return Ok(run);
     }
     let mut pos: u64 = 0;
     let mut spans = Vec::new();
@@ -785,7 +831,14 @@ fn finish_run(
         cpu_shared: opts.cpu_shared,
         engine_threads_peak: opts.meter.peak(),
         live,
+        tally: None,
     }
+}
+
+/// `frames` at `rate` Hz as 16 kHz frames (rounded).
+fn to_16k(frames: u64, rate: u32) -> u64 {
+    let rate = u128::from(rate.max(1));
+    ((u128::from(frames) * 16_000 + rate / 2) / rate) as u64
 }
 
 /// Runs live capture until it should stop; returns the capture figures, the
@@ -841,6 +894,7 @@ fn live_source(
         ),
         frames_captured: stats.frames_captured,
         frames_dropped_in_ring: stats.frames_dropped_in_ring,
+        frames_dropped_in_ring_16k: to_16k(stats.frames_dropped_in_ring, f.sample_rate),
         end: format!("{:?}", stats.end),
         stream_errors: stats.stream_errors.clone(),
         buffer_requested_frames: f.buffer_requested_frames,

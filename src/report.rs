@@ -21,8 +21,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 use voxline_core::{
-    Clock, EdgeStatsSnapshot, PipelineEvent, SpanKind, StopReason, Transcript, TurnComplete,
-    UtteranceInfo,
+    Clock, EdgeStatsSnapshot, PipelineEvent, Span, SpanKind, StopReason, TimedEvent, Transcript,
+    TurnComplete, UtteranceInfo,
 };
 
 use crate::pipeline::{Pace, RunResult};
@@ -30,7 +30,7 @@ use crate::stats::Percentiles;
 use crate::topology::{LLM, STT, VAD};
 
 /// Version of the report schema.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// One turn: an utterance and what became of it.
 #[derive(Debug, Clone, Serialize, Default)]
@@ -260,7 +260,8 @@ pub struct Summary {
     pub llm_prefill_tps: Option<Percentiles>,
     /// Mean word error rate over turns with a sidecar.
     pub wer: Option<f64>,
-    /// Items dropped anywhere.
+    /// Audio dropped (capture ring and audio queue together), in 16 kHz
+    /// frames: 16 000 is a second.
     pub dropped: u64,
     /// The most engine threads that computed at once (never above the thread budget).
     pub engine_threads_peak: usize,
@@ -422,8 +423,9 @@ fn ms(a: Instant, b: Instant) -> f64 {
     }
 }
 
-#[derive(Default)]
-struct Gathered {
+/// One utterance's events and spans, gathered for its turn report.
+#[derive(Debug, Default)]
+pub(crate) struct Gathered {
     utt: Option<(UtteranceInfo, Instant)>,
     transcript: Option<(Transcript, Instant)>,
     tokens: Vec<Instant>,
@@ -437,6 +439,73 @@ struct Gathered {
     work: BTreeMap<String, (Instant, Instant, f64)>,
 }
 
+impl Gathered {
+    /// Takes what `ev` says about this utterance (the caller routes by id).
+    pub(crate) fn event(&mut self, ev: &TimedEvent) {
+        match &ev.event {
+            PipelineEvent::Utterance(u) => self.utt = Some((*u, ev.at)),
+            PipelineEvent::Transcript(t) => self.transcript = Some((t.clone(), ev.at)),
+            PipelineEvent::Token(_) => self.tokens.push(ev.at),
+            PipelineEvent::TurnComplete(c) => self.done = Some(c.clone()),
+            PipelineEvent::TurnError(e) => {
+                self.error
+                    .get_or_insert(format!("{}: {}", e.stage, e.message));
+            }
+            PipelineEvent::Commit {
+                spec_sample,
+                sample,
+                ..
+            } => self.commit = Some((*spec_sample, *sample, ev.at)),
+            _ => {}
+        }
+    }
+
+    /// Takes a process span of this utterance.
+    pub(crate) fn span(&mut self, s: &Span) {
+        // service time: waits for room downstream or for the cores are not work
+        let busy = s.busy().as_secs_f64() * 1000.0;
+        let work = self
+            .work
+            .entry(s.stage.clone())
+            .or_insert((s.started, s.finished, 0.0));
+        *work = (work.0.min(s.started), work.1.max(s.finished), work.2 + busy);
+        if s.stage == STT {
+            self.stt_span = Some((s.started, s.finished, busy));
+        } else if s.stage == LLM {
+            self.llm_span = Some((
+                s.started,
+                s.first_emit.unwrap_or(s.finished),
+                s.finished,
+                busy,
+            ));
+        }
+    }
+
+    /// Whether the turn has ended: answered, or failed.
+    pub(crate) fn ended(&self) -> bool {
+        self.done.is_some() || self.error.is_some()
+    }
+
+    /// Whether the utterance itself was seen (a cancelled attempt's never is).
+    pub(crate) fn has_utterance(&self) -> bool {
+        self.utt.is_some()
+    }
+}
+
+/// What a turn's report is made against besides its own events.
+pub(crate) struct TurnContext<'a> {
+    /// Turns before this index are warm-up.
+    pub warmup: usize,
+    /// Where each replayed file sits in the stream (none live).
+    pub inputs: &'a [crate::pipeline::InputSpan],
+    /// The run's failure, if it failed (a turn it cut short says so).
+    pub failed: Option<&'a str>,
+    /// Pacing.
+    pub pace: Pace,
+    /// The session clock.
+    pub clock: Clock,
+}
+
 /// Builds the report of a run and checks it against `budget`, if given.
 /// `config.warmup` turns (the first ones) are excluded
 /// from the summary; `model_load_ms` is the cold-start load time.
@@ -447,6 +516,10 @@ pub fn build(
     model_load_ms: f64,
     budget: Option<&crate::budget::Budget>,
 ) -> Report {
+    if let Some(tally) = &run.tally {
+        // a live session: measured as it ran, in bounded memory
+        return tally.report(run, config, model_load_ms, budget);
+    }
     let warmup = config.warmup;
     let clock = run.clock;
     let mut by_id: BTreeMap<u64, Gathered> = BTreeMap::new();
@@ -454,31 +527,23 @@ pub fn build(
     let mut cancelled_ids = std::collections::BTreeSet::new();
     for ev in &run.events {
         match &ev.event {
-            PipelineEvent::Utterance(u) => by_id.entry(u.id).or_default().utt = Some((*u, ev.at)),
-            PipelineEvent::Transcript(t) => {
-                by_id.entry(t.id).or_default().transcript = Some((t.clone(), ev.at))
-            }
-            PipelineEvent::Token(t) => by_id.entry(t.id).or_default().tokens.push(ev.at),
-            PipelineEvent::TurnComplete(c) => by_id.entry(c.id).or_default().done = Some(c.clone()),
-            PipelineEvent::TurnError(e) => {
-                by_id
-                    .entry(e.id)
-                    .or_default()
-                    .error
-                    .get_or_insert(format!("{}: {}", e.stage, e.message));
-            }
             PipelineEvent::SpecStart { .. } => spec.started += 1,
             PipelineEvent::SpecCancel { id, .. } => {
                 spec.cancelled += 1;
                 cancelled_ids.insert(*id);
             }
-            PipelineEvent::Commit {
-                id,
-                spec_sample,
-                sample,
-            } => {
+            PipelineEvent::Commit { id, .. } => {
                 spec.committed += 1;
-                by_id.entry(*id).or_default().commit = Some((*spec_sample, *sample, ev.at));
+                by_id.entry(*id).or_default().event(ev);
+            }
+            PipelineEvent::Utterance(_)
+            | PipelineEvent::Transcript(_)
+            | PipelineEvent::Token(_)
+            | PipelineEvent::TurnComplete(_)
+            | PipelineEvent::TurnError(_) => {
+                if let Some(id) = ev.event.utterance_id() {
+                    by_id.entry(id).or_default().event(ev);
+                }
             }
             _ => {}
         }
@@ -493,195 +558,29 @@ pub fn build(
         let (Some(id), SpanKind::Process) = (s.utterance, s.kind) else {
             continue;
         };
-        // service time: waits for room downstream or for the cores are not work
-        let busy = s.busy().as_secs_f64() * 1000.0;
-        let g = by_id.entry(id).or_default();
-        let work = g
-            .work
-            .entry(s.stage.clone())
-            .or_insert((s.started, s.finished, 0.0));
-        *work = (work.0.min(s.started), work.1.max(s.finished), work.2 + busy);
-        if s.stage == STT {
-            g.stt_span = Some((s.started, s.finished, busy));
-        } else if s.stage == LLM {
-            g.llm_span = Some((
-                s.started,
-                s.first_emit.unwrap_or(s.finished),
-                s.finished,
-                busy,
-            ));
-        }
+        by_id.entry(id).or_default().span(s);
     }
 
     let mut turns = Vec::new();
     let mut jobs: Vec<SimJob> = Vec::new();
     let audio_ms = Clock::samples_to_ms(run.audio_samples);
+    let cx = TurnContext {
+        warmup,
+        inputs: &run.inputs,
+        failed: run.outcome.failed.as_deref(),
+        pace: run.pace,
+        clock,
+    };
     // turns counted for the warm-up: cancelled attempts (spans, no utterance) are not turns
     let mut n = 0;
     for (id, g) in by_id {
-        let Some((u, utt_at)) = g.utt else { continue };
-        n += 1;
-        let mut t = TurnReport {
-            id,
-            warmup: n <= warmup,
-            start_sample: u.start_sample,
-            end_sample: u.end_sample,
-            closed_sample: u.closed_sample,
-            spec_sample: g.commit.map(|(sent, _, _)| sent),
-            audio_ms: u.duration_ms(),
-            work: g
-                .work
-                .iter()
-                .map(|(stage, (a, b, busy))| {
-                    let work = StageWork {
-                        start_ms: clock.ms_since_origin(*a),
-                        end_ms: clock.ms_since_origin(*b),
-                        busy_ms: *busy,
-                    };
-                    (stage.clone(), work)
-                })
-                .collect(),
-            ..Default::default()
+        let Some((t, job)) = turn_report(n, id, &g, &cx) else {
+            continue;
         };
-        // Truth from the sidecar: the spoken turn overlapping this utterance most.
-        t.true_end_sample = u.end_sample;
-        if let Some(input) = run
-            .inputs
-            .iter()
-            .find(|i| u.end_sample > i.start && u.start_sample < i.end.max(i.start + 1))
-        {
-            t.file = Some(input.path.clone());
-            if let Some(sc) = &input.sidecar {
-                let best = sc
-                    .turns
-                    .iter()
-                    .map(|st| {
-                        let (s, e) = (
-                            input.start + sc.to_16k(st.start_sample),
-                            input.start + sc.to_16k(st.end_sample),
-                        );
-                        let overlap = e.min(u.end_sample).saturating_sub(s.max(u.start_sample));
-                        (overlap, st, e)
-                    })
-                    .filter(|(o, _, _)| *o > 0)
-                    .max_by_key(|(o, _, _)| *o);
-                if let Some((_, st, e)) = best {
-                    t.expected = Some(st.text.clone());
-                    t.true_end_sample = e;
-                }
-            }
-        }
-        t.error = g.error.clone().or_else(|| {
-            // a turn the failure cut short must not vanish silently
-            (g.done.is_none())
-                .then(|| {
-                    run.outcome
-                        .failed
-                        .as_ref()
-                        .map(|f| format!("not finished: {f}"))
-                })
-                .flatten()
-        });
-        if let Some((tr, _)) = &g.transcript {
-            t.transcript = Some(tr.text.clone());
-            t.stt_tokens = Some(tr.n_tokens);
-            if let Some(exp) = &t.expected {
-                t.wer = Some(voxline_stt::word_error_rate(exp, &tr.text));
-            }
-        }
-        if let Some(d) = &g.done {
-            t.response = Some(d.response.clone());
-            t.llm_prompt_tokens = Some(d.n_prompt_tokens);
-            t.llm_prefill_tokens = Some(d.engine.n_prefill_tokens);
-            t.llm_generated_tokens = Some(d.n_generated);
-            t.stop = Some(d.stop);
-            t.llm_history_dropped = Some(d.history_dropped);
-        }
-        t.llm_streamed_tokens = g.tokens.len();
-        if g.tokens.len() >= 2 {
-            let span = ms(g.tokens[0], *g.tokens.last().unwrap_or(&g.tokens[0]));
-            if span > 0.0 {
-                t.llm_decode_tps = Some((g.tokens.len() - 1) as f64 / (span / 1000.0));
-            }
-            let gaps: Vec<f64> = g.tokens.windows(2).map(|w| ms(w[0], w[1])).collect();
-            t.inter_token_ms = Percentiles::of(&gaps);
-        }
-
-        // The latency terms, on the wall clock or the virtual one.
-        let stt_service = g
-            .stt_span
-            .zip(g.transcript.as_ref())
-            .map(|((st, _, _), (_, tr_at))| ms(st, *tr_at));
-        let llm_first = g
-            .llm_span
-            .filter(|_| !g.tokens.is_empty())
-            .map(|(st, _, _, _)| ms(st, g.tokens[0]));
-        match run.pace {
-            Pace::Realtime => {
-                // The wall time the true end of speech was captured (or due): the
-                // VAD's end-of-speech instant, moved by the sidecar's correction.
-                let t_end = if t.true_end_sample >= u.end_sample {
-                    u.end_wall + Clock::samples_to_duration(t.true_end_sample - u.end_sample)
-                } else {
-                    u.end_wall
-                        .checked_sub(Clock::samples_to_duration(u.end_sample - t.true_end_sample))
-                        .unwrap_or(u.end_wall)
-                };
-                let at = |i: Instant| clock.ms_since_origin(i);
-                // a speculative turn was sent at `utt_at` and confirmed at its commit
-                let closed_at = g.commit.map_or(utt_at, |(_, _, c)| c);
-                t.timeline = TurnTimeline {
-                    end_of_speech_ms: at(t_end),
-                    closed_ms: at(closed_at),
-                    stt_ms: g.stt_span.map(|(a, b, _)| [at(a), at(b)]),
-                    llm_ms: g.llm_span.map(|(a, _, b, _)| [at(a), at(b)]),
-                    first_token_ms: g.tokens.first().map(|f| at(*f)),
-                };
-                t.endpoint_delay_ms = Some(ms(t_end, closed_at));
-                if g.commit.is_some() {
-                    t.spec_delay_ms = Some(ms(t_end, utt_at));
-                }
-                if let Some((st, _, _)) = g.stt_span {
-                    t.stt_queue_ms = Some(ms(utt_at, st));
-                }
-                t.stt_ms = stt_service;
-                if let (Some((_, tr_at)), Some((st, _, fin, _))) = (&g.transcript, g.llm_span) {
-                    t.llm_queue_ms = Some(ms(*tr_at, st));
-                    t.llm_ms = Some(ms(st, fin));
-                    if let Some(first) = g.tokens.first() {
-                        t.llm_ttft_ms = Some(ms(*tr_at, *first));
-                        // shown when computed, or at the commit if it was computed earlier
-                        let shown = (*first).max(closed_at);
-                        t.response_latency_ms = Some(ms(t_end, shown));
-                        t.processing_ms = Some(ms(closed_at, shown));
-                        if g.commit.is_some() {
-                            t.commit_wait_ms = Some(ms(*first, shown));
-                        }
-                    }
-                }
-                t.llm_first_token_ms = llm_first;
-            }
-            Pace::Fast => {
-                let v_end = Clock::samples_to_ms(t.true_end_sample);
-                let v_utt = Clock::samples_to_ms(t.closed_sample);
-                t.endpoint_delay_ms = Some(v_utt - v_end);
-                t.timeline.end_of_speech_ms = v_end;
-                t.timeline.closed_ms = v_utt;
-                t.llm_first_token_ms = llm_first;
-                if let Some((sent, _, _)) = g.commit {
-                    t.spec_delay_ms = Some(Clock::samples_to_ms(sent) - v_end);
-                }
-                jobs.push(SimJob {
-                    turn: turns.len(),
-                    ready: g
-                        .commit
-                        .map_or(v_utt, |(sent, _, _)| Clock::samples_to_ms(sent)),
-                    commit: v_utt,
-                    speculative: g.commit.is_some(),
-                    stt: g.stt_span.map(|(_, _, busy)| (busy, stt_service)),
-                    llm: g.llm_span.map(|(_, _, _, busy)| (busy, llm_first)),
-                });
-            }
+        n += 1;
+        if let Some(mut job) = job {
+            job.turn = turns.len();
+            jobs.push(job);
         }
         turns.push(t);
     }
@@ -698,17 +597,7 @@ pub fn build(
         }
     };
     for t in &mut turns {
-        drop_negative_latencies(t);
-        if let Some(s) = t.stt_ms.filter(|s| *s > 0.0) {
-            t.stt_rtfx = Some(t.audio_ms / s);
-            t.stt_tps = t.stt_tokens.map(|n| f64::from(n) / (s / 1000.0));
-        }
-        if let (Some(first), Some(n)) = (
-            t.llm_first_token_ms.filter(|f| *f > 0.0),
-            t.llm_prefill_tokens,
-        ) {
-            t.llm_prefill_tps = Some(f64::from(n) / (first / 1000.0));
-        }
+        finish_turn(t);
     }
     let stages = stage_reports(run, &turns, session_ms);
     let stages = if run.pace == Pace::Fast {
@@ -739,11 +628,14 @@ pub fn build(
         llm_prefill_tps: pick(&|t| t.llm_prefill_tps),
         wer: (!wers.is_empty()).then(|| wers.iter().sum::<f64>() / wers.len() as f64),
         engine_threads_peak: run.engine_threads_peak,
-        dropped: run.outcome.edges.iter().map(|e| e.dropped).sum::<u64>()
-            + run.live.as_ref().map_or(0, |l| l.frames_dropped_in_ring),
+        dropped: dropped_total(run),
         ..Default::default()
     };
-    summary.bottleneck = bottleneck(&stages, &counted, &run.topology);
+    let mut terms = TermTotals::default();
+    for t in &counted {
+        terms.add(t);
+    }
+    summary.bottleneck = bottleneck(&stages, &terms, &run.topology);
     summary.budget = BudgetResult {
         given: false,
         passed: true,
@@ -780,6 +672,207 @@ pub fn build(
     report
 }
 
+/// The report of utterance `id` (turn `n`, from 0), and at fast pace the
+/// service times the virtual clock replays for it; `None` when its
+/// utterance was never seen (a cancelled attempt). At fast pace the queue
+/// waits and latencies are left for [`simulate`]; then [`finish_turn`].
+pub(crate) fn turn_report(
+    n: usize,
+    id: u64,
+    g: &Gathered,
+    cx: &TurnContext<'_>,
+) -> Option<(TurnReport, Option<SimJob>)> {
+    let mut job = None;
+    let (u, utt_at) = g.utt?;
+    let mut t = TurnReport {
+        id,
+        warmup: n < cx.warmup,
+        start_sample: u.start_sample,
+        end_sample: u.end_sample,
+        closed_sample: u.closed_sample,
+        spec_sample: g.commit.map(|(sent, _, _)| sent),
+        audio_ms: u.duration_ms(),
+        work: g
+            .work
+            .iter()
+            .map(|(stage, (a, b, busy))| {
+                let work = StageWork {
+                    start_ms: cx.clock.ms_since_origin(*a),
+                    end_ms: cx.clock.ms_since_origin(*b),
+                    busy_ms: *busy,
+                };
+                (stage.clone(), work)
+            })
+            .collect(),
+        ..Default::default()
+    };
+    // Truth from the sidecar: the spoken turn overlapping this utterance most.
+    t.true_end_sample = u.end_sample;
+    if let Some(input) = cx
+        .inputs
+        .iter()
+        .find(|i| u.end_sample > i.start && u.start_sample < i.end.max(i.start + 1))
+    {
+        t.file = Some(input.path.clone());
+        if let Some(sc) = &input.sidecar {
+            let best = sc
+                .turns
+                .iter()
+                .map(|st| {
+                    let (s, e) = (
+                        input.start + sc.to_16k(st.start_sample),
+                        input.start + sc.to_16k(st.end_sample),
+                    );
+                    let overlap = e.min(u.end_sample).saturating_sub(s.max(u.start_sample));
+                    (overlap, st, e)
+                })
+                .filter(|(o, _, _)| *o > 0)
+                .max_by_key(|(o, _, _)| *o);
+            if let Some((_, st, e)) = best {
+                t.expected = Some(st.text.clone());
+                t.true_end_sample = e;
+            }
+        }
+    }
+    t.error = g.error.clone().or_else(|| {
+        // a turn the failure cut short must not vanish silently
+        (g.done.is_none())
+            .then(|| cx.failed.map(|f| format!("not finished: {f}")))
+            .flatten()
+    });
+    if let Some((tr, _)) = &g.transcript {
+        t.transcript = Some(tr.text.clone());
+        t.stt_tokens = Some(tr.n_tokens);
+        if let Some(exp) = &t.expected {
+            t.wer = Some(voxline_stt::word_error_rate(exp, &tr.text));
+        }
+    }
+    if let Some(d) = &g.done {
+        t.response = Some(d.response.clone());
+        t.llm_prompt_tokens = Some(d.n_prompt_tokens);
+        t.llm_prefill_tokens = Some(d.engine.n_prefill_tokens);
+        t.llm_generated_tokens = Some(d.n_generated);
+        t.stop = Some(d.stop);
+        t.llm_history_dropped = Some(d.history_dropped);
+    }
+    t.llm_streamed_tokens = g.tokens.len();
+    if g.tokens.len() >= 2 {
+        let span = ms(g.tokens[0], *g.tokens.last().unwrap_or(&g.tokens[0]));
+        if span > 0.0 {
+            t.llm_decode_tps = Some((g.tokens.len() - 1) as f64 / (span / 1000.0));
+        }
+        let gaps: Vec<f64> = g.tokens.windows(2).map(|w| ms(w[0], w[1])).collect();
+        t.inter_token_ms = Percentiles::of(&gaps);
+    }
+
+    // The latency terms, on the wall clock or the virtual one.
+    let stt_service = g
+        .stt_span
+        .zip(g.transcript.as_ref())
+        .map(|((st, _, _), (_, tr_at))| ms(st, *tr_at));
+    let llm_first = g
+        .llm_span
+        .filter(|_| !g.tokens.is_empty())
+        .map(|(st, _, _, _)| ms(st, g.tokens[0]));
+    match cx.pace {
+        Pace::Realtime => {
+            // The wall time the true end of speech was captured (or due): the
+            // VAD's end-of-speech instant, moved by the sidecar's correction.
+            let t_end = if t.true_end_sample >= u.end_sample {
+                u.end_wall + Clock::samples_to_duration(t.true_end_sample - u.end_sample)
+            } else {
+                u.end_wall
+                    .checked_sub(Clock::samples_to_duration(u.end_sample - t.true_end_sample))
+                    .unwrap_or(u.end_wall)
+            };
+            let at = |i: Instant| cx.clock.ms_since_origin(i);
+            // a speculative turn was sent at `utt_at` and confirmed at its commit
+            let closed_at = g.commit.map_or(utt_at, |(_, _, c)| c);
+            t.timeline = TurnTimeline {
+                end_of_speech_ms: at(t_end),
+                closed_ms: at(closed_at),
+                stt_ms: g.stt_span.map(|(a, b, _)| [at(a), at(b)]),
+                llm_ms: g.llm_span.map(|(a, _, b, _)| [at(a), at(b)]),
+                first_token_ms: g.tokens.first().map(|f| at(*f)),
+            };
+            t.endpoint_delay_ms = Some(ms(t_end, closed_at));
+            if g.commit.is_some() {
+                t.spec_delay_ms = Some(ms(t_end, utt_at));
+            }
+            if let Some((st, _, _)) = g.stt_span {
+                t.stt_queue_ms = Some(ms(utt_at, st));
+            }
+            t.stt_ms = stt_service;
+            if let (Some((_, tr_at)), Some((st, _, fin, _))) = (&g.transcript, g.llm_span) {
+                t.llm_queue_ms = Some(ms(*tr_at, st));
+                t.llm_ms = Some(ms(st, fin));
+                if let Some(first) = g.tokens.first() {
+                    t.llm_ttft_ms = Some(ms(*tr_at, *first));
+                    // shown when computed, or at the commit if it was computed earlier
+                    let shown = (*first).max(closed_at);
+                    t.response_latency_ms = Some(ms(t_end, shown));
+                    t.processing_ms = Some(ms(closed_at, shown));
+                    if g.commit.is_some() {
+                        t.commit_wait_ms = Some(ms(*first, shown));
+                    }
+                }
+            }
+            t.llm_first_token_ms = llm_first;
+        }
+        Pace::Fast => {
+            let v_end = Clock::samples_to_ms(t.true_end_sample);
+            let v_utt = Clock::samples_to_ms(t.closed_sample);
+            t.endpoint_delay_ms = Some(v_utt - v_end);
+            t.timeline.end_of_speech_ms = v_end;
+            t.timeline.closed_ms = v_utt;
+            t.llm_first_token_ms = llm_first;
+            if let Some((sent, _, _)) = g.commit {
+                t.spec_delay_ms = Some(Clock::samples_to_ms(sent) - v_end);
+            }
+            job = Some(SimJob {
+                turn: 0,
+                ready: g
+                    .commit
+                    .map_or(v_utt, |(sent, _, _)| Clock::samples_to_ms(sent)),
+                commit: v_utt,
+                speculative: g.commit.is_some(),
+                stt: g.stt_span.map(|(_, _, busy)| (busy, stt_service)),
+                llm: g.llm_span.map(|(_, _, _, busy)| (busy, llm_first)),
+            });
+        }
+    }
+    Some((t, job))
+}
+
+/// The figures derived from a turn's latencies, once they are final.
+pub(crate) fn finish_turn(t: &mut TurnReport) {
+    drop_negative_latencies(t);
+    if let Some(s) = t.stt_ms.filter(|s| *s > 0.0) {
+        t.stt_rtfx = Some(t.audio_ms / s);
+        t.stt_tps = t.stt_tokens.map(|n| f64::from(n) / (s / 1000.0));
+    }
+    if let (Some(first), Some(n)) = (
+        t.llm_first_token_ms.filter(|f| *f > 0.0),
+        t.llm_prefill_tokens,
+    ) {
+        t.llm_prefill_tps = Some(f64::from(n) / (first / 1000.0));
+    }
+}
+
+/// Audio the run dropped, in 16 kHz frames: the audio queue's drops (the
+/// other queues block, they never drop) and the capture ring's.
+pub(crate) fn dropped_total(run: &RunResult) -> u64 {
+    run.outcome
+        .edges
+        .iter()
+        .map(|e| e.dropped_units)
+        .sum::<u64>()
+        + run
+            .live
+            .as_ref()
+            .map_or(0, |l| l.frames_dropped_in_ring_16k)
+}
+
 /// A latency is a duration: one that comes out negative measures a wrong
 /// marker (a recorded end of speech after the utterance closed or the answer
 /// began — e.g. a turn the VAD split), not the pipeline. Such a turn keeps
@@ -806,93 +899,143 @@ fn drop_negative_latencies(t: &mut TurnReport) {
     ));
 }
 
-fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<StageReport> {
-    // the topology's stages in flow order, then any other that ran
-    let mut names: Vec<String> = run
-        .topology
-        .stages()
-        .iter()
-        .map(|s| s.id.to_string())
-        .filter(|name| run.outcome.spans.iter().any(|s| &s.stage == name))
-        .collect();
-    for s in &run.outcome.spans {
-        if !names.contains(&s.stage) {
-            names.push(s.stage.clone());
+/// One stage's spans, summed (what its [`StageReport`] is made of).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StageTotals {
+    /// Stage name.
+    pub name: String,
+    /// Process spans.
+    pub items: usize,
+    /// Busy time of every span, ms.
+    pub busy_ms: f64,
+    /// Queue waits of the process spans, ms.
+    pub waits: crate::stats::Series,
+}
+
+impl StageTotals {
+    /// Adds one span of this stage.
+    pub(crate) fn add(&mut self, s: &Span) {
+        self.busy_ms += s.busy().as_secs_f64() * 1000.0;
+        if s.kind == SpanKind::Process {
+            self.items += 1;
+            self.waits.record(s.queue_wait().as_secs_f64() * 1000.0);
         }
     }
-    names
-        .into_iter()
-        .map(|name| {
-            let spans: Vec<_> = run
-                .outcome
-                .spans
-                .iter()
-                .filter(|s| s.stage == name)
-                .collect();
-            let busy_ms: f64 = spans.iter().map(|s| s.busy().as_secs_f64() * 1000.0).sum();
-            let waits: Vec<f64> = spans
-                .iter()
-                .filter(|s| s.kind == SpanKind::Process)
-                .map(|s| s.queue_wait().as_secs_f64() * 1000.0)
-                .collect();
-            let tokens: Option<u64> = if name == STT {
-                Some(
-                    turns
-                        .iter()
-                        .filter_map(|t| t.stt_tokens)
-                        .map(u64::from)
-                        .sum(),
-                )
-            } else if name == LLM {
-                // streamed tokens: the end-of-generation token is not text
-                Some(turns.iter().map(|t| t.llm_streamed_tokens as u64).sum())
-            } else {
-                None
-            };
-            // LLM: decode tokens/s as in `llm_decode_tps`, (n − 1) / (t_last − t_first)
-            // per turn, pooled over the turns (prefill is not decoding)
-            let (gaps, decode_s) = turns
-                .iter()
-                .filter_map(|t| {
-                    let gaps = t.llm_streamed_tokens.checked_sub(1)? as f64;
-                    t.llm_decode_tps.map(|tps| (gaps, gaps / tps))
-                })
-                .fold((0.0, 0.0), |(g, d), (tg, td)| (g + tg, d + td));
-            let tokens_per_s = if name == LLM {
-                (decode_s > 0.0).then(|| gaps / decode_s)
-            } else {
-                tokens
-                    .filter(|_| busy_ms > 0.0)
-                    .map(|n| n as f64 / (busy_ms / 1000.0))
-            };
-            let input = run.topology.input_of(&name);
-            let edge = run
-                .outcome
-                .edges
-                .iter()
-                .find(|e| input.is_some_and(|i| e.name == *i));
-            StageReport {
-                items: spans.iter().filter(|s| s.kind == SpanKind::Process).count(),
-                busy_ms,
-                utilization: if session_ms > 0.0 {
-                    busy_ms / session_ms
-                } else {
-                    0.0
-                },
-                tokens,
-                tokens_per_s,
-                queue_wait_ms: Percentiles::of(&waits),
-                queue_max_depth: edge.map_or(0, |e| e.max_depth),
-                queue_capacity: edge.map_or(0, |e| e.capacity),
-                dropped: edge.map_or(0, |e| e.dropped),
-                name,
+}
+
+/// The token counts of a run's turns, summed for the stage reports.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TokenTotals {
+    stt_tokens: u64,
+    llm_tokens: u64,
+    /// Decode gaps (n − 1 per turn) and the decode time they took, s.
+    decode_gaps: f64,
+    decode_s: f64,
+}
+
+impl TokenTotals {
+    /// Adds one turn.
+    pub(crate) fn add(&mut self, t: &TurnReport) {
+        self.stt_tokens += t.stt_tokens.map_or(0, u64::from);
+        // streamed tokens: the end-of-generation token is not text
+        self.llm_tokens += t.llm_streamed_tokens as u64;
+        if let Some((g, tps)) = t
+            .llm_streamed_tokens
+            .checked_sub(1)
+            .map(|g| g as f64)
+            .zip(t.llm_decode_tps)
+        {
+            self.decode_gaps += g;
+            self.decode_s += g / tps;
+        }
+    }
+}
+
+fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<StageReport> {
+    let mut stages: Vec<StageTotals> = Vec::new();
+    for s in &run.outcome.spans {
+        match stages.iter_mut().find(|t| t.name == s.stage) {
+            Some(t) => t.add(s),
+            None => {
+                let mut t = StageTotals {
+                    name: s.stage.clone(),
+                    ..StageTotals::default()
+                };
+                t.add(s);
+                stages.push(t);
             }
-        })
+        }
+    }
+    let mut tokens = TokenTotals::default();
+    for t in turns {
+        tokens.add(t);
+    }
+    in_flow_order(&mut stages, &run.topology);
+    stages
+        .iter()
+        .map(|st| stage_report(st, &tokens, &run.outcome.edges, &run.topology, session_ms))
         .collect()
 }
 
+/// Orders stage totals as the topology's stages flow, then any other that ran.
+pub(crate) fn in_flow_order(stages: &mut [StageTotals], topology: &voxline_core::Topology) {
+    let rank = |name: &str| {
+        topology
+            .stages()
+            .iter()
+            .position(|s| s.id == name)
+            .unwrap_or(usize::MAX)
+    };
+    stages.sort_by_key(|st| rank(&st.name));
+}
+
+/// A stage's report from its totals; its input queue is the edge the topology says it reads.
+pub(crate) fn stage_report(
+    st: &StageTotals,
+    turns: &TokenTotals,
+    edges: &[EdgeStatsSnapshot],
+    topology: &voxline_core::Topology,
+    session_ms: f64,
+) -> StageReport {
+    let tokens = if st.name == STT {
+        Some(turns.stt_tokens)
+    } else if st.name == LLM {
+        Some(turns.llm_tokens)
+    } else {
+        None
+    };
+    let busy_ms = st.busy_ms;
+    // LLM: decode tokens/s as in `llm_decode_tps`, (n − 1) / (t_last − t_first)
+    // per turn, pooled over the turns (prefill is not decoding)
+    let tokens_per_s = if st.name == LLM {
+        (turns.decode_s > 0.0).then(|| turns.decode_gaps / turns.decode_s)
+    } else {
+        tokens
+            .filter(|_| busy_ms > 0.0)
+            .map(|n| n as f64 / (busy_ms / 1000.0))
+    };
+    let input = topology.input_of(&st.name);
+    let edge = edges.iter().find(|e| input.is_some_and(|i| e.name == *i));
+    StageReport {
+        items: st.items,
+        busy_ms,
+        utilization: if session_ms > 0.0 {
+            busy_ms / session_ms
+        } else {
+            0.0
+        },
+        tokens,
+        tokens_per_s,
+        queue_wait_ms: st.waits.percentiles(),
+        queue_max_depth: edge.map_or(0, |e| e.max_depth),
+        queue_capacity: edge.map_or(0, |e| e.capacity),
+        dropped: edge.map_or(0, |e| e.dropped),
+        name: st.name.clone(),
+    }
+}
+
 /// One turn's measured service times, for the virtual clock.
-struct SimJob {
+pub(crate) struct SimJob {
     /// Index into the turns.
     turn: usize,
     /// When the utterance was sent downstream (virtual ms).
@@ -1100,9 +1243,28 @@ fn terms(t: &TurnReport) -> Option<[f64; 6]> {
     ])
 }
 
-fn bottleneck(
+/// The latency terms of the counted turns, summed (for their means).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TermTotals {
+    sums: [f64; 6],
+    n: usize,
+}
+
+impl TermTotals {
+    /// Adds a turn's terms, if it has them all.
+    pub(crate) fn add(&mut self, t: &TurnReport) {
+        if let Some(a) = terms(t) {
+            for (s, v) in self.sums.iter_mut().zip(a) {
+                *s += v;
+            }
+            self.n += 1;
+        }
+    }
+}
+
+pub(crate) fn bottleneck(
     stages: &[StageReport],
-    turns: &[&TurnReport],
+    all: &TermTotals,
     topology: &voxline_core::Topology,
 ) -> Bottleneck {
     let mut b = Bottleneck::default();
@@ -1126,12 +1288,9 @@ fn bottleneck(
             s.name, s.utilization, s.busy_ms, s.queue_max_depth, s.queue_capacity
         ));
     }
-    let all: Vec<[f64; 6]> = turns.iter().filter_map(|t| terms(t)).collect();
-    if !all.is_empty() {
-        let n = all.len() as f64;
-        let means: Vec<f64> = (0..TERMS.len())
-            .map(|i| all.iter().map(|a| a[i]).sum::<f64>() / n)
-            .collect();
+    if all.n > 0 {
+        let n = all.n as f64;
+        let means: Vec<f64> = all.sums.iter().map(|s| s / n).collect();
         let total: f64 = means.iter().sum();
         for (name, m) in TERMS.iter().zip(&means) {
             b.latency_terms_ms.insert((*name).to_string(), *m);
@@ -1139,7 +1298,7 @@ fn bottleneck(
         if let Some((i, m)) = means.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)) {
             b.latency = Some(TERMS[i].to_string());
             let share = if total > 0.0 { 100.0 * m / total } else { 0.0 };
-            reasons.push(format!("latency: {} is {share:.0}% of response latency (mean {m:.0} ms of {total:.0} ms over {} turns)", TERMS[i], all.len()));
+            reasons.push(format!("latency: {} is {share:.0}% of response latency (mean {m:.0} ms of {total:.0} ms over {} turns)", TERMS[i], all.n));
         }
     }
     b.reason = reasons.join("; ");

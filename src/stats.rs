@@ -27,25 +27,79 @@ impl Percentiles {
     /// Percentiles of `values_ms` (negative values are clamped to 0). `None` for an empty set.
     #[must_use]
     pub fn of(values_ms: &[f64]) -> Option<Self> {
-        if values_ms.is_empty() {
-            return None;
-        }
-        // 1 µs to 1 hour, 3 significant digits.
-        let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).ok()?;
+        let mut s = Series::new();
         for v in values_ms {
-            let us = (v.max(0.0) * 1000.0).round() as u64;
+            s.record(*v);
+        }
+        s.percentiles()
+    }
+}
+
+/// A stream of millisecond values summarised in constant memory: an
+/// hdrhistogram (1 µs to 1 hour, 3 significant digits), their exact sum and
+/// count. [`Series::percentiles`] equals [`Percentiles::of`] over the same
+/// values in the same order, so a long session need not keep the values.
+#[derive(Debug, Clone)]
+pub struct Series {
+    h: Option<hdrhistogram::Histogram<u64>>,
+    sum: f64,
+    n: usize,
+}
+
+impl Default for Series {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Series {
+    /// An empty series.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            h: hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).ok(),
+            sum: 0.0,
+            n: 0,
+        }
+    }
+
+    /// Adds one value (negative values count as 0 in the percentiles; the
+    /// mean takes them as they are).
+    pub fn record(&mut self, value_ms: f64) {
+        if let Some(h) = &mut self.h {
+            let us = (value_ms.max(0.0) * 1000.0).round() as u64;
             h.saturating_record(us.max(1));
         }
+        self.sum += value_ms;
+        self.n += 1;
+    }
+
+    /// Values recorded.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Whether nothing was recorded.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The percentiles so far; `None` before the first value.
+    #[must_use]
+    pub fn percentiles(&self) -> Option<Percentiles> {
+        let h = self.h.as_ref().filter(|_| self.n > 0)?;
         let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
-        Some(Self {
+        Some(Percentiles {
             p50: q(0.50),
             p90: q(0.90),
             p95: q(0.95),
             p99: q(0.99),
             max: h.max() as f64 / 1000.0,
-            mean: values_ms.iter().sum::<f64>() / values_ms.len() as f64,
-            n: values_ms.len(),
-            p99_meaningful: values_ms.len() >= 100,
+            mean: self.sum / self.n as f64,
+            n: self.n,
+            p99_meaningful: self.n >= 100,
         })
     }
 }
@@ -73,5 +127,19 @@ mod tests {
         // sub-millisecond values keep their resolution
         let small = Percentiles::of(&[0.25, 0.25, 0.75]).unwrap();
         assert!((small.p50 - 0.25).abs() < 0.01, "{small:?}");
+    }
+
+    #[test]
+    fn a_series_summarises_like_the_values_it_saw() {
+        let v: Vec<f64> = (0..5000)
+            .map(|i| f64::from((i * 7919) % 3001) * 0.37)
+            .collect();
+        let mut s = Series::new();
+        assert!(s.percentiles().is_none() && s.is_empty());
+        for x in &v {
+            s.record(*x);
+        }
+        assert_eq!(s.len(), 5000);
+        assert_eq!(s.percentiles(), Percentiles::of(&v));
     }
 }

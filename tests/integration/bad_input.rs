@@ -447,10 +447,10 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
     let empty_dir = dir.join("no-fixtures");
     std::fs::create_dir_all(&empty_dir).unwrap();
     let not_json = put(dir, "baseline.json", b"p50 = 12 ms, looked fine\n");
-    let schema_2 = put(
+    let schema_1 = put(
         dir,
-        "schema2.json",
-        br#"{"schema_version": 2, "summary": {}}"#,
+        "schema1.json",
+        br#"{"schema_version": 1, "summary": {}}"#,
     );
     let no_schema = put(dir, "noschema.json", br#"{"summary": {}}"#);
 
@@ -944,14 +944,14 @@ fn corpus(dir: &Path) -> Vec<(Case, PathBuf)> {
         "bench --baseline of another schema version",
         &|o| {
             bench(
-                &[os("--fixtures"), os(&good), os("--baseline"), os(&schema_2)],
+                &[os("--fixtures"), os(&good), os("--baseline"), os(&schema_1)],
                 o,
             )
         },
         &[
-            &name_of(&schema_2),
-            &"schema version 2",
-            &"writes version 1",
+            &name_of(&schema_1),
+            &"schema version 1",
+            &"writes version 2",
         ],
         Style::OneLine,
     );

@@ -85,7 +85,7 @@ fn report_json_matches_the_golden_schema_and_budgets_set_the_exit_code() {
     let extra: Vec<_> = got.difference(&golden).collect();
     assert!(missing.is_empty() && extra.is_empty(), "report schema changed (bump SCHEMA_VERSION if a field changed meaning, then VOXLINE_BLESS=1): missing {missing:?}, new {extra:?}");
     // the fields the issue names are there, with values
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     let t = &v["turns"][0];
     for k in [
         "id",

@@ -91,6 +91,7 @@ pub struct EdgeStats {
     sent: AtomicU64,
     received: AtomicU64,
     dropped: AtomicU64,
+    dropped_units: AtomicU64,
     reported_dropped: AtomicU64,
     max_depth: AtomicUsize,
 }
@@ -104,6 +105,7 @@ impl EdgeStats {
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            dropped_units: AtomicU64::new(0),
             reported_dropped: AtomicU64::new(0),
             max_depth: AtomicUsize::new(0),
         }
@@ -145,6 +147,14 @@ impl EdgeStats {
         self.dropped.load(Ordering::Acquire)
     }
 
+    /// What the dropped items carried, in the unit the sender measures
+    /// them in ([`EdgeSender::measure_drops`]; audio: 16 kHz frames); one
+    /// per item when it measures nothing.
+    #[must_use]
+    pub fn dropped_units(&self) -> u64 {
+        self.dropped_units.load(Ordering::Acquire)
+    }
+
     /// The largest queue depth seen just after an enqueue.
     #[must_use]
     pub fn max_depth(&self) -> usize {
@@ -170,6 +180,7 @@ impl EdgeStats {
             sent: self.sent(),
             received: self.received(),
             dropped: self.dropped(),
+            dropped_units: self.dropped_units(),
             max_depth: self.max_depth(),
         }
     }
@@ -190,6 +201,10 @@ pub struct EdgeStatsSnapshot {
     pub received: u64,
     /// Items discarded by the drop-oldest policy.
     pub dropped: u64,
+    /// What they carried ([`EdgeStats::dropped_units`]); not in the report's
+    /// `edges[]`, which count items.
+    #[serde(skip)]
+    pub dropped_units: u64,
     /// The largest queue depth seen just after an enqueue.
     pub max_depth: usize,
 }
@@ -205,6 +220,8 @@ pub struct EdgeSender<T> {
     /// otherwise hide the consumer's disconnection.
     consumers: Weak<()>,
     stats: Arc<EdgeStats>,
+    /// What a dropped item carried ([`EdgeSender::measure_drops`]).
+    measure: Option<fn(&T) -> u64>,
 }
 
 impl<T> Clone for EdgeSender<T> {
@@ -214,6 +231,7 @@ impl<T> Clone for EdgeSender<T> {
             evict: self.evict.clone(),
             consumers: self.consumers.clone(),
             stats: Arc::clone(&self.stats),
+            measure: self.measure,
         }
     }
 }
@@ -262,6 +280,7 @@ pub fn try_edge<T: Send>(
         },
         consumers: Arc::downgrade(&alive),
         stats: Arc::clone(&stats),
+        measure: None,
     };
     let receiver = EdgeReceiver { rx, alive, stats };
     Ok((sender, receiver))
@@ -286,6 +305,16 @@ pub fn edge<T: Send>(
 }
 
 impl<T> EdgeSender<T> {
+    /// Counts what each dropped item carried as `measure` says (e.g. the
+    /// audio frames of an audio block), so drops on different edges can be
+    /// added in one unit ([`EdgeStats::dropped_units`]). Set it before
+    /// cloning the sender; clones measure alike.
+    #[must_use]
+    pub fn measure_drops(mut self, measure: fn(&T) -> u64) -> Self {
+        self.measure = Some(measure);
+        self
+    }
+
     /// Sends `item`, stamped with the current instant.
     ///
     /// With [`FullPolicy::Block`] this waits while the queue is full. With
@@ -328,7 +357,9 @@ impl<T> EdgeSender<T> {
                             // send and this pop: then nothing is evicted and
                             // the send is simply retried. Only an item
                             // actually removed here is counted.
-                            if evict.try_recv().is_ok() {
+                            if let Ok(old) = evict.try_recv() {
+                                let units = self.measure.map_or(1, |m| m(&old.item));
+                                self.stats.dropped_units.fetch_add(units, Ordering::AcqRel);
                                 self.stats.dropped.fetch_add(1, Ordering::AcqRel);
                             }
                         }
@@ -535,6 +566,27 @@ mod tests {
         assert_eq!(s.received, 3);
         assert_eq!(s.max_depth, 3);
         assert_eq!(s.policy, FullPolicy::DropOldest);
+    }
+
+    #[test]
+    fn drops_are_measured_in_what_the_items_carried() {
+        // blocks of audio of different lengths: 100 + 200 + 300 frames evicted
+        let (tx, rx) = edge::<Vec<f32>>("audio", 1, FullPolicy::DropOldest);
+        let tx = tx.measure_drops(|b| b.len() as u64);
+        let tx2 = tx.clone();
+        for n in [100, 200, 300] {
+            tx.send(vec![0.0; n]).unwrap();
+        }
+        tx2.send(vec![0.0; 50]).unwrap();
+        assert_eq!(rx.recv().unwrap().item.len(), 50);
+        let s = rx.stats().snapshot();
+        assert_eq!((s.dropped, s.dropped_units), (3, 600));
+        // unmeasured: one unit per item
+        let (tx, rx) = edge::<u32>("e", 1, FullPolicy::DropOldest);
+        for i in 0..3 {
+            tx.send(i).unwrap();
+        }
+        assert_eq!(rx.stats().dropped_units(), 2);
     }
 
     #[test]

@@ -110,7 +110,8 @@ pub enum RuntimeError {
 /// What a finished run leaves behind.
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
-    /// Every span of every stage and sink, ordered by start.
+    /// Every span of every stage and sink, ordered by start (none when
+    /// [`PipelineBuilder::observe_spans`] took them as they happened).
     pub spans: Vec<Span>,
     /// The counters of every edge the pipeline touched, in registration
     /// order.
@@ -140,12 +141,27 @@ impl RunOutcome {
     }
 }
 
+/// Receives every span as it is recorded, from the stage threads (one call
+/// at a time).
+pub type SpanObserver = Box<dyn FnMut(Span) + Send>;
+
 /// Configures a [`Pipeline`].
-#[derive(Debug, Clone)]
 pub struct PipelineBuilder {
     clock: Clock,
     publish_messages: bool,
     cancel_queued: Option<ShutdownHandle>,
+    observer: Option<SpanObserver>,
+}
+
+impl std::fmt::Debug for PipelineBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipelineBuilder")
+            .field("clock", &self.clock)
+            .field("publish_messages", &self.publish_messages)
+            .field("cancel_queued", &self.cancel_queued)
+            .field("observe_spans", &self.observer.is_some())
+            .finish()
+    }
 }
 
 impl PipelineBuilder {
@@ -169,13 +185,30 @@ impl PipelineBuilder {
         self
     }
 
+    /// Hands every span to `observer` as it is recorded instead of keeping
+    /// it for [`RunOutcome::spans`] (which is then empty): a session that
+    /// runs for weeks keeps what it needs of them and no more. The observer
+    /// runs on the stage threads, one call at a time; keep it short.
+    #[must_use]
+    pub fn observe_spans(mut self, observer: impl FnMut(Span) + Send + 'static) -> Self {
+        self.observer = Some(Box::new(observer));
+        self
+    }
+
     /// Builds the pipeline; no thread runs yet.
     #[must_use]
     pub fn build(self) -> Pipeline {
         let (bus, events) = EventBus::new();
+        let shared = Shared {
+            spans: Mutex::new(match self.observer {
+                Some(o) => SpanStore::Observe(o),
+                None => SpanStore::Keep(Vec::new()),
+            }),
+            ..Shared::default()
+        };
         Pipeline {
             clock: self.clock,
-            shared: Arc::new(Shared::default()),
+            shared: Arc::new(shared),
             bus,
             events,
             events_taken: false,
@@ -188,10 +221,33 @@ impl PipelineBuilder {
     }
 }
 
+/// Where recorded spans go.
+enum SpanStore {
+    /// Kept for the outcome.
+    Keep(Vec<Span>),
+    /// Handed over as they happen.
+    Observe(SpanObserver),
+}
+
+impl Default for SpanStore {
+    fn default() -> Self {
+        Self::Keep(Vec::new())
+    }
+}
+
+impl std::fmt::Debug for SpanStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Keep(v) => write!(f, "Keep({} spans)", v.len()),
+            Self::Observe(_) => f.write_str("Observe"),
+        }
+    }
+}
+
 /// Spans and failure state shared by all stage threads.
 #[derive(Debug, Default)]
 struct Shared {
-    spans: Mutex<Vec<Span>>,
+    spans: Mutex<SpanStore>,
     failure: Mutex<Option<String>>,
     shutdown: ShutdownHandle,
 }
@@ -204,7 +260,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Shared {
     fn record(&self, span: Span) {
-        lock(&self.spans).push(span);
+        match &mut *lock(&self.spans) {
+            SpanStore::Keep(v) => v.push(span),
+            SpanStore::Observe(o) => o(span),
+        }
     }
 
     fn fail(&self, message: String) {
@@ -246,6 +305,7 @@ impl Pipeline {
             clock,
             publish_messages: true,
             cancel_queued: None,
+            observer: None,
         }
     }
 
@@ -458,7 +518,10 @@ impl Pipeline {
         } else {
             self.events.try_iter().collect()
         };
-        let mut spans = std::mem::take(&mut *lock(&self.shared.spans));
+        let mut spans = match &mut *lock(&self.shared.spans) {
+            SpanStore::Keep(v) => std::mem::take(v),
+            SpanStore::Observe(_) => Vec::new(),
+        };
         spans.sort_by_key(|s| s.started);
         RunOutcome {
             spans,

@@ -112,6 +112,10 @@ impl SpecBoard {
 pub struct SpecGate {
     held: HashMap<UtteranceId, Vec<TimedEvent>>,
     cancelled: std::collections::HashSet<UtteranceId>,
+    /// `cancelled` in order, so only the last [`REMEMBERED`] are kept: a
+    /// session of weeks cancels attempts without end, and an attempt's late
+    /// events follow its cancel closely.
+    cancelled_order: VecDeque<UtteranceId>,
 }
 
 impl SpecGate {
@@ -130,7 +134,14 @@ impl SpecGate {
             }
             PipelineEvent::SpecCancel { id, .. } => {
                 self.held.remove(id);
-                self.cancelled.insert(*id);
+                if self.cancelled.insert(*id) {
+                    self.cancelled_order.push_back(*id);
+                    while self.cancelled_order.len() > REMEMBERED {
+                        if let Some(old) = self.cancelled_order.pop_front() {
+                            self.cancelled.remove(&old);
+                        }
+                    }
+                }
                 vec![ev]
             }
             PipelineEvent::Commit { id, sample, .. } => {

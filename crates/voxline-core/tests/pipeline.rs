@@ -740,3 +740,40 @@ fn a_stage_that_cannot_start_is_reported_by_spawn_before_any_input() {
         .unwrap_err();
     assert!(err.to_string().contains("panicked: hook blew up"), "{err}");
 }
+
+#[test]
+fn an_observer_takes_every_span_as_it_happens_and_none_is_kept() {
+    const N: u64 = 40;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let mut pipeline = Pipeline::builder(Clock::start())
+        .observe_spans(move |s| {
+            log.lock()
+                .unwrap()
+                .push((s.stage.clone(), s.kind, s.utterance))
+        })
+        .build();
+    let (source, a_in) = edge::<Item>("src->a", 4, FullPolicy::Block);
+    let (a_out, sink_in) = edge::<Item>("a->sink", 4, FullPolicy::Block);
+    pipeline.spawn_stage(Hop::new("a"), a_in, a_out).unwrap();
+    pipeline.spawn_sink("sink", sink_in, |_| Ok(())).unwrap();
+    assert_eq!(feed(source, N), N);
+    let outcome = join_within(pipeline);
+    assert!(outcome.spans.is_empty(), "the observer took them all");
+    let seen = seen.lock().unwrap();
+    for stage in ["a", "sink"] {
+        let mut ids: Vec<_> = seen
+            .iter()
+            .filter(|(s, k, _)| s == stage && *k == SpanKind::Process)
+            .map(|(_, _, id)| id.unwrap())
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..N).collect::<Vec<_>>(), "{stage}");
+    }
+    assert_eq!(
+        seen.iter()
+            .filter(|(s, k, _)| s == "a" && *k == SpanKind::Finish)
+            .count(),
+        1
+    );
+}

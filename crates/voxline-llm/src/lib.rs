@@ -544,8 +544,30 @@ impl LlmEngine {
     /// ggml thread sharing its core with another process stalls its
     /// siblings at every barrier). It never moves to more threads within a
     /// turn, so the threads counted when a turn starts are its most.
-    pub fn set_governor(&mut self, governor: Option<voxline_core::CpuGovernor>) {
+    ///
+    /// With a governor, the context for one thread (where a loaded machine
+    /// sends the engine) is made now, beside the current one, so memory
+    /// does not step up hours into a session when load first appears, and
+    /// the first move costs only the state copy.
+    ///
+    /// # Errors
+    /// [`LlmError::Load`] when llama.cpp cannot make that context.
+    pub fn set_governor(
+        &mut self,
+        governor: Option<voxline_core::CpuGovernor>,
+    ) -> Result<(), LlmError> {
+        let one = (1, 1);
+        if governor.is_some() && self.threads_now != one {
+            self.session.with_dependent_mut(|model, contexts| {
+                if contexts.spare.is_none() {
+                    let ctx = new_context(model.llama(), model.config(), one)?;
+                    contexts.spare = Some((one, ctx));
+                }
+                Ok::<(), LlmError>(())
+            })?;
+        }
         self.governor = governor;
+        Ok(())
     }
 
     /// Moves to the threads the governor grants now (none set: the
@@ -1043,7 +1065,7 @@ impl voxline_core::StartStage for LlmStage {
     /// Creates the engine's context here, on the stage's thread.
     fn start(self) -> Result<RunningLlmStage, voxline_core::StartError> {
         let mut engine = LlmEngine::new(self.model)?;
-        engine.set_governor(self.governor);
+        engine.set_governor(self.governor)?;
         Ok(RunningLlmStage {
             engine,
             cancel: self.cancel,
