@@ -17,8 +17,8 @@ use voxline_stt::{SttConfig, SttEngine, SttStage};
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let models = std::env::var_os("VOXLINE_MODELS_DIR")
-        .map_or_else(|| root.join("models"), PathBuf::from);
+    let models =
+        std::env::var_os("VOXLINE_MODELS_DIR").map_or_else(|| root.join("models"), PathBuf::from);
     let secs: f64 = std::env::var("VOXLINE_LONG_SPEECH_S")
         .ok()
         .and_then(|s| s.parse().ok())

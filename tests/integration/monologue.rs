@@ -180,12 +180,7 @@ pub fn transcribe_stream(stt: &mut SttStage, vad: VadConfig, audio: &[f32]) -> L
 
 /// The monologue's word error rates: as the stream's transcripts read
 /// joined, and as the sentences transcribed one by one read joined.
-pub fn wers(
-    sentences: &[Sentence],
-    order: &[usize],
-    each: &[String],
-    run: &LongRun,
-) -> (f64, f64) {
+pub fn wers(sentences: &[Sentence], order: &[usize], each: &[String], run: &LongRun) -> (f64, f64) {
     let truth = expected(sentences, order);
     let natural = order
         .iter()

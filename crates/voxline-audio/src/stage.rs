@@ -499,7 +499,11 @@ mod tests {
         let mut continuations = 0;
         for u in &out {
             let attempt = board.state(u.id) != voxline_core::SpecState::Final;
-            assert!(!(attempt && u.forced_split), "attempt {} is a forced split", u.id);
+            assert!(
+                !(attempt && u.forced_split),
+                "attempt {} is a forced split",
+                u.id
+            );
             assert_eq!(u.samples.len() as u64, u.end_sample - u.start_sample);
             match last_forced {
                 Some(f) if u.start_sample < f.end_sample => {

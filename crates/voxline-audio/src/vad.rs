@@ -499,7 +499,11 @@ impl SegmentTracker {
         samples.truncate(usize::try_from(cut - start).unwrap_or(usize::MAX));
         // Only speech after the cut is the continuation's own.
         let spoken_after = |&&(_, end, speech): &&(u64, u64, bool)| speech && end > cut;
-        let first_speech = self.recent.iter().find(spoken_after).map(|&(s, _, _)| s.max(cut));
+        let first_speech = self
+            .recent
+            .iter()
+            .find(spoken_after)
+            .map(|&(s, _, _)| s.max(cut));
         let speech_end = self
             .recent
             .iter()
@@ -546,7 +550,11 @@ fn quietest_cut(
         if frame.is_empty() {
             return 0.0;
         }
-        let mean = frame.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>() / frame.len() as f64;
+        let mean = frame
+            .iter()
+            .map(|&x| f64::from(x) * f64::from(x))
+            .sum::<f64>()
+            / frame.len() as f64;
         // Out-of-range input (NaN, infinities) is never the quietest.
         if mean.is_finite() {
             mean
@@ -566,7 +574,10 @@ fn quietest_cut(
     else {
         return frame_end;
     };
-    let last = scored.iter().rposition(|&(score, _)| score == best).unwrap_or(0);
+    let last = scored
+        .iter()
+        .rposition(|&(score, _)| score == best)
+        .unwrap_or(0);
     let first = scored[..last]
         .iter()
         .rposition(|&(score, _)| score != best)
@@ -873,7 +884,12 @@ mod tests {
             assert!(a.forced_split && b.continues_previous);
             assert!(a.end_sample - a.start_sample <= 32_000);
             // every cut is after a quiet frame, and the continuation repeats 500 ms before it
-            assert_eq!((a.end_sample / F) % 7, 4, "cut at frame end {}", a.end_sample / F);
+            assert_eq!(
+                (a.end_sample / F) % 7,
+                4,
+                "cut at frame end {}",
+                a.end_sample / F
+            );
             assert_eq!(b.overlap_samples, 8_000);
             assert_eq!(b.start_sample + b.overlap_samples, a.end_sample);
         }

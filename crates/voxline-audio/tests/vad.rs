@@ -178,7 +178,14 @@ fn long_utterance_stays_whole_and_splits_when_capped() {
     let described = || {
         pieces
             .iter()
-            .map(|(_, s)| (s.start_sample, s.end_sample, s.forced_split, s.overlap_samples))
+            .map(|(_, s)| {
+                (
+                    s.start_sample,
+                    s.end_sample,
+                    s.forced_split,
+                    s.overlap_samples,
+                )
+            })
             .collect::<Vec<_>>()
     };
     for pair in pieces.windows(2) {
@@ -245,7 +252,10 @@ fn a_forced_split_cuts_in_the_pause_between_sentences() {
     );
     let second = &pieces[1].1;
     assert!(second.continues_previous);
-    assert_eq!(second.start_sample, first.end_sample - second.overlap_samples);
+    assert_eq!(
+        second.start_sample,
+        first.end_sample - second.overlap_samples
+    );
 }
 
 #[test]
