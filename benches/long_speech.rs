@@ -26,19 +26,31 @@ fn main() {
     let sentences = monologue::sentences(&root.join("audio-fixtures"));
     let order = monologue::order(&sentences, secs);
     let audio = monologue::join(&sentences, &order);
-    let threads = std::thread::available_parallelism().map_or(2, usize::from);
+    // One whisper thread unless told: on a shared machine ggml's spinning
+    // threads collapse when another process holds a core (measured: 3 s per
+    // 20 s chunk on 1 thread, 18-155 s on 2, while other builds ran).
+    let threads: usize = std::env::var("VOXLINE_LONG_SPEECH_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let verbose = std::env::var_os("VOXLINE_LONG_SPEECH_VERBOSE").is_some();
     let model = models.join(voxline_models::registry::WHISPER_TINY_EN.file);
     let mut engine = SttEngine::load(SttConfig::new(model, threads)).unwrap();
-    let each = monologue::transcribe_each(&mut engine, &sentences);
+    let each = monologue::transcribe_each(&mut engine, &sentences, 8_000);
+    let bare = monologue::transcribe_each(&mut engine, &sentences, 0);
     let mut stt = SttStage::new(engine);
     println!(
         "{:.0} s of speech, {} sentences, whisper on {threads} threads\n",
         audio.len() as f64 / 16_000.0,
         order.len()
     );
-    println!("| max_utterance_ms | utterances | forced splits | turn errors | chunks under 0.5 words/s passed on | WER | WER, sentences alone | STT s |");
-    println!("|---|---|---|---|---|---|---|---|");
-    for max_utterance_ms in [20_000, 10_000] {
+    println!("| max_utterance_ms | utterances | forced splits | turn errors | chunks under 0.5 words/s passed on | WER | WER, sentences alone (0.5 s pause around each) | WER, sentences cut from the monologue (no pause) | STT s |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let limits: Vec<u32> = std::env::var("VOXLINE_LONG_SPEECH_MAX_MS").map_or_else(
+        |_| vec![20_000, 10_000],
+        |s| s.split(',').filter_map(|v| v.trim().parse().ok()).collect(),
+    );
+    for max_utterance_ms in limits {
         let vad = VadConfig {
             hangover_ms: voxline::settings::DEFAULT_HANGOVER_MS,
             max_utterance_ms,
@@ -48,8 +60,9 @@ fn main() {
         let run = monologue::transcribe_stream(&mut stt, vad, &audio);
         let took = started.elapsed().as_secs_f64();
         let (long, natural) = monologue::wers(&sentences, &order, &each, &run);
+        let (_, no_pause) = monologue::wers(&sentences, &order, &bare, &run);
         println!(
-            "| {max_utterance_ms} | {} | {} | {} | {} | {long:.4} | {natural:.4} | {took:.0} |",
+            "| {max_utterance_ms} | {} | {} | {} | {} | {long:.4} | {natural:.4} | {no_pause:.4} | {took:.0} |",
             run.utterances,
             run.forced_splits,
             run.errors.len(),
@@ -57,6 +70,11 @@ fn main() {
         );
         for e in &run.errors {
             eprintln!("  turn error: {e}");
+        }
+        if verbose {
+            for t in &run.transcripts {
+                eprintln!("  {} ({:.1} s): {}", t.id, t.audio_ms / 1000.0, t.text);
+            }
         }
     }
 }

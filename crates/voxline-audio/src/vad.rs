@@ -31,7 +31,9 @@
 //!   speech falls mid-word, but at the quietest point of the last
 //!   `split_search_ms` before it: after the frame, among those ending in that
 //!   window (the current one included), that is not speech, or if all are,
-//!   the one with the least energy (mean square). Equally quiet neighbouring
+//!   the one with the least energy (mean square, averaged with the five
+//!   frames on either side: the quietest 176 ms, a gap between words rather
+//!   than a soft consonant inside one). Equally quiet neighbouring
 //!   frames (a pause of digital silence) form a run; the cut is after the
 //!   middle frame of the latest such run. The window is at most a quarter of
 //!   `max_utterance_ms`; with `split_search_ms = 0` the cut is at the limit.
@@ -531,12 +533,22 @@ impl SegmentTracker {
     }
 }
 
+/// Frames on either side of a frame whose energy a forced split averages
+/// with its own: the cut looks for the quietest 176 ms (11 frames), not the
+/// quietest 16 ms, which in fluent speech is often a stop or a soft
+/// consonant inside a word rather than the gap between two words. Measured
+/// on 240 s of the long-speech monologue cut every 20 s: WER 0.104 with one
+/// frame, 0.102 with 5, 0.082 with 11 (the sentences alone: 0.049).
+const SPLIT_SMOOTH_FRAMES: usize = 5;
+
 /// Where a forced split of the utterance starting at `start` (whose audio is
 /// `samples`, up to `frame_end`) cuts: after the quietest of the `recent`
 /// frames that end in the utterance — a non-speech frame before a speech
-/// frame, then the least energy (mean square). Equally quiet neighbours (a
-/// pause of digital silence) form a run: the cut is at the end of the middle
-/// frame of the latest run, mid-pause rather than against the next word.
+/// frame, then the least energy (mean square) averaged over the frame and
+/// [`SPLIT_SMOOTH_FRAMES`] on either side, then its own energy. Equally quiet
+/// neighbours (a pause of digital silence) form a run: the cut is at the end
+/// of the middle frame of the latest run, mid-pause rather than against the
+/// next word.
 fn quietest_cut(
     recent: &VecDeque<(u64, u64, bool)>,
     start: u64,
@@ -562,10 +574,35 @@ fn quietest_cut(
             f64::INFINITY
         }
     };
-    let scored: Vec<((bool, f64), u64)> = recent
+    let frames: Vec<(bool, f64, u64)> = recent
         .iter()
         .filter(|&&(_, e, _)| e > start && e <= frame_end)
-        .map(|&(s, e, speech)| ((speech, energy(s, e)), e))
+        .map(|&(s, e, speech)| (speech, energy(s, e), e))
+        .collect();
+    // (speech, smoothed energy, own energy): the smoothed mean is compared at
+    // f32 precision, so the same frames summed in another order still tie.
+    // Only frames with their whole neighbourhood in the window are
+    // candidates (a window cut short at either edge would average fewer loud
+    // frames and look quieter than it is), unless the window is too short.
+    let k = SPLIT_SMOOTH_FRAMES;
+    let candidates = if frames.len() > 2 * k {
+        k..frames.len() - k
+    } else {
+        0..frames.len()
+    };
+    let scored: Vec<((bool, f32, f64), u64)> = frames
+        .iter()
+        .enumerate()
+        .skip(candidates.start)
+        .take(candidates.len())
+        .map(|(i, &(speech, own, end))| {
+            let around = &frames[i.saturating_sub(SPLIT_SMOOTH_FRAMES)
+                ..(i + SPLIT_SMOOTH_FRAMES + 1).min(frames.len())];
+            let smooth = around.iter().map(|&(_, e, _)| e).sum::<f64>() / around.len() as f64;
+            #[allow(clippy::cast_possible_truncation)]
+            let smooth = smooth as f32;
+            ((speech, smooth, own), end)
+        })
         .collect();
     let Some(best) = scored
         .iter()
@@ -868,9 +905,15 @@ mod tests {
             max_utterance_ms: 2000,
             ..VadConfig::default()
         };
-        // speech with a quiet frame every 7 frames, 30 s long
+        // speech with a quiet stretch of 6 frames (96 ms, a gap between
+        // words) every 20 frames, and a single quiet frame (a soft consonant)
+        // between them; 30 s long
         let frames: Vec<(f32, f32)> = (0..1875)
-            .map(|k| if k % 7 == 3 { (0.8, 0.02) } else { (0.9, 0.4) })
+            .map(|k| match k % 20 {
+                10..=15 => (0.8, 0.02),
+                2 => (0.8, 0.0),
+                _ => (0.9, 0.4),
+            })
             .chain(std::iter::repeat_n((0.1, 0.0), 40))
             .collect();
         let mut t = tracker(config);
@@ -878,18 +921,22 @@ mod tests {
         assert!(segs.len() > 15, "{}", segs.len());
         assert_contents(&stream, &segs);
         assert_eq!(segs[0].start_sample, 0);
-        assert_eq!(segs.last().unwrap().end_sample, 1875 * F);
+        // the last piece holds the end of the speech (a split that falls in
+        // the silence after it cuts there, mid-pause)
+        let end = segs.last().unwrap().end_sample;
+        assert!((1875 * F..1875 * F + 16 * F).contains(&end), "{end}");
         for pair in segs.windows(2) {
             let (a, b) = (&pair[0], &pair[1]);
             assert!(a.forced_split && b.continues_previous);
             assert!(a.end_sample - a.start_sample <= 32_000);
-            // every cut is after a quiet frame, and the continuation repeats 500 ms before it
-            assert_eq!(
-                (a.end_sample / F) % 7,
-                4,
-                "cut at frame end {}",
-                a.end_sample / F
+            // every cut is after a frame of a quiet stretch, never after the
+            // single quiet frame inside the speech
+            let last_frame = a.end_sample / F - 1;
+            assert!(
+                (10..=15).contains(&(last_frame % 20)),
+                "cut after frame {last_frame}"
             );
+            // and the continuation repeats 500 ms (a quarter of the limit) before it
             assert_eq!(b.overlap_samples, 8_000);
             assert_eq!(b.start_sample + b.overlap_samples, a.end_sample);
         }

@@ -295,6 +295,35 @@ impl SttEngine {
         samples: &[f32],
         abort: &(dyn Fn() -> bool + Sync),
     ) -> Result<Transcription, SttError> {
+        self.run(samples, abort, false)
+    }
+
+    /// Like [`SttEngine::transcribe_abortable`], for a chunk of long speech
+    /// (a piece the endpointer cut at its maximum length, or the rest after
+    /// such a cut): whisper decodes it with timestamp tokens, as it was
+    /// trained to decode long windows. Without them tiny.en sometimes ends a
+    /// dense 10–20 s chunk after its first word ("The"): measured on the
+    /// long-speech monologue, one 18.9 s chunk came back as "The" without
+    /// timestamps and as all its 69 words with them, in about the same time.
+    /// Short utterances keep the plain decoding, which transcribes them
+    /// slightly better.
+    ///
+    /// # Errors
+    /// As [`SttEngine::transcribe_abortable`].
+    pub fn transcribe_chunk_abortable(
+        &mut self,
+        samples: &[f32],
+        abort: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Transcription, SttError> {
+        self.run(samples, abort, true)
+    }
+
+    fn run(
+        &mut self,
+        samples: &[f32],
+        abort: &(dyn Fn() -> bool + Sync),
+        timestamps: bool,
+    ) -> Result<Transcription, SttError> {
         let audio_ms = samples.len() as f64 * 1000.0 / f64::from(SAMPLE_RATE);
         let fail = |detail: String| SttError::Transcribe { audio_ms, detail };
         // whisper needs at least ~1 s of input; pad short utterances with silence.
@@ -315,7 +344,8 @@ impl SttEngine {
         p.set_translate(false);
         p.set_no_context(true);
         p.set_single_segment(true);
-        p.set_no_timestamps(true);
+        p.set_no_timestamps(!timestamps);
+
         p.set_suppress_blank(true);
         p.set_print_progress(false);
         p.set_print_realtime(false);
@@ -573,7 +603,12 @@ impl voxline_core::Stage for SttStage {
             .meter
             .as_ref()
             .map(|m| m.enter(self.engine.config().threads));
-        let result = self.engine.transcribe_abortable(&u.samples, &cancelled);
+        let result = if u.forced_split || u.continues.is_some() {
+            self.engine
+                .transcribe_chunk_abortable(&u.samples, &cancelled)
+        } else {
+            self.engine.transcribe_abortable(&u.samples, &cancelled)
+        };
         // computing is over (a send that waits for room downstream is not)
         drop(running);
         let t = match result {
