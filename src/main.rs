@@ -663,6 +663,7 @@ impl VadArgs {
             hangover_ms: self.hangover_ms,
             pre_roll_ms: self.pre_roll_ms,
             max_utterance_ms: self.max_utterance_ms,
+            ..VadConfig::default()
         };
         c.validate().map_err(BadInput::from_display)?;
         if self.spec_silence_ms == 0 || self.spec_silence_ms > voxline_audio::vad::MAX_PAD_MS {

@@ -35,6 +35,11 @@ const RECENT_FRAMES: usize = 4_096;
 /// speech; the hangover then commits it, or resumed speech cancels it (see
 /// [`voxline_core::spec`]). Ids therefore number attempts, and a turn's id
 /// may skip the ids of cancelled attempts.
+///
+/// An utterance cut at the maximum length is sent at once, as an ordinary
+/// utterance with `forced_split` set (a pending attempt is cancelled first);
+/// the rest, and any attempt on the rest, names it in `continues` and
+/// carries the lead-in before the cut as `overlap_samples`.
 pub struct VadStage {
     endpointer: Endpointer,
     next_id: UtteranceId,
@@ -49,6 +54,8 @@ pub struct VadStage {
     origin: Option<u64>,
     /// Stream samples missing before frames (dropped upstream).
     gap_samples: u64,
+    /// The id of the latest forced split, which a continuation names.
+    last_forced: Option<UtteranceId>,
 }
 
 impl std::fmt::Debug for VadStage {
@@ -73,6 +80,7 @@ impl VadStage {
             recent: VecDeque::new(),
             origin: None,
             gap_samples: 0,
+            last_forced: None,
         })
     }
 
@@ -133,12 +141,17 @@ impl VadStage {
             return;
         };
         let origin = self.origin.unwrap_or(0);
-        let open = self
-            .endpointer
-            .open_utterance()
-            .map(|o| (o.start_sample + origin, o.end_sample + origin, o.keepable));
+        let open = self.endpointer.open_utterance().map(|o| {
+            (
+                o.start_sample + origin,
+                o.end_sample + origin,
+                o.keepable,
+                o.continues_previous,
+                o.overlap_samples,
+            )
+        });
         if let Some(p) = self.pending {
-            if open.is_none_or(|(start, end, _)| (start, end) != (p.start, p.end)) {
+            if open.is_none_or(|(start, end, ..)| (start, end) != (p.start, p.end)) {
                 board.cancel(p.id);
                 out.publish(PipelineEvent::SpecCancel {
                     id: p.id,
@@ -147,7 +160,7 @@ impl VadStage {
                 self.pending = None;
             }
         }
-        let Some((start, end, keepable)) = open else {
+        let Some((start, end, keepable, continues_previous, overlap_samples)) = open else {
             return;
         };
         if self.pending.is_some() || !keepable || pos < end + silence {
@@ -176,6 +189,8 @@ impl VadStage {
             samples,
             forced_split: false,
             closed_sample: pos,
+            continues: self.last_forced.filter(|_| continues_previous),
+            overlap_samples,
         });
     }
 
@@ -198,6 +213,8 @@ impl VadStage {
         let end_sample = seg.end_sample + origin;
         let id = self.next_id;
         self.next_id += 1;
+        let continues = self.last_forced.filter(|_| seg.continues_previous);
+        self.last_forced = seg.forced_split.then_some(id);
         out.emit(Utterance {
             id,
             start_sample: seg.start_sample + origin,
@@ -206,6 +223,8 @@ impl VadStage {
             samples: seg.samples,
             forced_split: seg.forced_split,
             closed_sample: closed.max(end_sample),
+            continues,
+            overlap_samples: seg.overlap_samples,
         });
     }
 }
@@ -458,6 +477,53 @@ mod tests {
             "the pre-roll reached back to {} before the recording at {file_start}",
             out[0].start_sample
         );
+    }
+
+    #[test]
+    fn forced_splits_are_never_speculative_and_their_rest_names_them() {
+        let clock = Clock::start();
+        let audio = fixture_16k("long_10s.wav");
+        let board = SpecBoard::new();
+        let config = VadConfig {
+            max_utterance_ms: 4_000,
+            ..VadConfig::default()
+        };
+        // a short speculation silence, so attempts start inside the long speech too
+        let mut stage = VadStage::new(config)
+            .unwrap()
+            .with_speculation(board.clone(), 50);
+        let out = voxline_core::drive(&mut stage, frames(&audio, 16_000, &clock)).unwrap();
+        let forced: Vec<&Utterance> = out.iter().filter(|u| u.forced_split).collect();
+        assert!(forced.len() >= 2, "{} forced splits", forced.len());
+        let mut last_forced: Option<&Utterance> = None;
+        let mut continuations = 0;
+        for u in &out {
+            let attempt = board.state(u.id) != voxline_core::SpecState::Final;
+            assert!(
+                !(attempt && u.forced_split),
+                "attempt {} is a forced split",
+                u.id
+            );
+            assert_eq!(u.samples.len() as u64, u.end_sample - u.start_sample);
+            match last_forced {
+                Some(f) if u.start_sample < f.end_sample => {
+                    continuations += 1;
+                    assert_eq!(u.continues, Some(f.id), "utterance {}", u.id);
+                    assert_eq!(u.start_sample + u.overlap_samples, f.end_sample);
+                    // the lead-in is the same audio as the end of the piece before
+                    let lead = usize::try_from(u.overlap_samples).unwrap();
+                    assert_eq!(u.samples[..lead], f.samples[f.samples.len() - lead..]);
+                }
+                _ => {
+                    assert_eq!(u.continues, None);
+                    assert_eq!(u.overlap_samples, 0);
+                }
+            }
+            if u.forced_split {
+                last_forced = Some(u);
+            }
+        }
+        assert!(continuations >= forced.len(), "{continuations}");
     }
 
     #[test]

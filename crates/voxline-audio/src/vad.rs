@@ -26,13 +26,30 @@
 //!   discarded and counted in [`VadStats::discarded_short`].
 //! - When one more frame would take an open utterance past `max_utterance_ms`
 //!   (measured from `start_sample`, pre-roll included) it is emitted at once
-//!   with `forced_split = true`, ending at the current frame's end (so no
-//!   segment is longer than `max_utterance_ms`), and a
-//!   continuation opens at that same sample with no pre-roll. Continuations are
-//!   never discarded as short (they are the rest of a long utterance); one that
-//!   contains no speech frame before its hangover elapses is dropped silently.
+//!   with `forced_split = true` (so no segment is longer than
+//!   `max_utterance_ms`). It is not cut at the limit, which in continuous
+//!   speech falls mid-word, but at the quietest point of the last
+//!   `split_search_ms` before it: after the frame, among those ending in that
+//!   window (the current one included), that is not speech, or if all are,
+//!   the one with the least energy (mean square, averaged with the five
+//!   frames on either side: the quietest 176 ms, a gap between words rather
+//!   than a soft consonant inside one). Equally quiet neighbouring
+//!   frames (a pause of digital silence) form a run; the cut is after the
+//!   middle frame of the latest such run. The window is at most a quarter of
+//!   `max_utterance_ms`; with `split_search_ms = 0` the cut is at the limit.
+//! - The rest continues at once as a *continuation* whose `start_sample` is
+//!   `split_overlap_ms` (at most a quarter of `max_utterance_ms`, and never
+//!   before the cut segment's start) before the cut: its `overlap_samples`
+//!   lead-in repeats the end of the cut segment, so a recogniser hears the
+//!   words around the cut in context, and `continues_previous` is `true`.
+//!   No pre-roll is added. Only speech frames after the cut count as the
+//!   continuation's speech. Continuations are never discarded as short (they
+//!   are the rest of a long utterance); one that holds no speech frame after
+//!   the cut before its hangover elapses is dropped silently, and so is an
+//!   open continuation without speech that reaches the limit.
 //! - A segment's `samples` are exactly the audio from `start_sample` to
 //!   `end_sample` (no padding): `samples.len() == end_sample - start_sample`.
+//!   Segments never overlap, except by a continuation's `overlap_samples`.
 
 use std::collections::VecDeque;
 
@@ -68,6 +85,14 @@ pub struct VadConfig {
     pub pre_roll_ms: u32,
     /// Longest utterance before a forced split, in ms. Default 20 000.
     pub max_utterance_ms: u32,
+    /// How far before the `max_utterance_ms` limit a forced split looks for
+    /// the quietest point to cut at, in ms (capped at a quarter of
+    /// `max_utterance_ms`; 0 = cut at the limit). Default 2 500.
+    pub split_search_ms: u32,
+    /// Audio before a forced split's cut that the continuation repeats as
+    /// lead-in, in ms (capped at a quarter of `max_utterance_ms`; 0 = none).
+    /// Default 1 000.
+    pub split_overlap_ms: u32,
 }
 
 impl Default for VadConfig {
@@ -78,6 +103,8 @@ impl Default for VadConfig {
             hangover_ms: 500,
             pre_roll_ms: 200,
             max_utterance_ms: 20_000,
+            split_search_ms: 2_500,
+            split_overlap_ms: 1_000,
         }
     }
 }
@@ -87,7 +114,8 @@ impl VadConfig {
     ///
     /// # Errors
     /// [`AudioError::InvalidVadConfig`] naming the first bad field: `threshold`
-    /// not in `[0, 1]`; `pre_roll_ms` or `hangover_ms` above 10 000;
+    /// not in `[0, 1]`; `pre_roll_ms`, `hangover_ms`, `split_search_ms` or
+    /// `split_overlap_ms` above 10 000;
     /// `max_utterance_ms` above 600 000, not longer than `pre_roll_ms` plus two
     /// 16 ms frames, or shorter than `min_speech_ms`.
     pub fn validate(&self) -> Result<(), AudioError> {
@@ -118,6 +146,17 @@ impl VadConfig {
                     self.hangover_ms
                 ),
             );
+        }
+        for (field, value) in [
+            ("split_search_ms", self.split_search_ms),
+            ("split_overlap_ms", self.split_overlap_ms),
+        ] {
+            if value > MAX_PAD_MS {
+                return bad(
+                    field,
+                    format!("{value} ms is too long; use at most {MAX_PAD_MS} ms"),
+                );
+            }
         }
         if self.max_utterance_ms > MAX_UTTERANCE_LIMIT_MS {
             return bad(
@@ -165,6 +204,11 @@ pub struct Segment {
     pub samples: Vec<f32>,
     /// `true` when the utterance hit `max_utterance_ms` and was cut; the next segment continues it.
     pub forced_split: bool,
+    /// `true` when this segment is the rest of the previous one, which was a forced split.
+    pub continues_previous: bool,
+    /// Leading samples that repeat the end of the previous segment (a
+    /// continuation's lead-in); 0 unless `continues_previous`.
+    pub overlap_samples: u64,
 }
 
 impl Segment {
@@ -185,6 +229,10 @@ pub struct OpenUtterance<'a> {
     pub keepable: bool,
     /// The audio from `start_sample` to `end_sample`.
     pub samples: &'a [f32],
+    /// Whether it is the rest of a forced split (see [`Segment::continues_previous`]).
+    pub continues_previous: bool,
+    /// Its lead-in (see [`Segment::overlap_samples`]).
+    pub overlap_samples: u64,
 }
 
 /// Counters kept by the tracker since it was created.
@@ -214,6 +262,8 @@ struct Open {
     speech_end: u64,
     /// Opened by a forced split: exempt from the minimum-length check.
     continuation: bool,
+    /// A continuation's lead-in before the cut.
+    overlap: u64,
 }
 
 /// The end-pointing state machine, fed one frame and its speech probability at a time.
@@ -227,6 +277,12 @@ pub struct SegmentTracker {
     hangover: u64,
     pre_roll: usize,
     max_len: u64,
+    /// The forced-split search window and lead-in, in samples (capped).
+    split_search: u64,
+    split_overlap: u64,
+    /// `(start, end, is_speech)` of the most recent frames: those ending in
+    /// the last `split_search` samples, where a forced split may cut.
+    recent: VecDeque<(u64, u64, bool)>,
     /// Position of the next sample.
     pos: u64,
     /// The most recent audio while no utterance is open (at most `pre_roll` samples).
@@ -243,10 +299,17 @@ impl SegmentTracker {
     pub fn new(config: VadConfig) -> Result<Self, AudioError> {
         config.validate()?;
         let pre_roll = usize::try_from(ms_to_samples(config.pre_roll_ms)).unwrap_or(usize::MAX);
+        let max_len = ms_to_samples(config.max_utterance_ms);
+        let split_search = ms_to_samples(config.split_search_ms).min(max_len / 4);
         Ok(SegmentTracker {
             min_speech: ms_to_samples(config.min_speech_ms),
             hangover: ms_to_samples(config.hangover_ms),
-            max_len: ms_to_samples(config.max_utterance_ms),
+            max_len,
+            split_search,
+            split_overlap: ms_to_samples(config.split_overlap_ms).min(max_len / 4),
+            recent: VecDeque::with_capacity(
+                usize::try_from(split_search / FRAME_SAMPLES as u64 + 2).unwrap_or(0),
+            ),
             pre_roll,
             ring: VecDeque::with_capacity(pre_roll),
             pos: 0,
@@ -298,6 +361,8 @@ impl SegmentTracker {
             end_sample: open.speech_end,
             keepable: open.continuation || open.speech_end - first_speech >= self.min_speech,
             samples: &open.samples[..keep],
+            continues_previous: open.continuation,
+            overlap_samples: open.overlap,
         })
     }
 
@@ -312,6 +377,15 @@ impl SegmentTracker {
         if is_speech {
             self.stats.speech_frames += 1;
         }
+        // Frames a forced split may cut after: those ending in the search window.
+        while self
+            .recent
+            .front()
+            .is_some_and(|&(_, end, _)| end + self.split_search < frame_end)
+        {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((frame_start, frame_end, is_speech));
 
         let Some(open) = self.open.as_mut() else {
             if is_speech {
@@ -324,6 +398,7 @@ impl SegmentTracker {
                     first_speech: Some(frame_start),
                     speech_end: frame_end,
                     continuation: false,
+                    overlap: 0,
                 });
                 return self.check_forced_split(frame_end, frame.len() as u64);
             }
@@ -352,6 +427,7 @@ impl SegmentTracker {
         };
         self.pos = 0;
         self.ring.clear();
+        self.recent.clear();
         self.open = None;
         segment
     }
@@ -398,35 +474,152 @@ impl SegmentTracker {
             end_sample: open.speech_end,
             samples,
             forced_split: false,
+            continues_previous: open.continuation,
+            overlap_samples: open.overlap,
         })
     }
 
     /// Emits the open utterance when another frame of `frame_len` samples would
-    /// take it past the maximum length.
+    /// take it past the maximum length, cut at the quietest point of the search
+    /// window, and opens its continuation with the lead-in before the cut.
     fn check_forced_split(&mut self, frame_end: u64, frame_len: u64) -> Option<Segment> {
         let open = self.open.as_mut()?;
         if frame_end - open.start + frame_len <= self.max_len {
             return None;
         }
-        let still_speaking = open.speech_end == frame_end;
-        let samples = std::mem::take(&mut open.samples);
+        if open.first_speech.is_none() {
+            // A continuation that never heard speech after its cut: nothing to split.
+            return self.close();
+        }
         let start = open.start;
+        let cut = quietest_cut(&self.recent, start, frame_end, &open.samples);
+        let lead = self.split_overlap.min(cut - start);
+        let from = cut - lead;
+        let rest_at = usize::try_from(from - start).unwrap_or(usize::MAX);
+        let rest = open.samples[rest_at..].to_vec();
+        let mut samples = std::mem::take(&mut open.samples);
+        samples.truncate(usize::try_from(cut - start).unwrap_or(usize::MAX));
+        // Only speech after the cut is the continuation's own.
+        let spoken_after = |&&(_, end, speech): &&(u64, u64, bool)| speech && end > cut;
+        let first_speech = self
+            .recent
+            .iter()
+            .find(spoken_after)
+            .map(|&(s, _, _)| s.max(cut));
+        let speech_end = self
+            .recent
+            .iter()
+            .rfind(spoken_after)
+            .map_or(cut, |&(_, end, _)| end);
+        let (continues_previous, overlap) = (open.continuation, open.overlap);
         *open = Open {
-            start: frame_end,
-            samples: Vec::new(),
-            first_speech: still_speaking.then_some(frame_end),
-            speech_end: frame_end,
+            start: from,
+            samples: rest,
+            first_speech,
+            speech_end,
             continuation: true,
+            overlap: lead,
         };
         self.stats.segments += 1;
         self.stats.forced_splits += 1;
         Some(Segment {
             start_sample: start,
-            end_sample: frame_end,
+            end_sample: cut,
             samples,
             forced_split: true,
+            continues_previous,
+            overlap_samples: overlap,
         })
     }
+}
+
+/// Frames on either side of a frame whose energy a forced split averages
+/// with its own: the cut looks for the quietest 176 ms (11 frames), not the
+/// quietest 16 ms, which in fluent speech is often a stop or a soft
+/// consonant inside a word rather than the gap between two words. Measured
+/// on 240 s of the long-speech monologue cut every 20 s: WER 0.104 with one
+/// frame, 0.102 with 5, 0.082 with 11 (the sentences alone: 0.049).
+const SPLIT_SMOOTH_FRAMES: usize = 5;
+
+/// Where a forced split of the utterance starting at `start` (whose audio is
+/// `samples`, up to `frame_end`) cuts: after the quietest of the `recent`
+/// frames that end in the utterance — a non-speech frame before a speech
+/// frame, then the least energy (mean square) averaged over the frame and
+/// [`SPLIT_SMOOTH_FRAMES`] on either side, then its own energy. Equally quiet
+/// neighbours (a pause of digital silence) form a run: the cut is at the end
+/// of the middle frame of the latest run, mid-pause rather than against the
+/// next word.
+fn quietest_cut(
+    recent: &VecDeque<(u64, u64, bool)>,
+    start: u64,
+    frame_end: u64,
+    samples: &[f32],
+) -> u64 {
+    let energy = |s: u64, e: u64| -> f64 {
+        let to_index = |p: u64| usize::try_from(p.saturating_sub(start)).unwrap_or(usize::MAX);
+        let b = to_index(e).min(samples.len());
+        let frame = &samples[to_index(s).min(b)..b];
+        if frame.is_empty() {
+            return 0.0;
+        }
+        let mean = frame
+            .iter()
+            .map(|&x| f64::from(x) * f64::from(x))
+            .sum::<f64>()
+            / frame.len() as f64;
+        // Out-of-range input (NaN, infinities) is never the quietest.
+        if mean.is_finite() {
+            mean
+        } else {
+            f64::INFINITY
+        }
+    };
+    let frames: Vec<(bool, f64, u64)> = recent
+        .iter()
+        .filter(|&&(_, e, _)| e > start && e <= frame_end)
+        .map(|&(s, e, speech)| (speech, energy(s, e), e))
+        .collect();
+    // (speech, smoothed energy, own energy): the smoothed mean is compared at
+    // f32 precision, so the same frames summed in another order still tie.
+    // Only frames with their whole neighbourhood in the window are
+    // candidates (a window cut short at either edge would average fewer loud
+    // frames and look quieter than it is), unless the window is too short.
+    let k = SPLIT_SMOOTH_FRAMES;
+    let candidates = if frames.len() > 2 * k {
+        k..frames.len() - k
+    } else {
+        0..frames.len()
+    };
+    let scored: Vec<((bool, f32, f64), u64)> = frames
+        .iter()
+        .enumerate()
+        .skip(candidates.start)
+        .take(candidates.len())
+        .map(|(i, &(speech, own, end))| {
+            let around = &frames[i.saturating_sub(SPLIT_SMOOTH_FRAMES)
+                ..(i + SPLIT_SMOOTH_FRAMES + 1).min(frames.len())];
+            let smooth = around.iter().map(|&(_, e, _)| e).sum::<f64>() / around.len() as f64;
+            #[allow(clippy::cast_possible_truncation)]
+            let smooth = smooth as f32;
+            ((speech, smooth, own), end)
+        })
+        .collect();
+    let Some(best) = scored
+        .iter()
+        .map(|&(score, _)| score)
+        .min_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal))
+    else {
+        return frame_end;
+    };
+    let last = scored
+        .iter()
+        .rposition(|&(score, _)| score == best)
+        .unwrap_or(0);
+    let first = scored[..last]
+        .iter()
+        .rposition(|&(score, _)| score != best)
+        .map_or(0, |i| i + 1);
+    scored[first + (last - first) / 2].1
 }
 
 /// Cuts a 16 kHz mono stream into utterances with earshot's voice detector.
@@ -588,6 +781,167 @@ mod tests {
         SegmentTracker::new(config).unwrap()
     }
 
+    /// Forced splits at the limit itself, with no lead-in: the rule without
+    /// a search window or overlap.
+    fn exact_split(max_utterance_ms: u32) -> VadConfig {
+        VadConfig {
+            max_utterance_ms,
+            split_search_ms: 0,
+            split_overlap_ms: 0,
+            ..VadConfig::default()
+        }
+    }
+
+    /// Feeds frames of `(speech probability, amplitude)`, each frame a constant
+    /// level; returns the stream and the segments emitted.
+    fn run_levels(tracker: &mut SegmentTracker, frames: &[(f32, f32)]) -> (Vec<f32>, Vec<Segment>) {
+        let mut stream = Vec::new();
+        let mut out = Vec::new();
+        for &(prob, level) in frames {
+            let f = vec![level; FRAME_SAMPLES];
+            stream.extend_from_slice(&f);
+            out.extend(tracker.push_frame(&f, prob));
+        }
+        (stream, out)
+    }
+
+    fn assert_contents(stream: &[f32], segs: &[Segment]) {
+        for s in segs {
+            assert_eq!(s.samples.len() as u64, s.end_sample - s.start_sample);
+            assert_eq!(
+                s.samples,
+                stream[s.start_sample as usize..s.end_sample as usize]
+            );
+        }
+    }
+
+    #[test]
+    fn forced_split_cuts_after_the_quietest_frame_before_the_limit() {
+        // 1000 ms: 62 frames fit. The window is a quarter of that, 250 ms = 4000
+        // samples: frames ending at 11 872 or later, i.e. frames 46..=61.
+        let config = VadConfig {
+            max_utterance_ms: 1000,
+            ..VadConfig::default()
+        };
+        let mut frames = vec![(0.9, 0.5); 70];
+        frames[20] = (0.9, 0.0); // quieter, but outside the window
+        frames[50] = (0.9, 0.05);
+        frames[55] = (0.9, 0.01); // the quietest in the window
+        frames.extend([(0.1, 0.0); 40]);
+        let mut t = tracker(config);
+        let (stream, segs) = run_levels(&mut t, &frames);
+        assert_eq!(segs.len(), 2, "{segs:?}");
+        let (a, b) = (&segs[0], &segs[1]);
+        assert!(a.forced_split && !a.continues_previous && a.overlap_samples == 0);
+        assert_eq!((a.start_sample, a.end_sample), (0, 56 * F));
+        // The continuation starts 250 ms (the capped overlap) before the cut.
+        assert!(!b.forced_split && b.continues_previous);
+        assert_eq!(b.overlap_samples, 4_000);
+        assert_eq!((b.start_sample, b.end_sample), (56 * F - 4_000, 70 * F));
+        assert!(b.end_sample - b.start_sample <= 16_000);
+        assert_contents(&stream, &segs);
+        assert_eq!(t.stats().forced_splits, 1);
+    }
+
+    #[test]
+    fn a_non_speech_frame_is_a_better_cut_than_quiet_speech() {
+        let config = VadConfig {
+            max_utterance_ms: 1000,
+            ..VadConfig::default()
+        };
+        let mut frames = vec![(0.9, 0.5); 65];
+        frames[52] = (0.2, 0.3);
+        frames[55] = (0.9, 0.01);
+        frames.extend([(0.1, 0.0); 40]);
+        let mut t = tracker(config);
+        let (stream, segs) = run_levels(&mut t, &frames);
+        assert_eq!(segs[0].end_sample, 53 * F);
+        assert_eq!(segs[1].start_sample, 53 * F - 4_000);
+        assert_contents(&stream, &segs);
+    }
+
+    #[test]
+    fn a_pause_is_cut_in_its_middle() {
+        let config = VadConfig {
+            max_utterance_ms: 1000,
+            ..VadConfig::default()
+        };
+        // frames 50..=54 are digital silence (shorter than the hangover)
+        let mut frames = vec![(0.9, 0.5); 65];
+        for f in &mut frames[50..55] {
+            *f = (0.1, 0.0);
+        }
+        frames.extend([(0.1, 0.0); 40]);
+        let mut t = tracker(config);
+        let (stream, segs) = run_levels(&mut t, &frames);
+        assert_eq!(segs.len(), 2);
+        assert_eq!(segs[0].end_sample, 53 * F);
+        assert_contents(&stream, &segs);
+    }
+
+    #[test]
+    fn the_lead_in_alone_is_not_a_continuation() {
+        // Speech stops 6 frames before the split (less than the hangover): the
+        // cut is in the middle of that silence; the continuation's lead-in holds
+        // speech, but no speech follows the cut, so it is dropped.
+        let config = VadConfig {
+            max_utterance_ms: 1000,
+            ..VadConfig::default()
+        };
+        let mut frames = vec![(0.9, 0.5); 56];
+        frames.extend([(0.1, 0.0); 60]);
+        let mut t = tracker(config);
+        let (stream, segs) = run_levels(&mut t, &frames);
+        assert_eq!(segs.len(), 1, "{segs:?}");
+        assert!(segs[0].forced_split);
+        assert_contents(&stream, &segs);
+        assert!(!t.in_utterance());
+        assert_eq!(t.stats().segments, 1);
+    }
+
+    #[test]
+    fn a_long_monologue_is_cut_into_overlapping_chunks_of_at_most_the_limit() {
+        let config = VadConfig {
+            max_utterance_ms: 2000,
+            ..VadConfig::default()
+        };
+        // speech with a quiet stretch of 6 frames (96 ms, a gap between
+        // words) every 20 frames, and a single quiet frame (a soft consonant)
+        // between them; 30 s long
+        let frames: Vec<(f32, f32)> = (0..1875)
+            .map(|k| match k % 20 {
+                10..=15 => (0.8, 0.02),
+                2 => (0.8, 0.0),
+                _ => (0.9, 0.4),
+            })
+            .chain(std::iter::repeat_n((0.1, 0.0), 40))
+            .collect();
+        let mut t = tracker(config);
+        let (stream, segs) = run_levels(&mut t, &frames);
+        assert!(segs.len() > 15, "{}", segs.len());
+        assert_contents(&stream, &segs);
+        assert_eq!(segs[0].start_sample, 0);
+        // the last piece holds the end of the speech (a split that falls in
+        // the silence after it cuts there, mid-pause)
+        let end = segs.last().unwrap().end_sample;
+        assert!((1875 * F..1875 * F + 16 * F).contains(&end), "{end}");
+        for pair in segs.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            assert!(a.forced_split && b.continues_previous);
+            assert!(a.end_sample - a.start_sample <= 32_000);
+            // every cut is after a frame of a quiet stretch, never after the
+            // single quiet frame inside the speech
+            let last_frame = a.end_sample / F - 1;
+            assert!(
+                (10..=15).contains(&(last_frame % 20)),
+                "cut after frame {last_frame}"
+            );
+            // and the continuation repeats 500 ms (a quarter of the limit) before it
+            assert_eq!(b.overlap_samples, 8_000);
+            assert_eq!(b.start_sample + b.overlap_samples, a.end_sample);
+        }
+    }
+
     #[test]
     fn segment_bounds_pre_roll_and_contents() {
         let mut t = tracker(VadConfig::default());
@@ -717,10 +1071,7 @@ mod tests {
 
     #[test]
     fn forced_split_emits_contiguous_pieces() {
-        let config = VadConfig {
-            max_utterance_ms: 1000,
-            ..VadConfig::default()
-        };
+        let config = exact_split(1000);
         let mut t = tracker(config);
         // 1000 ms = 16000 samples = 62.5 frames.
         let out = run(&mut t, &pattern(0, 150, 40));
@@ -745,10 +1096,7 @@ mod tests {
 
     #[test]
     fn short_tail_after_forced_split_is_kept() {
-        let config = VadConfig {
-            max_utterance_ms: 1000,
-            ..VadConfig::default()
-        };
+        let config = exact_split(1000);
         let mut t = tracker(config);
         // Speech runs 4 frames past the split: shorter than min_speech, but it is the rest of the utterance.
         let out = run(&mut t, &pattern(0, 66, 40));
@@ -760,10 +1108,7 @@ mod tests {
 
     #[test]
     fn split_exactly_at_speech_end_leaves_nothing_behind() {
-        let config = VadConfig {
-            max_utterance_ms: 1000,
-            ..VadConfig::default()
-        };
+        let config = exact_split(1000);
         let mut t = tracker(config);
         let out = run(&mut t, &pattern(0, 62, 60));
         assert_eq!(out.len(), 1);
@@ -881,6 +1226,20 @@ mod tests {
                     ..VadConfig::default()
                 },
                 "max_utterance_ms",
+            ),
+            (
+                VadConfig {
+                    split_search_ms: 20_000,
+                    ..VadConfig::default()
+                },
+                "split_search_ms",
+            ),
+            (
+                VadConfig {
+                    split_overlap_ms: 10_001,
+                    ..VadConfig::default()
+                },
+                "split_overlap_ms",
             ),
         ];
         for (config, field) in cases {

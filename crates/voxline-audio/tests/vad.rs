@@ -175,23 +175,88 @@ fn long_utterance_stays_whole_and_splits_when_capped() {
     };
     let pieces = segment(&audio, 1_000, capped);
     assert!(pieces.len() >= 3, "{:?}", bounds(&pieces));
+    let described = || {
+        pieces
+            .iter()
+            .map(|(_, s)| {
+                (
+                    s.start_sample,
+                    s.end_sample,
+                    s.forced_split,
+                    s.overlap_samples,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
     for pair in pieces.windows(2) {
-        assert!(
-            pair[0].1.forced_split,
-            "{:?}",
-            pieces
-                .iter()
-                .map(|(_, s)| (s.start_sample, s.end_sample, s.forced_split))
-                .collect::<Vec<_>>()
-        );
+        let (a, b) = (&pair[0].1, &pair[1].1);
+        assert!(a.forced_split && b.continues_previous, "{:?}", described());
+        // The rest starts with a lead-in (1 s, the overlap capped at a quarter
+        // of the limit) that repeats the end of the piece it continues.
+        assert_eq!(b.overlap_samples, 16_000, "{:?}", described());
+        assert_eq!(b.start_sample + b.overlap_samples, a.end_sample);
+        assert!(a.end_sample - a.start_sample <= 64_000);
         assert_eq!(
-            pair[0].1.end_sample, pair[1].1.start_sample,
-            "pieces are contiguous"
+            b.samples,
+            audio[b.start_sample as usize..b.end_sample as usize]
         );
-        assert!(pair[0].1.end_sample - pair[0].1.start_sample <= 64_000);
+        // Cut at the quietest point of the last second before the limit, not at the limit.
+        let limit = a.start_sample + 64_000;
+        assert!(a.end_sample >= limit - 16_000 - 256, "{:?}", described());
+        // the energy of the ~176 ms around a frame (it and five on either side)
+        let energy = |end: u64| {
+            let f = &audio[end as usize - 6 * 256..end as usize + 5 * 256];
+            f.iter().map(|x| x * x).sum::<f32>() / f.len() as f32
+        };
+        let window: Vec<f32> = (1..=62)
+            .map(|k| energy(limit - k * 256))
+            .filter(|e| e.is_finite())
+            .collect();
+        let mut sorted = window.clone();
+        sorted.sort_by(f32::total_cmp);
+        assert!(
+            energy(a.end_sample) <= sorted[sorted.len() / 4],
+            "the cut is not among the quietest quarter of the window: {:?}",
+            described()
+        );
     }
     assert_eq!(pieces[0].1.start_sample, whole[0].1.start_sample);
     assert_eq!(pieces.last().unwrap().1.end_sample, whole[0].1.end_sample);
+}
+
+#[test]
+fn a_forced_split_cuts_in_the_pause_between_sentences() {
+    // "Tell me a short story about a cat.", 200 ms of silence (shorter than the
+    // hangover), then two more sentences with no pause: one utterance, which
+    // reaches a 2.8 s limit about 0.4 s after the pause; the cut lands in it.
+    let story = decode(&fixture("q_story.wav"));
+    let long = decode(&fixture("long_10s.wav"));
+    let (s0, s1) = truth("q_story.wav")[0];
+    let (l0, l1) = truth("long_10s.wav")[0];
+    let mut audio = vec![0.0; 8_000];
+    audio.extend_from_slice(&story[s0 as usize..s1 as usize]);
+    let pause = (audio.len() as u64, audio.len() as u64 + 3_200);
+    audio.extend(std::iter::repeat_n(0.0, 3_200));
+    audio.extend_from_slice(&long[l0 as usize..l1 as usize]);
+    audio.extend(std::iter::repeat_n(0.0, 16_000));
+    let config = VadConfig {
+        max_utterance_ms: 2_800,
+        ..VadConfig::default()
+    };
+    let pieces = segment(&audio, 1_000, config);
+    let first = &pieces[0].1;
+    assert!(first.forced_split, "{:?}", bounds(&pieces));
+    assert!(
+        (pause.0..=pause.1).contains(&first.end_sample),
+        "cut at {} outside the pause {pause:?}",
+        first.end_sample
+    );
+    let second = &pieces[1].1;
+    assert!(second.continues_previous);
+    assert_eq!(
+        second.start_sample,
+        first.end_sample - second.overlap_samples
+    );
 }
 
 #[test]

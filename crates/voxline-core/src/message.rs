@@ -63,12 +63,20 @@ pub struct Utterance {
     /// When the end sample was captured (live) or due (replay).
     pub end_wall: Instant,
     /// True when the endpointer cut the utterance at its maximum length
-    /// rather than at a pause.
+    /// rather than at a pause: the next utterance [`continues`](Self::continues) it.
     pub forced_split: bool,
     /// Stream position at which the endpointer closed the utterance (end
     /// of speech plus the hangover it waited for): `closed_sample -
     /// end_sample` is the endpoint delay in audio time.
     pub closed_sample: u64,
+    /// The forced-split utterance this one is the rest of, if any. A
+    /// speculative attempt on the rest carries it too; an attempt itself is
+    /// never a forced split.
+    pub continues: Option<UtteranceId>,
+    /// How many leading samples repeat the end of the utterance this one
+    /// [`continues`](Self::continues) (lead-in, so the recogniser hears the
+    /// words around the cut in context); 0 when it continues nothing.
+    pub overlap_samples: u64,
 }
 
 impl Utterance {
@@ -94,6 +102,10 @@ pub struct UtteranceInfo {
     pub forced_split: bool,
     /// Stream position at which the endpointer closed it.
     pub closed_sample: u64,
+    /// The forced-split utterance this one continues, if any.
+    pub continues: Option<UtteranceId>,
+    /// Leading samples that repeat the end of the one it continues.
+    pub overlap_samples: u64,
 }
 
 impl UtteranceInfo {
@@ -113,6 +125,8 @@ impl From<&Utterance> for UtteranceInfo {
             end_wall: u.end_wall,
             forced_split: u.forced_split,
             closed_sample: u.closed_sample,
+            continues: u.continues,
+            overlap_samples: u.overlap_samples,
         }
     }
 }
@@ -361,6 +375,8 @@ impl PipelineEvent {
                 duration_ms: u.duration_ms(),
                 forced_split: u.forced_split,
                 closed_sample: u.closed_sample,
+                continues: u.continues,
+                overlap_samples: u.overlap_samples,
                 end_t_ms: clock.ms_since_origin(u.end_wall),
             },
             Self::Transcript(t) => Body::Transcript {
@@ -426,6 +442,8 @@ enum Body<'a> {
         duration_ms: f64,
         forced_split: bool,
         closed_sample: u64,
+        continues: Option<UtteranceId>,
+        overlap_samples: u64,
         end_t_ms: f64,
     },
     Transcript {
@@ -578,6 +596,8 @@ mod tests {
             end_wall: c.sample_due(40_000),
             forced_split: false,
             closed_sample: 48_000,
+            continues: None,
+            overlap_samples: 0,
         };
         assert_eq!(u.duration_ms(), 1_500.0);
         assert_eq!(UtteranceInfo::from(&u).duration_ms(), 1_500.0);
@@ -606,8 +626,10 @@ mod tests {
             end_sample: 24_000,
             samples: vec![0.25; 16_000],
             end_wall: c.sample_due(24_000),
-            forced_split: true,
+            forced_split: false,
             closed_sample: 32_000,
+            continues: Some(6),
+            overlap_samples: 12_800,
         };
         let event = u.event().expect("utterances publish an event");
         let at = c.origin() + Duration::from_millis(1_600);
@@ -620,7 +642,9 @@ mod tests {
         assert!((v["t_ms"].as_f64().unwrap() - 1_600.0).abs() < 1e-6);
         assert!((v["end_t_ms"].as_f64().unwrap() - 1_500.0).abs() < 1e-6);
         assert_eq!(v["duration_ms"], 1_000.0);
-        assert_eq!(v["forced_split"], true);
+        assert_eq!(v["forced_split"], false);
+        assert_eq!(v["continues"], 6);
+        assert_eq!(v["overlap_samples"], 12_800);
         assert!(v.get("samples").is_none());
     }
 
