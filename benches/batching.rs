@@ -10,8 +10,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use voxline_llm::batch::{BatchEngine, SharedModel, StepEvent};
-use voxline_llm::LlmConfig;
+use voxline_llm::batch::{BatchEngine, StepEvent};
+use voxline_llm::{LlmConfig, LlmModel};
 
 const QUESTIONS: [&str; 8] = [
     "Tell me about the history of Paris.",
@@ -39,7 +39,7 @@ fn main() {
     config.max_tokens = 64;
     config.n_ctx = 512;
     config.sampling.temperature = 0.0;
-    let model = SharedModel::load(&config).unwrap();
+    let model = LlmModel::load(config).unwrap();
     println!("SmolLM2-135M, {threads} threads, up to 64 tokens per answer\n");
     println!("| sessions | decode steps | tokens | aggregate decode tok/s | per session tok/s | × one session |");
     println!("|---|---|---|---|---|---|");
@@ -48,7 +48,7 @@ fn main() {
         // best of three, as the machine is shared
         let mut best: Option<(usize, u32, f64)> = None;
         for _ in 0..3 {
-            let mut engine = BatchEngine::new(&model, config.clone(), n).unwrap();
+            let mut engine = BatchEngine::new(&model, n).unwrap();
             for (i, q) in QUESTIONS.iter().take(n).enumerate() {
                 engine.start(i, q).unwrap();
             }

@@ -679,8 +679,7 @@ where
         );
         if let Some(t) = tally {
             // every thread is joined: nothing else holds the tally now
-            let mut t =
-                std::mem::replace(&mut *lock_tally(&t), crate::tally::Tally::new(clock, 0));
+            let mut t = std::mem::replace(&mut *lock_tally(&t), crate::tally::Tally::new(clock, 0));
             t.close(run.outcome.failed.as_deref());
             run.tally = Some(t);
         }

@@ -342,7 +342,13 @@ impl Tally {
         let stages: Vec<_> = totals
             .iter()
             .map(|st| {
-                report::stage_report(st, &self.tokens, &run.outcome.edges, &run.topology, session_ms)
+                report::stage_report(
+                    st,
+                    &self.tokens,
+                    &run.outcome.edges,
+                    &run.topology,
+                    session_ms,
+                )
             })
             .collect();
         let v = &self.series;

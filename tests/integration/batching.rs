@@ -1,20 +1,11 @@
 //! Many conversations on one context (continuous batching), on the real model.
 
-use voxline_llm::batch::{BatchEngine, SharedModel, StepEvent};
-use voxline_llm::Stop;
+use voxline_llm::batch::{BatchEngine, StepEvent};
+use voxline_llm::{LlmModel, Stop};
 
 use crate::util;
 
-const QUESTIONS: [&str; 8] = [
-    "What is the capital of France?",
-    "Name a large animal.",
-    "What colour is the sky?",
-    "How many legs does a spider have?",
-    "What do bees make?",
-    "Name a planet.",
-    "What is ice made of?",
-    "Which season is the coldest?",
-];
+const QUESTIONS: &[&str] = util::QUESTIONS;
 
 fn config() -> voxline_llm::LlmConfig {
     let mut c = util::settings(24).llm_config();
@@ -52,9 +43,9 @@ fn run_to_end(engine: &mut BatchEngine<'_>) -> (Vec<Option<Answer>>, usize) {
 fn eight_sessions_are_answered_at_once_each_its_own_question() {
     let _g = util::engine_lock();
     let config = config();
-    let model = SharedModel::load(&config).unwrap();
-    let mut engine = BatchEngine::new(&model, config, 8).unwrap();
-    for (i, q) in QUESTIONS.iter().enumerate() {
+    let model = LlmModel::load(config).unwrap();
+    let mut engine = BatchEngine::new(&model, 8).unwrap();
+    for (i, q) in QUESTIONS.iter().take(8).enumerate() {
         engine.start(i, q).unwrap();
     }
     assert!(
@@ -91,8 +82,8 @@ fn eight_sessions_are_answered_at_once_each_its_own_question() {
 fn a_turn_joins_the_running_batch_and_a_cancelled_one_leaves_it_untouched() {
     let _g = util::engine_lock();
     let config = config();
-    let model = SharedModel::load(&config).unwrap();
-    let mut engine = BatchEngine::new(&model, config, 3).unwrap();
+    let model = LlmModel::load(config).unwrap();
+    let mut engine = BatchEngine::new(&model, 3).unwrap();
     engine
         .start(0, "Tell me a long story about a dragon.")
         .unwrap();

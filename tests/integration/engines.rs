@@ -87,18 +87,7 @@ fn a_full_context_drops_the_oldest_turn_without_evaluating_the_rest_again() {
     let mut config = util::settings(24).llm_config();
     config.n_ctx = 320;
     let mut engine = voxline_llm::LlmEngine::load(config).unwrap();
-    let questions = [
-        "What is the capital of France?",
-        "Name a large animal.",
-        "What colour is the sky?",
-        "How many legs does a spider have?",
-        "What do bees make?",
-        "Name a planet.",
-        "What is ice made of?",
-        "Which season is the coldest?",
-        "What do cows drink?",
-        "Name a fruit that is yellow.",
-    ];
+    let questions = util::QUESTIONS;
     let mut shifted = 0;
     for q in questions.iter().cycle().take(24) {
         let r = engine.respond(q, &mut |_| true).unwrap();

@@ -138,3 +138,17 @@ pub fn read_json(path: &Path) -> serde_json::Value {
 pub fn voxline_bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_voxline"))
 }
+
+/// Short questions the LLM answers in a few words (the first is about a capital).
+pub const QUESTIONS: &[&str] = &[
+    "What is the capital of France?",
+    "Name a large animal.",
+    "What colour is the sky?",
+    "How many legs does a spider have?",
+    "What do bees make?",
+    "Name a planet.",
+    "What is ice made of?",
+    "Which season is the coldest?",
+    "What do cows drink?",
+    "Name a fruit that is yellow.",
+];

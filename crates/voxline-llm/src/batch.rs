@@ -22,51 +22,13 @@ use std::num::NonZeroU32;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::model::params::LlamaModelParams;
-use llama_cpp_2::model::{LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
 use crate::{
-    backend, piece_bytes, render_chat, tokenize_with, LlmConfig, LlmError, Stop, Utf8Stream,
+    backend, piece_bytes, render_chat, tokenize_with, LlmConfig, LlmError, LlmModel, Stop,
+    Utf8Stream,
 };
-
-/// A language model loaded once, for a [`BatchEngine`] (or several) to share.
-pub struct SharedModel {
-    model: LlamaModel,
-    template: LlamaChatTemplate,
-}
-
-impl std::fmt::Debug for SharedModel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedModel").finish_non_exhaustive()
-    }
-}
-
-impl SharedModel {
-    /// Loads `config.model` (with `config.n_gpu_layers`).
-    ///
-    /// # Errors
-    /// [`LlmError::Model`] for a missing, foreign or truncated file,
-    /// [`LlmError::Load`] when llama.cpp refuses it, [`LlmError::Template`]
-    /// without a chat template.
-    pub fn load(config: &LlmConfig) -> Result<Self, LlmError> {
-        voxline_models::kind::check_llm_model(&config.model)?;
-        let mparams = LlamaModelParams::default().with_n_gpu_layers(config.n_gpu_layers);
-        let model =
-            LlamaModel::load_from_file(backend()?, &config.model, &mparams).map_err(|e| {
-                LlmError::Load {
-                    path: config.model.clone(),
-                    detail: e.to_string(),
-                }
-            })?;
-        let template = model.chat_template(None).map_err(|e| LlmError::Template {
-            path: config.model.clone(),
-            detail: e.to_string(),
-        })?;
-        Ok(Self { model, template })
-    }
-}
 
 /// One session of a [`BatchEngine`] (its index, from 0).
 pub type SessionId = usize;
@@ -120,7 +82,7 @@ struct Session {
 
 /// Several conversations answered at once on one context.
 pub struct BatchEngine<'m> {
-    shared: &'m SharedModel,
+    model: &'m LlmModel,
     ctx: LlamaContext<'m>,
     config: LlmConfig,
     system: Vec<LlamaToken>,
@@ -143,42 +105,21 @@ impl std::fmt::Debug for BatchEngine<'_> {
 const BATCH_TOKENS: usize = 1024;
 
 impl<'m> BatchEngine<'m> {
-    /// A context for `sessions` sessions of `config.n_ctx` tokens each (plus
-    /// one sequence for the system prompt), on `config.threads` threads for
-    /// every step; evaluates the system prompt once.
+    /// A context for `sessions` sessions of the model's `n_ctx` tokens each
+    /// (plus one sequence for the system prompt), on its `threads` threads
+    /// for every step; evaluates the system prompt once.
     ///
     /// # Errors
-    /// [`LlmError::Config`] for 0 sessions or threads, or a context too small
-    /// for the answer; [`LlmError::SystemPromptTooLong`]; [`LlmError::Load`]
-    /// when llama.cpp cannot make the context; [`LlmError::Engine`] when the
+    /// [`LlmError::Config`] for 0 sessions; [`LlmError::Load`] when
+    /// llama.cpp cannot make the context; [`LlmError::Engine`] when the
     /// system prompt cannot be evaluated.
-    pub fn new(
-        shared: &'m SharedModel,
-        config: LlmConfig,
-        sessions: usize,
-    ) -> Result<Self, LlmError> {
-        if sessions == 0 || config.threads == 0 {
+    pub fn new(model: &'m LlmModel, sessions: usize) -> Result<Self, LlmError> {
+        if sessions == 0 {
             return Err(LlmError::Config(
-                "batching needs at least one session and one thread".into(),
+                "batching needs at least one session".into(),
             ));
         }
-        if config.n_ctx < 64 || config.max_tokens == 0 || config.max_tokens >= config.n_ctx {
-            return Err(LlmError::Config(format!(
-                "context {} tokens with max {} new tokens is not usable: need ctx >= 64 and 0 < max tokens < ctx",
-                config.n_ctx, config.max_tokens
-            )));
-        }
-        let system_text = render_chat(&shared.model, &shared.template, &config, &[], None)?;
-        let system = tokenize_with(&shared.model, &system_text)?;
-        let fit = (config.n_ctx as usize).saturating_sub(config.max_tokens as usize + 1);
-        if system.len() > fit {
-            return Err(LlmError::SystemPromptTooLong {
-                prompt_tokens: system.len(),
-                fit,
-                n_ctx: config.n_ctx,
-                max_tokens: config.max_tokens,
-            });
-        }
+        let config = model.config().clone();
         let n_seq = u32::try_from(sessions + 1).unwrap_or(u32::MAX);
         let threads = i32::try_from(config.threads).unwrap_or(1);
         let params = LlamaContextParams::default()
@@ -187,19 +128,19 @@ impl<'m> BatchEngine<'m> {
             .with_n_batch(BATCH_TOKENS as u32)
             .with_n_threads(threads)
             .with_n_threads_batch(threads);
-        let ctx = shared
-            .model
+        let ctx = model
+            .llama()
             .new_context(backend()?, params)
             .map_err(|e| LlmError::Load {
                 path: config.model.clone(),
                 detail: e.to_string(),
             })?;
         let mut engine = Self {
-            shared,
+            model,
             ctx,
             per_session_ctx: config.n_ctx as usize,
             config,
-            system,
+            system: model.0.system_tokens.clone(),
             sessions: (0..sessions).map(|_| Session::default()).collect(),
             batch: LlamaBatch::new(BATCH_TOKENS, 1),
         };
@@ -271,7 +212,7 @@ impl<'m> BatchEngine<'m> {
             s.history.clear();
         }
         let budget = self.per_session_ctx - self.config.max_tokens as usize;
-        let (model, template) = (&self.shared.model, &self.shared.template);
+        let (model, template) = (self.model.llama(), &self.model.0.template);
         let prompt = loop {
             let text = render_chat(model, template, &self.config, &s.history, Some(user))?;
             let tokens = tokenize_with(model, &text)?;
@@ -411,10 +352,10 @@ impl<'m> BatchEngine<'m> {
             let token = turn.sampler.sample(&self.ctx, at);
             turn.sampler.accept(token);
             turn.n_sampled += 1;
-            let stop = if self.shared.model.is_eog_token(token) {
+            let stop = if self.model.llama().is_eog_token(token) {
                 Some(Stop::EndOfGeneration)
             } else {
-                let piece = turn.utf8.push(&piece_bytes(&self.shared.model, token)?);
+                let piece = turn.utf8.push(&piece_bytes(self.model.llama(), token)?);
                 turn.text.push_str(&piece);
                 if !piece.is_empty() {
                     events.push(StepEvent::Token { session: i, piece });
