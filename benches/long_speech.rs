@@ -4,7 +4,9 @@
 //!
 //! `cargo bench --bench long_speech` (VOXLINE_LONG_SPEECH_S: the monologue's
 //! length in seconds, default 600; VOXLINE_MODELS_DIR: the models, default
-//! `models/`). Prints a Markdown table, one row per `max_utterance_ms`.
+//! `models/`; VOXLINE_LONG_SPEECH_MODEL: the whisper file in it, default f16;
+//! VOXLINE_LONG_SPEECH_THREADS, VOXLINE_LONG_SPEECH_MAX_MS). Prints a Markdown
+//! table, one row per `max_utterance_ms`.
 
 #[path = "../tests/integration/monologue.rs"]
 mod monologue;
@@ -34,7 +36,11 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let verbose = std::env::var_os("VOXLINE_LONG_SPEECH_VERBOSE").is_some();
-    let model = models.join(voxline_models::registry::WHISPER_TINY_EN.file);
+    // VOXLINE_LONG_SPEECH_MODEL: a whisper model file in the models directory (default: f16)
+    let model = models.join(
+        std::env::var("VOXLINE_LONG_SPEECH_MODEL")
+            .unwrap_or_else(|_| voxline_models::registry::WHISPER_TINY_EN.file.into()),
+    );
     let mut engine = SttEngine::load(SttConfig::new(model, threads)).unwrap();
     let each = monologue::transcribe_each(&mut engine, &sentences, 8_000);
     let bare = monologue::transcribe_each(&mut engine, &sentences, 0);
