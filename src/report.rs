@@ -921,6 +921,21 @@ impl StageTotals {
             self.waits.record(s.queue_wait().as_secs_f64() * 1000.0);
         }
     }
+
+    /// Adds `s` to its stage's totals in `stages`, starting them if it is the stage's first.
+    pub(crate) fn add_to(stages: &mut Vec<Self>, s: &Span) {
+        match stages.iter_mut().find(|t| t.name == s.stage) {
+            Some(t) => t.add(s),
+            None => {
+                let mut t = Self {
+                    name: s.stage.clone(),
+                    ..Self::default()
+                };
+                t.add(s);
+                stages.push(t);
+            }
+        }
+    }
 }
 
 /// The token counts of a run's turns, summed for the stage reports.
@@ -954,17 +969,7 @@ impl TokenTotals {
 fn stage_reports(run: &RunResult, turns: &[TurnReport], session_ms: f64) -> Vec<StageReport> {
     let mut stages: Vec<StageTotals> = Vec::new();
     for s in &run.outcome.spans {
-        match stages.iter_mut().find(|t| t.name == s.stage) {
-            Some(t) => t.add(s),
-            None => {
-                let mut t = StageTotals {
-                    name: s.stage.clone(),
-                    ..StageTotals::default()
-                };
-                t.add(s);
-                stages.push(t);
-            }
-        }
+        StageTotals::add_to(&mut stages, s);
     }
     let mut tokens = TokenTotals::default();
     for t in turns {

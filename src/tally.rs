@@ -145,17 +145,7 @@ impl Tally {
 
     /// Takes one span (from a stage thread).
     pub fn span(&mut self, s: &Span) {
-        match self.stages.iter_mut().find(|t| t.name == s.stage) {
-            Some(t) => t.add(s),
-            None => {
-                let mut t = StageTotals {
-                    name: s.stage.clone(),
-                    ..StageTotals::default()
-                };
-                t.add(s);
-                self.stages.push(t);
-            }
-        }
+        StageTotals::add_to(&mut self.stages, s);
         let Some(id) = s.utterance else { return };
         let busy = s.busy().as_secs_f64() * 1000.0;
         if self.cancelled.contains(id) {

@@ -369,29 +369,30 @@ impl<'m> BatchEngine<'m> {
                     None
                 }
             };
-            if let Some(stop) = stop {
-                events.push(self.finish(i, stop));
+            if let Some(done) = stop.and_then(|stop| self.finish(i, stop)) {
+                events.push(done);
             }
         }
         Ok(events)
     }
 
-    /// Ends `session`'s turn: remembers it, leaves the batch.
-    fn finish(&mut self, session: SessionId, stop: Stop) -> StepEvent {
-        let s = &mut self.sessions[session];
-        let mut turn = s.turn.take().expect("finishing a turn in progress");
+    /// Ends `session`'s turn: remembers it, leaves the batch (nothing when
+    /// the session has no turn).
+    fn finish(&mut self, session: SessionId, stop: Stop) -> Option<StepEvent> {
+        let s = self.sessions.get_mut(session)?;
+        let mut turn = s.turn.take()?;
         let tail = turn.utf8.finish();
         turn.text.push_str(&tail);
         let text = turn.text.trim().to_string();
         if self.config.memory {
             s.history.push((turn.user, text.clone()));
         }
-        StepEvent::Done {
+        Some(StepEvent::Done {
             session,
             text,
             n_sampled: turn.n_sampled,
             stop,
-        }
+        })
     }
 }
 
