@@ -20,6 +20,13 @@ fn read_16k(path: &Path) -> Vec<f32> {
     out
 }
 
+/// The labelled true end of the last turn in `wav`'s sidecar, in samples.
+fn true_end(wav: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(wav.with_extension("json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["turns"].as_array()?.last()?["end_sample"].as_u64()
+}
+
 /// Segments the endpointer cuts from `audio` (with a second of silence after it).
 fn segments(audio: &[f32], hangover_ms: u32) -> usize {
     let mut ep = Endpointer::new(VadConfig {
@@ -35,13 +42,23 @@ fn segments(audio: &[f32], hangover_ms: u32) -> usize {
     n + usize::from(ep.finish().is_some())
 }
 
-/// Speculative attempts on `audio` with `silence_ms`: (started, cancelled),
-/// and the speculation point's delay after the VAD's end of speech, in ms.
-fn attempts(audio: &[f32], silence_ms: u32) -> (usize, usize, Vec<f64>) {
+/// Speculative attempts on `audio` with `silence_ms` after the last frame
+/// scoring at least `spec_threshold`: (started, cancelled),
+/// and the committed attempt's delay after the labelled true end of speech
+/// (`true_end`, in samples), in ms.
+fn attempts(
+    audio: &[f32],
+    silence_ms: u32,
+    spec_threshold: f32,
+    true_end: Option<u64>,
+) -> (usize, usize, Vec<f64>) {
     let board = SpecBoard::new();
-    let mut stage = VadStage::new(VadConfig::default())
-        .unwrap()
-        .with_speculation(board.clone(), silence_ms);
+    let mut stage = VadStage::new(VadConfig {
+        spec_threshold,
+        ..VadConfig::default()
+    })
+    .unwrap()
+    .with_speculation(board.clone(), silence_ms);
     let clock = Clock::start();
     let mut padded = audio.to_vec();
     padded.extend(std::iter::repeat_n(0.0, 16_000));
@@ -62,7 +79,12 @@ fn attempts(audio: &[f32], silence_ms: u32) -> (usize, usize, Vec<f64>) {
         .count();
     let delays = spec
         .iter()
-        .map(|u| Clock::samples_to_ms(u.closed_sample - u.end_sample))
+        .filter(|u| board.state(u.id) == SpecState::Committed)
+        .filter_map(|u| {
+            Some(Clock::samples_to_ms(
+                u.closed_sample.checked_sub(true_end?)?,
+            ))
+        })
         .collect();
     (spec.len(), cancelled, delays)
 }
@@ -71,7 +93,7 @@ fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = std::env::var_os("VOXLINE_SPEECH_DIR")
         .map_or_else(|| root.join("audio-fixtures/human"), PathBuf::from);
-    let mut clips: Vec<(String, Vec<f32>)> = std::fs::read_dir(&dir)
+    let mut clips: Vec<(String, Vec<f32>, Option<u64>)> = std::fs::read_dir(&dir)
         .map(|rd| {
             rd.filter_map(Result::ok)
                 .map(|e| e.path())
@@ -80,6 +102,7 @@ fn main() {
                     (
                         p.file_name().unwrap().to_string_lossy().into_owned(),
                         read_16k(&p),
+                        true_end(&p),
                     )
                 })
                 .collect()
@@ -99,7 +122,7 @@ fn main() {
     for hangover in [300, 400, 500, 600, 700, 800, 1000, 1200] {
         let mut split = Vec::new();
         let mut extra = 0;
-        for (name, audio) in &clips {
+        for (name, audio, _) in &clips {
             let n = segments(audio, hangover);
             if n > 1 {
                 split.push(format!("{name} ({n})"));
@@ -118,17 +141,27 @@ fn main() {
         );
     }
     println!();
-    println!("| spec silence ms | attempts | cancelled (speech resumed) | sent after the VAD's end of speech, ms |");
-    println!("|---|---|---|---|");
-    for silence in [32, 48, 64, 80, 100, 150, 200, 250, 300] {
-        let (mut started, mut cancelled, mut delays) = (0, 0, Vec::new());
-        for (_, audio) in &clips {
-            let (s, c, d) = attempts(audio, silence);
-            started += s;
-            cancelled += c;
-            delays.extend(d);
+    println!("| spec threshold | spec silence ms | attempts | cancelled (speech resumed) | committed attempt sent after the true end of speech, ms: mean / max |");
+    println!("|---|---|---|---|---|");
+    for end in SPEC_THRESHOLDS {
+        for silence in [32, 48, 64, 80, 100, 150, 200, 250, 300] {
+            if end != 0.5 && ![32, 48, 64].contains(&silence) {
+                continue;
+            }
+            let (mut started, mut cancelled, mut delays) = (0, 0, Vec::new());
+            for (_, audio, true_end) in &clips {
+                let (s, c, d) = attempts(audio, silence, end, *true_end);
+                started += s;
+                cancelled += c;
+                delays.extend(d);
+            }
+            let mean = delays.iter().sum::<f64>() / delays.len().max(1) as f64;
+            let max = delays.iter().copied().fold(0.0, f64::max);
+            println!("| {end} | {silence} | {started} | {cancelled} | {mean:.0} / {max:.0} |");
         }
-        let mean = delays.iter().sum::<f64>() / delays.len().max(1) as f64;
-        println!("| {silence} | {started} | {cancelled} | {mean:.0} |");
     }
 }
+
+/// The confident-speech thresholds compared (the first is the detector's
+/// own speech threshold: speculation after the last speech frame).
+const SPEC_THRESHOLDS: [f32; 4] = [0.5, 0.6, 0.7, 0.8];

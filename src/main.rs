@@ -223,6 +223,10 @@ struct VadArgs {
     /// Speech probability at or above which a frame is speech.
     #[arg(long, default_value_t = VadConfig::default().threshold)]
     vad_threshold: f32,
+    /// Speech probability of a confident speech frame: a speculative end of
+    /// turn starts --spec-silence-ms after the last one.
+    #[arg(long, default_value_t = VadConfig::default().spec_threshold)]
+    spec_threshold: f32,
     /// Shortest utterance kept, ms.
     #[arg(long, default_value_t = VadConfig::default().min_speech_ms)]
     min_speech_ms: u32,
@@ -659,6 +663,7 @@ impl VadArgs {
     fn config(&self) -> Result<VadConfig, BadInput> {
         let c = VadConfig {
             threshold: self.vad_threshold,
+            spec_threshold: self.spec_threshold,
             min_speech_ms: self.min_speech_ms,
             hangover_ms: self.hangover_ms,
             pre_roll_ms: self.pre_roll_ms,

@@ -7,12 +7,15 @@ use voxline_stt::{AudioCtx, SttConfig};
 
 use crate::BadInput;
 
-/// The default silence after which a turn is sent early (speculative
-/// turn-taking), ms: four detector frames. Chosen by measurement (see the
-/// README's turn-taking section): an attempt that speech interrupts is
-/// aborted within milliseconds and costs only idle CPU, so a short wait
-/// buys latency (~90 ms against 150) for a few more cancelled attempts.
-pub const DEFAULT_SPEC_SILENCE_MS: u32 = 64;
+/// The default silence after the last confident speech frame (see
+/// `VadConfig::spec_threshold`) after which a turn is sent early
+/// (speculative turn-taking), ms: three detector frames. Chosen by
+/// measurement (see the README's turn-taking section): an attempt that
+/// speech interrupts is aborted within milliseconds and costs only idle CPU,
+/// so a short wait buys latency (the attempt starts ~95 ms after the true
+/// end of speech, against ~150 ms with 64 ms after the last speech frame)
+/// for more cancelled attempts.
+pub const DEFAULT_SPEC_SILENCE_MS: u32 = 48;
 
 /// The default silence that ends a turn, ms. With speculation a hangover
 /// costs no latency while it is shorter than STT plus the first token

@@ -15,9 +15,18 @@ use crate::AudioError;
 struct Pending {
     id: UtteranceId,
     start: u64,
+    /// The end of the audio it sent (the position it was sent at).
     end: u64,
+    /// The end of the last confident speech frame when it was sent.
+    confident_end: Option<u64>,
     sent_at: u64,
 }
+
+/// How far the detector's decaying tail (frames at or above the speech
+/// threshold but below the confident one) may run past the end of an
+/// attempt's audio and the attempt still commit: 64 ms, four detector frames.
+/// A tail that runs on is speech going on softly, and cancels it.
+const SPEC_TAIL_GRACE: u64 = 4 * FRAME_SAMPLES as u64;
 
 /// Frames whose capture instants [`VadStage`] keeps for placing utterance
 /// ends in time (about 40 s of 10 ms capture blocks).
@@ -45,6 +54,8 @@ pub struct VadStage {
     next_id: UtteranceId,
     /// The board and the silence (in samples) after which to speculate.
     spec: Option<(SpecBoard, u64)>,
+    /// The confident end whose soft tail cancelled an attempt (see `speculate`).
+    soft_tail: Option<u64>,
     pending: Option<Pending>,
     /// Recent frames, oldest first: the endpointer position (plus origin) of
     /// each one's first sample and its capture instant.
@@ -76,6 +87,7 @@ impl VadStage {
             endpointer: Endpointer::new(config)?,
             next_id: 1,
             spec: None,
+            soft_tail: None,
             pending: None,
             recent: VecDeque::new(),
             origin: None,
@@ -106,14 +118,16 @@ impl VadStage {
         self
     }
 
-    /// Handles a closed segment: commits the attempt that sent exactly it, or
-    /// cancels a stale attempt and sends the segment as an ordinary utterance.
+    /// Handles a closed segment: commits the attempt that sent it (the same
+    /// start; its speech ending within [`SPEC_TAIL_GRACE`] of the attempt's
+    /// audio), or cancels a stale attempt and sends the segment as an
+    /// ordinary utterance.
     fn close(&mut self, seg: Segment, closed: u64, out: &mut Emitter<'_, Utterance>) {
         let origin = self.origin.unwrap_or(0);
         if let Some(p) = self.pending.take() {
             let same = !seg.forced_split
                 && p.start == seg.start_sample + origin
-                && p.end == seg.end_sample + origin;
+                && seg.end_sample + origin <= p.end + SPEC_TAIL_GRACE;
             if let Some((board, _)) = &self.spec {
                 if same {
                     board.commit(p.id);
@@ -134,8 +148,11 @@ impl VadStage {
         self.emit(seg, closed, out);
     }
 
-    /// After each detector frame: cancels an attempt whose utterance went on,
-    /// and starts one when the silence after speech is long enough.
+    /// After each detector frame: cancels an attempt whose utterance went on
+    /// (a confident speech frame after it, or the detector's tail running more
+    /// than [`SPEC_TAIL_GRACE`] past its audio), and starts one, with the audio
+    /// up to now, when the silence after the last confident speech frame is
+    /// long enough.
     fn speculate(&mut self, pos: u64, out: &mut Emitter<'_, Utterance>) {
         let Some((board, silence)) = self.spec.clone() else {
             return;
@@ -145,13 +162,26 @@ impl VadStage {
             (
                 o.start_sample + origin,
                 o.end_sample + origin,
+                o.confident_end.map(|c| c + origin),
                 o.keepable,
                 o.continues_previous,
                 o.overlap_samples,
             )
         });
         if let Some(p) = self.pending {
-            if open.is_none_or(|(start, end, ..)| (start, end) != (p.start, p.end)) {
+            let went_on = open.is_none_or(|(start, end, confident, ..)| {
+                start != p.start || confident > p.confident_end || end > p.end + SPEC_TAIL_GRACE
+            });
+            if went_on {
+                // Speech went on softly (no new confident frame): until the
+                // next confident frame, wait for silence after the last
+                // speech frame instead, so a long soft tail is not chased
+                // with an attempt every few frames.
+                self.soft_tail = open
+                    .filter(|&(start, _, confident, ..)| {
+                        start == p.start && confident == p.confident_end
+                    })
+                    .and_then(|(_, _, confident, ..)| confident);
                 board.cancel(p.id);
                 out.publish(PipelineEvent::SpecCancel {
                     id: p.id,
@@ -160,17 +190,25 @@ impl VadStage {
                 self.pending = None;
             }
         }
-        let Some((start, end, keepable, continues_previous, overlap_samples)) = open else {
+        let Some((start, speech_end, confident_end, keepable, continues_previous, overlap_samples)) =
+            open
+        else {
             return;
         };
-        if self.pending.is_some() || !keepable || pos < end + silence {
+        // After the last confident frame; after the last speech frame when
+        // there is none, or its soft tail already cancelled an attempt.
+        let after = confident_end
+            .filter(|c| self.soft_tail != Some(*c))
+            .unwrap_or(speech_end);
+        if self.pending.is_some() || !keepable || pos < after + silence {
             return;
         }
         let samples = self
             .endpointer
             .open_utterance()
-            .map(|o| o.samples.to_vec())
+            .map(|o| o.samples_to_now.to_vec())
             .unwrap_or_default();
+        let end = start + samples.len() as u64;
         let id = self.next_id;
         self.next_id += 1;
         board.start(id);
@@ -179,6 +217,7 @@ impl VadStage {
             id,
             start,
             end,
+            confident_end,
             sent_at: pos,
         });
         out.emit(Utterance {
@@ -476,6 +515,66 @@ mod tests {
             out[0].start_sample + crate::FRAME_SAMPLES as u64 > file_start,
             "the pre-roll reached back to {} before the recording at {file_start}",
             out[0].start_sample
+        );
+    }
+
+    /// Speculates on `q_capital` with `spec_threshold`; returns (attempts
+    /// started, the committed attempt's position after the true end in
+    /// samples, the end of the committed attempt's audio, the end of the
+    /// closed segment's speech).
+    fn speculate_on_q_capital(spec_threshold: f32) -> (usize, u64, u64, u64) {
+        let clock = Clock::start();
+        let audio = fixture_16k("q_capital.wav");
+        let board = SpecBoard::new();
+        let config = VadConfig {
+            spec_threshold,
+            ..VadConfig::default()
+        };
+        let mut stage = VadStage::new(config.clone())
+            .unwrap()
+            .with_speculation(board.clone(), 48);
+        let out = voxline_core::drive(&mut stage, frames(&audio, 0, &clock)).unwrap();
+        let committed: Vec<&Utterance> = out
+            .iter()
+            .filter(|u| board.state(u.id) == voxline_core::SpecState::Committed)
+            .collect();
+        assert_eq!(committed.len(), 1, "one turn, committed");
+        assert!(
+            out.iter()
+                .all(|u| board.state(u.id) != voxline_core::SpecState::Final),
+            "the committed attempt is not sent again"
+        );
+        let c = committed[0];
+        // The segment the hangover closes (the same audio without speculation).
+        let whole = voxline_core::drive(
+            &mut VadStage::new(config).unwrap(),
+            frames(&audio, 0, &clock),
+        )
+        .unwrap();
+        assert_eq!(whole.len(), 1);
+        assert_eq!(c.start_sample, whole[0].start_sample);
+        assert_eq!(c.samples.len() as u64, c.end_sample - c.start_sample);
+        let true_end = q_capital_turn("end_sample") as u64;
+        (out.len(), c.closed_sample - true_end, c.end_sample, whole[0].end_sample)
+    }
+
+    #[test]
+    fn a_confident_threshold_speculates_sooner_and_keeps_the_whole_word() {
+        let (n_old, after_old, _, _) = speculate_on_q_capital(0.5);
+        let (n_new, after_new, sent_end, seg_end) = speculate_on_q_capital(0.6);
+        // The detector's decaying tail is no longer waited for: at least a
+        // detector frame sooner.
+        assert!(
+            after_new + crate::FRAME_SAMPLES as u64 <= after_old,
+            "attempt {after_new} samples after the true end, against {after_old}"
+        );
+        assert!(n_new >= n_old);
+        // The attempt sends the audio up to where it was sent: every speech
+        // frame of the segment the hangover closes (the tail included).
+        assert!(
+            sent_end + SPEC_TAIL_GRACE >= seg_end,
+            "the attempt's audio ends {} samples before the segment's speech",
+            seg_end.saturating_sub(sent_end)
         );
     }
 

@@ -77,6 +77,14 @@ fn ms_to_samples(ms: u32) -> u64 {
 pub struct VadConfig {
     /// Speech-probability threshold in `[0, 1]`; a frame scoring at or above it is speech. Default 0.5.
     pub threshold: f32,
+    /// The probability at or above which a frame is *confident* speech
+    /// (a value below `threshold` acts as `threshold`). A speculative end of
+    /// turn may start once a short silence follows the last confident frame
+    /// ([`OpenUtterance::confident_end`]) rather than the last speech frame:
+    /// earshot's score decays over 80–100 ms after the last word, and most of
+    /// that tail then is no longer waited for. Segment bounds do not depend
+    /// on it. Default 0.6 (chosen with `cargo bench --bench hangover`).
+    pub spec_threshold: f32,
     /// Shortest speech span kept, in ms; shorter utterances are discarded. Default 250.
     pub min_speech_ms: u32,
     /// Non-speech that must follow the last speech frame before an utterance closes, in ms. Default 500.
@@ -99,6 +107,7 @@ impl Default for VadConfig {
     fn default() -> Self {
         VadConfig {
             threshold: 0.5,
+            spec_threshold: 0.6,
             min_speech_ms: 250,
             hangover_ms: 500,
             pre_roll_ms: 200,
@@ -114,7 +123,7 @@ impl VadConfig {
     ///
     /// # Errors
     /// [`AudioError::InvalidVadConfig`] naming the first bad field: `threshold`
-    /// not in `[0, 1]`; `pre_roll_ms`, `hangover_ms`, `split_search_ms` or
+    /// or `spec_threshold` not in `[0, 1]`; `pre_roll_ms`, `hangover_ms`, `split_search_ms` or
     /// `split_overlap_ms` above 10 000;
     /// `max_utterance_ms` above 600 000, not longer than `pre_roll_ms` plus two
     /// 16 ms frames, or shorter than `min_speech_ms`.
@@ -126,6 +135,15 @@ impl VadConfig {
                 format!(
                     "{} is not a probability; use a value in [0, 1], e.g. 0.5",
                     self.threshold
+                ),
+            );
+        }
+        if !(0.0..=1.0).contains(&self.spec_threshold) {
+            return bad(
+                "spec_threshold",
+                format!(
+                    "{} is not a probability; use a value in [0, 1], e.g. 0.7",
+                    self.spec_threshold
                 ),
             );
         }
@@ -229,6 +247,13 @@ pub struct OpenUtterance<'a> {
     pub keepable: bool,
     /// The audio from `start_sample` to `end_sample`.
     pub samples: &'a [f32],
+    /// One past the end of the last confident speech frame (see
+    /// [`VadConfig::spec_threshold`]), at most `end_sample`; `None` while the
+    /// utterance holds none.
+    pub confident_end: Option<u64>,
+    /// The audio from `start_sample` up to the current position (the
+    /// silence after `end_sample` so far included).
+    pub samples_to_now: &'a [f32],
     /// Whether it is the rest of a forced split (see [`Segment::continues_previous`]).
     pub continues_previous: bool,
     /// Its lead-in (see [`Segment::overlap_samples`]).
@@ -260,6 +285,8 @@ struct Open {
     first_speech: Option<u64>,
     /// End of the last speech frame (== `start` until speech is seen).
     speech_end: u64,
+    /// End of the last confident speech frame (see [`VadConfig::spec_threshold`]).
+    confident_end: Option<u64>,
     /// Opened by a forced split: exempt from the minimum-length check.
     continuation: bool,
     /// A continuation's lead-in before the cut.
@@ -361,6 +388,8 @@ impl SegmentTracker {
             end_sample: open.speech_end,
             keepable: open.continuation || open.speech_end - first_speech >= self.min_speech,
             samples: &open.samples[..keep],
+            confident_end: open.confident_end,
+            samples_to_now: &open.samples,
             continues_previous: open.continuation,
             overlap_samples: open.overlap,
         })
@@ -397,6 +426,7 @@ impl SegmentTracker {
                     samples,
                     first_speech: Some(frame_start),
                     speech_end: frame_end,
+                    confident_end: (speech_prob >= self.config.spec_threshold).then_some(frame_end),
                     continuation: false,
                     overlap: 0,
                 });
@@ -410,6 +440,9 @@ impl SegmentTracker {
         if is_speech {
             open.first_speech.get_or_insert(frame_start);
             open.speech_end = frame_end;
+            if speech_prob >= self.config.spec_threshold {
+                open.confident_end = Some(frame_end);
+            }
         } else if frame_end - open.speech_end >= self.hangover {
             return self.close();
         }
@@ -517,6 +550,7 @@ impl SegmentTracker {
             samples: rest,
             first_speech,
             speech_end,
+            confident_end: (speech_end > cut).then_some(speech_end),
             continuation: true,
             overlap: lead,
         };
@@ -779,6 +813,45 @@ mod tests {
 
     fn tracker(config: VadConfig) -> SegmentTracker {
         SegmentTracker::new(config).unwrap()
+    }
+
+    #[test]
+    fn confident_end_follows_only_frames_above_the_spec_threshold() {
+        // 0.9 speech, then the detector's decaying tail (0.65, 0.55: speech,
+        // not confident), then silence.
+        let mut t = tracker(VadConfig {
+            pre_roll_ms: 0,
+            ..VadConfig::default()
+        });
+        let probs = [0.1, 0.9, 0.9, 0.65, 0.55, 0.2, 0.2];
+        for (k, &p) in probs.iter().enumerate() {
+            assert!(t.push_frame(&frame(k), p).is_none());
+        }
+        let o = t.open_utterance().unwrap();
+        assert_eq!((o.start_sample, o.end_sample), (F, 5 * F));
+        assert_eq!(
+            o.confident_end,
+            Some(3 * F),
+            "the tail frames are not confident"
+        );
+        assert_eq!(o.samples, &expected_audio(F, 5 * F)[..]);
+        assert_eq!(o.samples_to_now, &expected_audio(F, 7 * F)[..]);
+        // At or below the speech threshold, every speech frame is confident.
+        let mut t = tracker(VadConfig {
+            spec_threshold: 0.3,
+            pre_roll_ms: 0,
+            ..VadConfig::default()
+        });
+        for (k, &p) in probs.iter().enumerate() {
+            t.push_frame(&frame(k), p);
+        }
+        assert_eq!(t.open_utterance().unwrap().confident_end, Some(5 * F));
+        // An utterance that opens on a tail-level frame has no confident speech yet.
+        let mut t = tracker(VadConfig::default());
+        t.push_frame(&frame(0), 0.6);
+        assert_eq!(t.open_utterance().unwrap().confident_end, None);
+        t.push_frame(&frame(1), 0.8);
+        assert_eq!(t.open_utterance().unwrap().confident_end, Some(2 * F));
     }
 
     /// Forced splits at the limit itself, with no lead-in: the rule without
