@@ -8,10 +8,12 @@
 
 pub mod bench;
 pub mod budget;
+pub mod capacity;
 pub mod fault;
 pub mod output;
 pub mod pipeline;
 pub mod report;
+pub mod sessions;
 pub mod settings;
 pub mod sidecar;
 pub mod stats;

@@ -314,6 +314,17 @@ struct BenchArgs {
     /// Write every event as JSON lines here.
     #[arg(long)]
     events: Option<PathBuf>,
+    /// Measure capacity instead: this many simultaneous conversations on
+    /// shared engines, each count in turn (e.g. 1,2,4,8); writes
+    /// sessions.json, sessions.md and sessions.svg.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    sessions: Vec<usize>,
+    /// With --sessions: delay between one simulated user's start and the next's, ms.
+    #[arg(long, default_value_t = 700)]
+    stagger_ms: u64,
+    /// With --sessions: silence between one recording and the next (the user thinking), ms.
+    #[arg(long, default_value_t = 1500)]
+    think_ms: u64,
     #[command(flatten)]
     engine: EngineArgs,
     #[command(flatten)]
@@ -888,6 +899,96 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
 }
 
 /// The WAV files named or contained in `items`, sorted per directory.
+/// `bench --sessions`: the capacity of shared engines (see `voxline::capacity`).
+fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
+    use voxline::capacity;
+    if let Some(bad) = args.sessions.iter().find(|&&n| n == 0 || n > 64) {
+        return Err(BadInput(format!(
+            "--sessions {bad}: give session counts from 1 to 64, e.g. --sessions 1,2,4,8"
+        ))
+        .into());
+    }
+    for (flag, given) in [
+        ("--baseline", args.baseline.is_some()),
+        ("--trace", args.trace.is_some()),
+        ("--events", args.events.is_some()),
+        ("--repeat", args.repeat != 1),
+    ] {
+        if given {
+            return Err(BadInput(format!(
+                "{flag} does not apply to --sessions (a capacity run writes sessions.json/md/svg); drop one of them"
+            ))
+            .into());
+        }
+    }
+    let (settings, warnings) = args.engine.settings()?;
+    let vad = args.vad.config()?;
+    let budget = args.budget.as_deref().map(Budget::load).transpose()?;
+    let files = collect_wavs(&args.fixtures)?;
+    let think = std::time::Duration::from_millis(args.think_ms);
+    let script = capacity::Script::load(&files, think)?;
+    if args.out.exists() && !args.out.is_dir() {
+        return Err(BadInput(format!(
+            "--out {}: is a file, not a directory; give --out a directory for the report files",
+            args.out.display()
+        ))
+        .into());
+    }
+    std::fs::create_dir_all(&args.out).map_err(|e| {
+        BadInput(format!(
+            "--out {}: cannot create the output directory ({}); give --out a writable directory",
+            args.out.display(),
+            voxline::io_reason(&e)
+        ))
+    })?;
+    let outs: Vec<PathBuf> = ["sessions.json", "sessions.md", "sessions.svg"]
+        .iter()
+        .map(|n| args.out.join(n))
+        .collect();
+    let planned = plan_outputs(
+        &[
+            ("--out", Some(outs[0].as_path())),
+            ("--out", Some(outs[1].as_path())),
+            ("--out", Some(outs[2].as_path())),
+        ],
+        &settings,
+        &files,
+        &[args.budget.as_deref()],
+    )?;
+    for w in &warnings {
+        eprintln!("voxline: warning: {w}");
+    }
+    let opts = capacity::CapacityOptions {
+        sessions: args.sessions.clone(),
+        stagger: std::time::Duration::from_millis(args.stagger_ms),
+        think,
+        spec_silence_ms: args.vad.speculation(),
+    };
+    let report = capacity::run(
+        &settings,
+        &vad,
+        &script,
+        &files,
+        &opts,
+        budget.as_ref(),
+        &|m| eprintln!("voxline: {m}"),
+    )?;
+    let json = serde_json::to_string_pretty(&report)?;
+    let md = capacity::to_markdown(&report);
+    let svg =
+        capacity::plot_svg(&report).map_err(|e| anyhow::anyhow!("drawing sessions.svg: {e}"))?;
+    for (out, text) in planned.iter().zip([json, md.clone(), svg]) {
+        if let Some(o) = out {
+            write_output(o, text.as_bytes())?;
+        }
+    }
+    print!("{md}");
+    Ok(match (&budget, report.capacity) {
+        (Some(_), None) => Outcome::BudgetBroken,
+        _ => Outcome::Ok,
+    })
+}
+
 fn collect_wavs(items: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
     let mut out = Vec::new();
     for item in items {
@@ -920,6 +1021,9 @@ fn collect_wavs(items: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
 }
 
 fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
+    if !args.sessions.is_empty() {
+        return bench_sessions(&args);
+    }
     let pace = args.pace;
     let (settings, warnings) = args.engine.settings()?;
     let vad = args.vad.config()?;

@@ -555,7 +555,12 @@ mod tests {
         assert_eq!(c.start_sample, whole[0].start_sample);
         assert_eq!(c.samples.len() as u64, c.end_sample - c.start_sample);
         let true_end = q_capital_turn("end_sample") as u64;
-        (out.len(), c.closed_sample - true_end, c.end_sample, whole[0].end_sample)
+        (
+            out.len(),
+            c.closed_sample - true_end,
+            c.end_sample,
+            whole[0].end_sample,
+        )
     }
 
     #[test]

@@ -284,6 +284,36 @@ impl<'m> BatchEngine<'m> {
         Ok(())
     }
 
+    /// Empties `session` for a new conversation (a session that left, its
+    /// slot given to the next one to join): its turn stops, its KV sequence
+    /// is cleared and its history forgotten.
+    ///
+    /// # Errors
+    /// [`LlmError::Engine`] when the KV cache refuses to clear.
+    pub fn reset(&mut self, session: SessionId) -> Result<(), LlmError> {
+        let Some(s) = self.sessions.get_mut(session) else {
+            return Ok(());
+        };
+        s.turn = None;
+        s.history.clear();
+        s.cached.clear();
+        self.ctx
+            .clear_kv_cache_seq(Some(seq_of(session).unsigned_abs()), None, None)
+            .map_err(|e| LlmError::Engine(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Whether some session's turn has not sampled its first token yet (its
+    /// prompt still to evaluate): the next step is then on a first token's
+    /// critical path.
+    #[must_use]
+    pub fn prefilling(&self) -> bool {
+        self.sessions
+            .iter()
+            .filter_map(|s| s.turn.as_ref())
+            .any(|t| t.n_sampled == 0)
+    }
+
     /// One decode over every session with work: each generating session's
     /// last token and each new turn's prompt, in one batch; then each of
     /// them samples its next token. Returns what each produced (nothing when

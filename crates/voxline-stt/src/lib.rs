@@ -209,7 +209,8 @@ pub struct Transcription {
 /// A loaded whisper model with a reusable decoding state.
 pub struct SttEngine {
     state: WhisperState,
-    ctx: WhisperContext,
+    /// Shared by the engines made with [`SttEngine::share`].
+    ctx: std::sync::Arc<WhisperContext>,
     config: SttConfig,
 }
 
@@ -250,7 +251,29 @@ impl SttEngine {
             path: config.model.clone(),
             detail: e.to_string(),
         })?;
-        Ok(Self { state, ctx, config })
+        Ok(Self {
+            state,
+            ctx: std::sync::Arc::new(ctx),
+            config,
+        })
+    }
+
+    /// Another engine on the same loaded model (weights shared, not
+    /// copied) with its own decoding state, so another conversation can
+    /// transcribe with it on another thread.
+    ///
+    /// # Errors
+    /// [`SttError::Load`] when whisper.cpp cannot allocate the state.
+    pub fn share(&self) -> Result<Self, SttError> {
+        let state = self.ctx.create_state().map_err(|e| SttError::Load {
+            path: self.config.model.clone(),
+            detail: e.to_string(),
+        })?;
+        Ok(Self {
+            state,
+            ctx: std::sync::Arc::clone(&self.ctx),
+            config: self.config.clone(),
+        })
     }
 
     /// The settings this engine runs with.

@@ -1,0 +1,574 @@
+//! `voxline bench --sessions`: how many simultaneous conversations one
+//! process holds within the budget, and which stage gives out first.
+//!
+//! For each session count N, a fresh [`Hub`] serves N simulated users. Each
+//! replays the fixtures at real-time pace (one 20 ms block at a time, on
+//! the wall clock) with a think time between recordings; user `i` starts
+//! `i × stagger` after the first. A turn's response latency is the labelled
+//! true end of speech (the sidecar) → the answer's first token, on the wall
+//! clock: what that user felt. Each user's first turn is warm-up.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use plotters::prelude::*;
+use serde::Serialize;
+use voxline_audio::{VadConfig, WavSource};
+
+use crate::budget::Budget;
+use crate::sessions::{due, Hub, HubError, HubTotals, Session, SessionEvent};
+use crate::settings::EngineSettings;
+use crate::sidecar::Sidecar;
+use crate::stats::Percentiles;
+use crate::BadInput;
+
+/// Samples per pushed block: 20 ms, a typical capture period.
+const BLOCK: usize = 320;
+
+/// What a capacity run measures.
+#[derive(Debug, Clone)]
+pub struct CapacityOptions {
+    /// The session counts to measure, in order.
+    pub sessions: Vec<usize>,
+    /// Delay between one user's start and the next's.
+    pub stagger: Duration,
+    /// Silence between one recording and the next (the user thinking).
+    pub think: Duration,
+    /// Speculative turn-taking's silence, ms (`None`: off).
+    pub spec_silence_ms: Option<u32>,
+}
+
+/// One user's script: the fixtures back to back with think time between.
+#[derive(Debug, Clone)]
+pub struct Script {
+    /// 16 kHz mono audio.
+    pub samples: Vec<f32>,
+    /// Labelled true ends of speech, in samples from the script's start.
+    pub true_ends: Vec<u64>,
+}
+
+impl Script {
+    /// Reads `files` (each with its sidecar) into one script.
+    ///
+    /// # Errors
+    /// [`BadInput`] for an unreadable WAV or sidecar, or a file without a
+    /// sidecar (its turns' true ends are needed).
+    pub fn load(files: &[PathBuf], think: Duration) -> Result<Self, BadInput> {
+        let gap = usize::try_from(think.as_millis() * 16).unwrap_or(usize::MAX);
+        let mut samples = Vec::new();
+        let mut true_ends = Vec::new();
+        for f in files {
+            let sidecar = Sidecar::load_for(f)?.ok_or_else(|| {
+                BadInput(format!(
+                    "{}: no sidecar ({}); `bench --sessions` needs each fixture's labelled turns",
+                    f.display(),
+                    Sidecar::path_for(f).display()
+                ))
+            })?;
+            let start = samples.len() as u64;
+            read_16k(f, &mut samples)?;
+            true_ends.extend(sidecar.turns.iter().map(|t| start + t.end_sample));
+            samples.resize(samples.len() + gap, 0.0);
+        }
+        Ok(Script { samples, true_ends })
+    }
+}
+
+fn read_16k(path: &Path, out: &mut Vec<f32>) -> Result<(), BadInput> {
+    let mut src = WavSource::open(path).map_err(BadInput::from_display)?;
+    while let Some(chunk) = src.next_chunk().map_err(BadInput::from_display)? {
+        out.extend_from_slice(&chunk);
+    }
+    Ok(())
+}
+
+/// One answered turn as a user saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnSeen {
+    /// The session's turn number.
+    pub turn: u32,
+    /// What whisper heard.
+    pub transcript: String,
+    /// The answer (empty when the turn failed).
+    pub answer: String,
+    /// Labelled true end of speech → first token, ms.
+    pub response_ms: Option<f64>,
+    /// Whisper's time and its wait for the CPU, ms.
+    pub stt_ms: f64,
+    /// Waiting for the CPU before whisper ran, ms.
+    pub stt_wait_ms: f64,
+    /// The transcript handed to the LLM → its first token, ms.
+    pub first_token_ms: Option<f64>,
+    /// Decode rate of the answer, tokens/s.
+    pub decode_tps: Option<f64>,
+    /// Tokens sampled.
+    pub tokens: u32,
+    /// The turn's error, if it failed.
+    pub error: Option<String>,
+}
+
+/// Plays `script` into `session` at real-time pace from `origin` and
+/// collects its turns; waits up to `settle` after the audio for the last
+/// answers.
+pub fn play(
+    session: &Session,
+    script: &Script,
+    origin: Instant,
+    settle: Duration,
+) -> Vec<TurnSeen> {
+    let mut log = Vec::new();
+    for (k, block) in script.samples.chunks(BLOCK).enumerate() {
+        let at = due(origin, (k * BLOCK) as u64);
+        if let Some(wait) = at.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        session.push(block.to_vec());
+        log.extend(session.events().try_iter());
+    }
+    session.end_of_stream();
+    let deadline = Instant::now() + settle;
+    loop {
+        let ended = log.iter().any(|e| matches!(e, SessionEvent::StreamEnd));
+        if ended && open_turns(&log) == 0 {
+            break;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match session.events().recv_timeout(left) {
+            Ok(ev) => log.push(ev),
+            Err(_) => break,
+        }
+    }
+    turns_of(&log, script, origin)
+}
+
+/// Transcribed turns not yet answered or failed.
+fn open_turns(log: &[SessionEvent]) -> usize {
+    let heard = log
+        .iter()
+        .filter(|e| matches!(e, SessionEvent::Transcript { .. }))
+        .count();
+    let ended = log
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                SessionEvent::TurnDone { .. } | SessionEvent::TurnError { .. }
+            )
+        })
+        .count();
+    heard.saturating_sub(ended)
+}
+
+/// The turns in `log`, with each one's latency from its labelled true end
+/// (the label nearest the utterance's end).
+fn turns_of(log: &[SessionEvent], script: &Script, origin: Instant) -> Vec<TurnSeen> {
+    let mut turns: Vec<TurnSeen> = Vec::new();
+    let mut first_at: Vec<(u32, Instant)> = Vec::new();
+    let mut ends: Vec<(u32, u64)> = Vec::new();
+    for ev in log {
+        match ev {
+            SessionEvent::Transcript {
+                turn,
+                text,
+                end_sample,
+                stt_wait,
+                stt,
+            } => {
+                ends.push((*turn, *end_sample));
+                turns.push(TurnSeen {
+                    turn: *turn,
+                    transcript: text.clone(),
+                    answer: String::new(),
+                    response_ms: None,
+                    stt_ms: ms(*stt),
+                    stt_wait_ms: ms(*stt_wait),
+                    first_token_ms: None,
+                    decode_tps: None,
+                    tokens: 0,
+                    error: None,
+                });
+            }
+            SessionEvent::Token { turn, at, .. } => {
+                if !first_at.iter().any(|(t, _)| t == turn) {
+                    first_at.push((*turn, *at));
+                }
+            }
+            SessionEvent::TurnDone {
+                turn,
+                text,
+                tokens,
+                first_token,
+                decode,
+                ..
+            } => {
+                if let Some(t) = turns.iter_mut().find(|t| t.turn == *turn) {
+                    t.answer.clone_from(text);
+                    t.tokens = *tokens;
+                    t.first_token_ms = first_token.map(ms);
+                    t.decode_tps = decode
+                        .filter(|d| !d.is_zero() && *tokens > 1)
+                        .map(|d| f64::from(*tokens - 1) / d.as_secs_f64());
+                }
+            }
+            SessionEvent::TurnError { turn, message } => {
+                if let Some(t) = turns.iter_mut().find(|t| t.turn == *turn) {
+                    t.error = Some(message.clone());
+                }
+            }
+            SessionEvent::StreamEnd => {}
+        }
+    }
+    for t in &mut turns {
+        let end = ends.iter().find(|(n, _)| *n == t.turn).map(|e| e.1);
+        let first = first_at.iter().find(|(n, _)| *n == t.turn).map(|f| f.1);
+        let true_end = end.and_then(|e| {
+            script
+                .true_ends
+                .iter()
+                .min_by_key(|&&x| x.abs_diff(e))
+                .copied()
+        });
+        if let (Some(te), Some(f)) = (true_end, first) {
+            let due_at = due(origin, te);
+            t.response_ms = Some(if f >= due_at {
+                ms(f - due_at)
+            } else {
+                -ms(due_at - f)
+            });
+        }
+    }
+    turns
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// One session count's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionsRow {
+    /// Simultaneous sessions.
+    pub sessions: usize,
+    /// Turns answered (warm-up excluded) and turns that failed.
+    pub turns: usize,
+    /// Failed turns.
+    pub errors: usize,
+    /// True end of speech → first token, ms.
+    pub response_latency_ms: Option<Percentiles>,
+    /// Whisper's own time, ms.
+    pub stt_ms: Option<Percentiles>,
+    /// A transcription's wait for the CPU, ms.
+    pub stt_queue_ms: Option<Percentiles>,
+    /// The transcript handed to the LLM → first token (queue and prefill), ms.
+    pub llm_first_token_ms: Option<Percentiles>,
+    /// One answer's decode rate, tokens/s.
+    pub session_decode_tps: Option<Percentiles>,
+    /// Answer tokens of every session per second of LLM compute.
+    pub aggregate_decode_tps: Option<f64>,
+    /// Answer tokens of every session per second of the run.
+    pub tokens_per_wall_s: f64,
+    /// Share of the run whisper computed.
+    pub stt_utilisation: f64,
+    /// Share of the run the LLM computed.
+    pub llm_utilisation: f64,
+    /// The stage with the larger share of the one CPU budget.
+    pub saturating_stage: &'static str,
+    /// Most engine threads that ran at once (never above the budget).
+    pub peak_threads: usize,
+    /// The run's wall time, s.
+    pub wall_s: f64,
+    /// Events a session's reader missed and audio blocks a session refused.
+    pub dropped: u64,
+    /// Whether the latency held the budget (no budget: `None`).
+    pub within_budget: Option<bool>,
+    /// The distinct errors of failed turns.
+    pub error_messages: Vec<String>,
+}
+
+/// The capacity report.
+#[derive(Debug, Clone, Serialize)]
+pub struct CapacityReport {
+    /// Threads every engine call ran with.
+    pub threads: usize,
+    /// Stagger between users, ms.
+    pub stagger_ms: u64,
+    /// Think time between recordings, ms.
+    pub think_ms: u64,
+    /// Fixture files each user plays.
+    pub fixtures: Vec<String>,
+    /// One row per session count.
+    pub rows: Vec<SessionsRow>,
+    /// The largest session count whose latency held the budget.
+    pub capacity: Option<usize>,
+    /// The stage that saturates at the first count past the capacity (or at
+    /// the largest count measured).
+    pub limiting_stage: Option<&'static str>,
+}
+
+/// Why a capacity run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CapacityError {
+    /// The hub could not start or a session could not join.
+    #[error(transparent)]
+    Hub(#[from] HubError),
+}
+
+/// Runs every session count in `opts` on `script`; `progress` hears about each.
+///
+/// # Errors
+/// [`CapacityError::Hub`] when the engines cannot load or a session cannot join.
+pub fn run(
+    engine: &EngineSettings,
+    vad: &VadConfig,
+    script: &Script,
+    fixtures: &[PathBuf],
+    opts: &CapacityOptions,
+    budget: Option<&Budget>,
+    progress: &dyn Fn(&str),
+) -> Result<CapacityReport, CapacityError> {
+    let mut rows = Vec::new();
+    let mut threads = 0;
+    for &n in &opts.sessions {
+        progress(&format!("{n} session(s): loading"));
+        let hub = Hub::start(engine, vad.clone(), opts.spec_silence_ms, n)?;
+        threads = hub.threads();
+        let sessions: Vec<Session> = (0..n).map(|_| hub.join()).collect::<Result<_, _>>()?;
+        progress(&format!("{n} session(s): playing"));
+        let began = Instant::now();
+        let settle = Duration::from_secs(60);
+        let seen: Vec<(Vec<TurnSeen>, u64)> = std::thread::scope(|s| {
+            let handles: Vec<_> = sessions
+                .iter()
+                .enumerate()
+                .map(|(i, session)| {
+                    let stagger = opts.stagger * u32::try_from(i).unwrap_or(u32::MAX);
+                    s.spawn(move || {
+                        std::thread::sleep(stagger);
+                        let turns = play(session, script, Instant::now(), settle);
+                        (turns, session.dropped_events() + session.refused_blocks())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_default())
+                .collect()
+        });
+        let wall = began.elapsed();
+        let totals = hub.totals();
+        drop(sessions);
+        drop(hub);
+        rows.push(row(n, &seen, totals, wall, budget));
+    }
+    let capacity = rows
+        .iter()
+        .filter(|r| r.within_budget == Some(true))
+        .map(|r| r.sessions)
+        .max();
+    let limiting_stage = rows
+        .iter()
+        .find(|r| r.within_budget == Some(false))
+        .or(rows.last())
+        .map(|r| r.saturating_stage);
+    Ok(CapacityReport {
+        threads,
+        stagger_ms: u64::try_from(opts.stagger.as_millis()).unwrap_or(u64::MAX),
+        think_ms: u64::try_from(opts.think.as_millis()).unwrap_or(u64::MAX),
+        fixtures: fixtures.iter().map(|f| f.display().to_string()).collect(),
+        rows,
+        capacity,
+        limiting_stage,
+    })
+}
+
+fn row(
+    n: usize,
+    seen: &[(Vec<TurnSeen>, u64)],
+    totals: HubTotals,
+    wall: Duration,
+    budget: Option<&Budget>,
+) -> SessionsRow {
+    // each user's first turn is warm-up
+    let turns: Vec<&TurnSeen> = seen.iter().flat_map(|(t, _)| t.iter().skip(1)).collect();
+    let errors = turns.iter().filter(|t| t.error.is_some()).count();
+    let good: Vec<&&TurnSeen> = turns.iter().filter(|t| t.error.is_none()).collect();
+    let of = |f: &dyn Fn(&TurnSeen) -> Option<f64>| {
+        Percentiles::of(&good.iter().filter_map(|t| f(t)).collect::<Vec<_>>())
+    };
+    let response = of(&|t| t.response_ms);
+    let wall_s = wall.as_secs_f64();
+    let stt_util = totals.stt_busy.as_secs_f64() / wall_s;
+    let llm_util = totals.llm_busy.as_secs_f64() / wall_s;
+    let within_budget = budget.map(|b| {
+        let limits = b.response_latency_ms.as_ref();
+        let ok = |limit: Option<f64>, value: Option<f64>| match (limit, value) {
+            (Some(l), Some(v)) => v <= l,
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        errors == 0
+            && ok(limits.and_then(|l| l.p50), response.as_ref().map(|p| p.p50))
+            && ok(limits.and_then(|l| l.p95), response.as_ref().map(|p| p.p95))
+    });
+    SessionsRow {
+        sessions: n,
+        turns: good.len(),
+        errors,
+        response_latency_ms: response,
+        stt_ms: of(&|t| Some(t.stt_ms)),
+        stt_queue_ms: of(&|t| Some(t.stt_wait_ms)),
+        llm_first_token_ms: of(&|t| t.first_token_ms),
+        session_decode_tps: of(&|t| t.decode_tps),
+        aggregate_decode_tps: (!totals.llm_busy.is_zero())
+            .then(|| totals.tokens as f64 / totals.llm_busy.as_secs_f64()),
+        tokens_per_wall_s: totals.tokens as f64 / wall_s,
+        stt_utilisation: stt_util,
+        llm_utilisation: llm_util,
+        saturating_stage: if stt_util >= llm_util { "stt" } else { "llm" },
+        peak_threads: totals.peak_threads,
+        wall_s,
+        dropped: seen.iter().map(|s| s.1).sum(),
+        within_budget,
+        error_messages: {
+            let mut m: Vec<String> = turns.iter().filter_map(|t| t.error.clone()).collect();
+            m.sort();
+            m.dedup();
+            m
+        },
+    }
+}
+
+/// The report as Markdown.
+#[must_use]
+pub fn to_markdown(r: &CapacityReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# voxline capacity\n\n{} thread(s) per engine call · users start {} ms apart · {} ms think time · fixtures: {}\n",
+        r.threads,
+        r.stagger_ms,
+        r.think_ms,
+        r.fixtures.join(", ")
+    );
+    let _ = writeln!(
+        s,
+        "| sessions | turns | errors | response p50 / p95 ms | STT p50 ms | STT queue p50 ms | LLM first token p50 ms | session decode tok/s p50 | aggregate decode tok/s | STT / LLM utilisation | saturating | within budget |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let p = |x: &Option<Percentiles>, f: fn(&Percentiles) -> f64| {
+        x.as_ref().map_or("–".into(), |p| format!("{:.0}", f(p)))
+    };
+    for row in &r.rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {:.2} / {:.2} | {} | {} |",
+            row.sessions,
+            row.turns,
+            row.errors,
+            p(&row.response_latency_ms, |p| p.p50),
+            p(&row.response_latency_ms, |p| p.p95),
+            p(&row.stt_ms, |p| p.p50),
+            p(&row.stt_queue_ms, |p| p.p50),
+            p(&row.llm_first_token_ms, |p| p.p50),
+            p(&row.session_decode_tps, |p| p.p50),
+            row.aggregate_decode_tps
+                .map_or("–".into(), |v| format!("{v:.0}")),
+            row.stt_utilisation,
+            row.llm_utilisation,
+            row.saturating_stage,
+            match row.within_budget {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "–",
+            }
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\ncapacity: {} · limiting stage: {}",
+        r.capacity
+            .map_or("none within the budget".into(), |c| format!(
+                "{c} session(s)"
+            )),
+        r.limiting_stage.unwrap_or("–")
+    );
+    s
+}
+
+/// Latency (p50, p95) and aggregate tokens/s against the session count, as SVG.
+///
+/// # Errors
+/// The drawing library's message when the plot cannot be drawn.
+pub fn plot_svg(r: &CapacityReport) -> Result<String, String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (900, 360)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let (left, right) = root.split_horizontally(450);
+        let max_n = r.rows.iter().map(|x| x.sessions).max().unwrap_or(1) as f64;
+        let lat: Vec<(f64, f64, f64)> = r
+            .rows
+            .iter()
+            .filter_map(|x| {
+                x.response_latency_ms
+                    .as_ref()
+                    .map(|p| (x.sessions as f64, p.p50, p.p95))
+            })
+            .collect();
+        let max_lat = lat.iter().map(|l| l.2).fold(1.0, f64::max) * 1.1;
+        let mut c = ChartBuilder::on(&left)
+            .caption("response latency (ms)", ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0.0..max_n + 1.0, 0.0..max_lat)
+            .map_err(|e| e.to_string())?;
+        c.configure_mesh()
+            .x_desc("sessions")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (series, colour, label) in [(1, BLUE, "p50"), (2, RED, "p95")] {
+            let pts: Vec<(f64, f64)> = lat
+                .iter()
+                .map(|l| (l.0, if series == 1 { l.1 } else { l.2 }))
+                .collect();
+            c.draw_series(LineSeries::new(pts.clone(), colour))
+                .map_err(|e| e.to_string())?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], colour));
+            c.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, colour.filled())))
+                .map_err(|e| e.to_string())?;
+        }
+        c.configure_series_labels()
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let tps: Vec<(f64, f64)> = r
+            .rows
+            .iter()
+            .filter_map(|x| x.aggregate_decode_tps.map(|t| (x.sessions as f64, t)))
+            .collect();
+        let max_tps = tps.iter().map(|t| t.1).fold(1.0, f64::max) * 1.1;
+        let mut c = ChartBuilder::on(&right)
+            .caption("aggregate decode tokens/s", ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0.0..max_n + 1.0, 0.0..max_tps)
+            .map_err(|e| e.to_string())?;
+        c.configure_mesh()
+            .x_desc("sessions")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        c.draw_series(LineSeries::new(tps.clone(), GREEN))
+            .map_err(|e| e.to_string())?;
+        c.draw_series(tps.into_iter().map(|p| Circle::new(p, 3, GREEN.filled())))
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}

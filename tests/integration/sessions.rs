@@ -1,0 +1,273 @@
+//! Many conversations on shared engines (`voxline::sessions`), with the real
+//! models and fixtures.
+
+use std::time::{Duration, Instant};
+
+use voxline::capacity::{play, Script};
+use voxline::sessions::{Hub, HubError, Session, SessionEvent};
+use voxline_audio::VadConfig;
+
+use crate::util;
+
+fn hub(sessions: usize, max_tokens: u32) -> Hub {
+    let mut s = util::settings(max_tokens);
+    s.n_ctx = 1024;
+    s.threads = voxline::settings::ThreadBudget::priority(Some(2)).unwrap();
+    let vad = VadConfig {
+        hangover_ms: voxline::settings::DEFAULT_HANGOVER_MS,
+        ..VadConfig::default()
+    };
+    Hub::start(
+        &s,
+        vad,
+        Some(voxline::settings::DEFAULT_SPEC_SILENCE_MS),
+        sessions,
+    )
+    .unwrap()
+}
+
+fn script(names: &[&str]) -> Script {
+    let files: Vec<_> = names.iter().map(|n| util::fixture(n)).collect();
+    Script::load(&files, Duration::from_millis(800)).unwrap()
+}
+
+/// Pushes `script` as fast as the session takes it, then collects every
+/// event until the stream's turns are all answered.
+fn run_fast(session: &Session, script: &Script) -> Vec<SessionEvent> {
+    for block in script.samples.chunks(320) {
+        assert!(
+            session.push(block.to_vec()),
+            "the audio queue refused a block"
+        );
+    }
+    session.end_of_stream();
+    let mut log = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ended = log.iter().any(|e| matches!(e, SessionEvent::StreamEnd));
+        let heard = log
+            .iter()
+            .filter(|e| matches!(e, SessionEvent::Transcript { .. }))
+            .count();
+        let done = log
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    SessionEvent::TurnDone { .. } | SessionEvent::TurnError { .. }
+                )
+            })
+            .count();
+        if ended && done == heard {
+            return log;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "no end: {log:?}");
+        if let Ok(ev) = session.events().recv_timeout(left) {
+            log.push(ev);
+        }
+    }
+}
+
+fn transcripts(log: &[SessionEvent]) -> Vec<String> {
+    log.iter()
+        .filter_map(|e| match e {
+            SessionEvent::Transcript { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn answers(log: &[SessionEvent]) -> Vec<(u32, String)> {
+    log.iter()
+        .filter_map(|e| match e {
+            SessionEvent::TurnDone { turn, text, .. } => Some((*turn, text.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn two_interleaved_sessions_get_exactly_their_own_transcripts_and_answers() {
+    let _g = util::engine_lock();
+    let hub = hub(2, 24);
+    let (a, b) = (hub.join().unwrap(), hub.join().unwrap());
+    assert_ne!(a.slot(), b.slot());
+    let (sa, sb) = (script(&["q_capital.wav"]), script(&["multi_turn.wav"]));
+    let (la, lb) = std::thread::scope(|s| {
+        let ta = s.spawn(|| run_fast(&a, &sa));
+        let tb = s.spawn(|| run_fast(&b, &sb));
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
+    let wer = |heard: &[String], said: &[&str]| {
+        assert_eq!(heard.len(), said.len(), "{heard:?} against {said:?}");
+        heard
+            .iter()
+            .zip(said)
+            .map(|(h, r)| voxline_stt::word_error_rate(r, h))
+            .fold(0.0, f64::max)
+    };
+    assert_eq!(
+        wer(&transcripts(&la), &["What is the capital of France?"]),
+        0.0
+    );
+    assert_eq!(
+        wer(
+            &transcripts(&lb),
+            &[
+                "What time is it now?",
+                "How many legs does a spider have?",
+                "Why is the sky blue?"
+            ]
+        ),
+        0.0
+    );
+    // every turn answered once, in order, nothing of the other conversation
+    let (aa, ab) = (answers(&la), answers(&lb));
+    assert_eq!(aa.iter().map(|x| x.0).collect::<Vec<_>>(), [1]);
+    assert_eq!(ab.iter().map(|x| x.0).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(aa[0].1.contains("Paris"), "{:?}", aa[0].1);
+    assert!(
+        ab.iter()
+            .all(|(_, t)| !t.is_empty() && !t.contains("Paris")),
+        "{ab:?}"
+    );
+    // tokens belong to their own turn and add up to its answer
+    for log in [&la, &lb] {
+        for (turn, text) in answers(log) {
+            let streamed: String = log
+                .iter()
+                .filter_map(|e| match e {
+                    SessionEvent::Token { turn: t, piece, .. } if *t == turn => {
+                        Some(piece.as_str())
+                    }
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(streamed.trim(), text);
+        }
+    }
+    let totals = hub.totals();
+    assert!(
+        totals.peak_threads <= hub.threads(),
+        "{} engine threads ran at once, budget {}",
+        totals.peak_threads,
+        hub.threads()
+    );
+    assert!(totals.tokens > 0 && totals.llm_steps > 0);
+}
+
+#[test]
+fn a_session_leaving_mid_answer_frees_its_slot_and_the_other_finishes() {
+    let _g = util::engine_lock();
+    let hub = hub(2, 64);
+    let a = hub.join().unwrap();
+    let b = hub.join().unwrap();
+    assert!(matches!(hub.join(), Err(HubError::Full { max: 2 })));
+    let sa = script(&["q_capital.wav"]);
+    let sb = script(&["multi_turn.wav"]);
+    std::thread::scope(|s| {
+        let tb = s.spawn(|| run_fast(&b, &sb));
+        // A speaks; it leaves as soon as its answer starts streaming.
+        for block in sa.samples.chunks(320) {
+            a.push(block.to_vec());
+        }
+        a.end_of_stream();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ev = a
+                .events()
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("A's answer never started");
+            if matches!(ev, SessionEvent::Token { .. }) {
+                break;
+            }
+        }
+        drop(a);
+        let lb = tb.join().unwrap();
+        assert_eq!(answers(&lb).len(), 3, "B finished every turn: {lb:?}");
+        assert!(!lb
+            .iter()
+            .any(|e| matches!(e, SessionEvent::TurnError { .. })));
+    });
+    // A's slot is free again, and a newcomer gets a fresh conversation in it
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let c = loop {
+        match hub.join() {
+            Ok(c) => break c,
+            Err(HubError::Full { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let lc = run_fast(&c, &script(&["q_capital.wav"]));
+    let ac = answers(&lc);
+    assert_eq!(ac.len(), 1);
+    assert!(ac[0].1.contains("Paris"), "{:?}", ac[0].1);
+}
+
+#[test]
+fn a_hundred_joins_and_leaves_keep_memory_flat() {
+    let _g = util::engine_lock();
+    let hub = hub(2, 8);
+    let speech = script(&["q_capital.wav"]);
+    let cycle = |i: usize| {
+        let s = hub.join().unwrap();
+        if i.is_multiple_of(10) {
+            // every tenth one asks a question and leaves at once (its
+            // transcription, if it started, is aborted)
+            for block in speech.samples.chunks(320) {
+                s.push(block.to_vec());
+            }
+            s.end_of_stream();
+        } else {
+            s.push(vec![0.0; 8_000]);
+        }
+    };
+    for i in 0..10 {
+        cycle(i);
+    }
+    let after_ten = rss_kb();
+    for i in 10..100 {
+        cycle(i);
+    }
+    let after_hundred = rss_kb();
+    let growth_mb = (after_hundred as f64 - after_ten as f64) / 1024.0;
+    assert!(
+        growth_mb < 16.0,
+        "RSS grew {growth_mb:.1} MB over 90 joins and leaves"
+    );
+    assert_eq!(hub.sessions(), 0);
+    // the hub still serves after all that
+    let s = hub.join().unwrap();
+    let log = run_fast(&s, &speech);
+    assert_eq!(answers(&log).len(), 1);
+}
+
+#[test]
+fn real_time_play_measures_latency_from_the_labelled_end_of_speech() {
+    let _g = util::engine_lock();
+    let hub = hub(1, 8);
+    let s = hub.join().unwrap();
+    let sc = script(&["q_capital.wav"]);
+    let turns = play(&s, &sc, Instant::now(), Duration::from_secs(60));
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    let t = &turns[0];
+    assert!(t.error.is_none(), "{t:?}");
+    let r = t.response_ms.expect("a first token");
+    // at least whisper's own time; well under the hangover plus a few seconds
+    assert!(r >= t.stt_ms, "{r} ms < STT {} ms", t.stt_ms);
+    assert!(r < 10_000.0, "{r} ms");
+    assert!(t.tokens > 0);
+}
