@@ -64,3 +64,75 @@ pub fn to_csv(r: &Report) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{StageWork, TurnReport};
+    use crate::topology::{self, AudioEdge};
+    use voxline_core::{FullPolicy, StageId};
+
+    const HEADER: &str = "id,warmup,file,transcript,expected,wer,response_chars,endpoint_delay_ms,stt_queue_ms,stt_ms,stt_rtfx,stt_tokens,llm_queue_ms,llm_ttft_ms,llm_first_token_ms,llm_prefill_tokens,llm_prefill_tps,llm_generated_tokens,llm_decode_tps,response_latency_ms,error";
+
+    fn turn() -> TurnReport {
+        TurnReport {
+            id: 3,
+            file: Some("a b.wav".into()),
+            transcript: Some("say \"hi\", then stop".into()),
+            response: Some("héllo".into()),
+            stt_ms: Some(540.0),
+            stt_tokens: Some(5),
+            llm_decode_tps: Some(20.0),
+            ..TurnReport::default()
+        }
+    }
+
+    #[test]
+    fn a_row_per_turn_quoted_and_with_empty_fields_for_what_is_missing() {
+        let r = Report {
+            topology: topology::standard(AudioEdge::Replay, 4),
+            turns: vec![turn()],
+            ..Report::default()
+        };
+        let csv = to_csv(&r);
+        let mut lines = csv.lines();
+        assert_eq!(lines.next(), Some(HEADER));
+        // the response's length in bytes; the quotes in the transcript doubled
+        assert_eq!(
+            lines.next(),
+            Some(
+                "3,false,\"a b.wav\",\"say \"\"hi\"\", then stop\",,,6,,,540.000,,5,,,,,,,20.000,,"
+            )
+        );
+        assert_eq!(lines.next(), None);
+    }
+
+    #[test]
+    fn a_stage_added_to_the_pipeline_gets_its_busy_column() {
+        let upper = StageId::owned("upper".into());
+        let topology = topology::standard(AudioEdge::Replay, 4)
+            .edge(topology::edge_into(&upper), 4, FullPolicy::Block)
+            .insert_after(&STT, upper.clone(), topology::edge_into(&upper));
+        let mut with_work = turn();
+        with_work.work.insert(
+            "upper".into(),
+            StageWork {
+                start_ms: 10.0,
+                end_ms: 12.5,
+                busy_ms: 2.5,
+            },
+        );
+        let r = Report {
+            topology,
+            turns: vec![with_work, TurnReport::default()],
+            ..Report::default()
+        };
+        let csv = to_csv(&r);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines[0], format!("{HEADER},upper_busy_ms"));
+        assert!(lines[1].ends_with(",20.000,,,2.500"), "{}", lines[1]);
+        // a turn the stage never saw has an empty cell
+        assert!(lines[2].ends_with(",,"), "{}", lines[2]);
+        assert_eq!(lines[2].split(',').count(), lines[0].split(',').count());
+    }
+}

@@ -272,3 +272,136 @@ fn drop_negative_latencies(t: &mut TurnReport) {
         t.closed_sample
     ));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixture;
+
+    fn close(a: Option<f64>, b: f64) -> bool {
+        a.is_some_and(|a| (a - b).abs() < 1e-6)
+    }
+
+    #[test]
+    fn a_turn_takes_its_truth_from_the_sidecar_turn_it_overlaps_most() {
+        let run = fixture::run(Pace::Realtime, false);
+        let cx = fixture::context(&run);
+        let (t, job) = turn_report(0, 1, &fixture::gathered(&run, 1), &cx).unwrap();
+        assert!(job.is_none(), "the wall clock needs no simulation");
+        assert!(t.warmup, "turn 0 of 1 warm-up turn");
+        assert_eq!(t.file.as_deref(), Some(std::path::Path::new("two.wav")));
+        assert_eq!(t.expected.as_deref(), Some("hello there"));
+        assert_eq!(t.transcript.as_deref(), Some("hello there"));
+        assert_eq!(t.wer, Some(0.0));
+        // the VAD ended it at 16 500, the sidecar at 16 000
+        assert_eq!((t.end_sample, t.true_end_sample), (16_500, 16_000));
+        assert_eq!(t.response.as_deref(), Some("Hi! How are you?"));
+        assert_eq!(t.llm_streamed_tokens, 4);
+        assert_eq!(t.llm_generated_tokens, Some(5));
+        assert_eq!(t.llm_prefill_tokens, Some(20));
+        assert_eq!(t.stt_tokens, Some(3));
+        // 3 gaps of 50 ms
+        assert!(close(t.llm_decode_tps, 20.0));
+        let gaps = t.inter_token_ms.unwrap();
+        assert_eq!((gaps.n, gaps.mean), (3, 50.0));
+
+        let (t, _) = turn_report(1, 3, &fixture::gathered(&run, 3), &cx).unwrap();
+        assert!(!t.warmup);
+        assert_eq!(t.expected.as_deref(), Some("what time is it"));
+        assert_eq!(t.spec_sample, Some(52_000));
+        assert_eq!(t.true_end_sample, 48_000);
+    }
+
+    #[test]
+    fn a_turn_no_sidecar_turn_overlaps_keeps_the_vads_end_and_its_error() {
+        let run = fixture::run(Pace::Realtime, false);
+        let cx = fixture::context(&run);
+        let (t, _) = turn_report(2, 4, &fixture::gathered(&run, 4), &cx).unwrap();
+        assert_eq!(t.expected, None);
+        assert_eq!(t.wer, None);
+        assert_eq!(t.true_end_sample, t.end_sample);
+        assert_eq!(t.error.as_deref(), Some("stt: whisper failed"));
+        assert_eq!(t.response, None);
+        assert_eq!(t.stt_ms, None, "no transcript, no STT latency");
+    }
+
+    #[test]
+    fn a_turn_a_failure_cut_short_says_so_and_a_cancelled_attempt_is_no_turn() {
+        let mut run = fixture::run(Pace::Realtime, false);
+        run.outcome.failed = Some("llm: panicked".into());
+        // turn 3's answer never came
+        run.events
+            .retain(|e| !matches!(&e.event, PipelineEvent::TurnComplete(c) if c.id == 3));
+        let cx = fixture::context(&run);
+        let (t, _) = turn_report(1, 3, &fixture::gathered(&run, 3), &cx).unwrap();
+        assert_eq!(t.error.as_deref(), Some("not finished: llm: panicked"));
+        let (t, _) = turn_report(0, 1, &fixture::gathered(&run, 1), &cx).unwrap();
+        assert_eq!(t.error, None, "an answered turn is not cut short");
+
+        let cancelled = fixture::gathered(&run, 2);
+        assert!(!cancelled.has_utterance());
+        assert!(turn_report(1, 2, &cancelled, &cx).is_none());
+    }
+
+    #[test]
+    fn a_stage_s_work_on_a_turn_spans_its_calls() {
+        let run = fixture::run(Pace::Realtime, false);
+        let o = run.clock.origin();
+        let mut g = fixture::gathered(&run, 1);
+        assert!(g.ended());
+        g.span(&fixture::span(
+            o,
+            fixture::UPPER,
+            Some(1),
+            [2600, 2600, 2603],
+            None,
+        ));
+        let (t, _) = turn_report(0, 1, &g, &fixture::context(&run)).unwrap();
+        let upper = t.work[fixture::UPPER];
+        assert_eq!((upper.start_ms, upper.busy_ms), (2500.0, 8.0));
+        assert!((upper.end_ms - 2603.0).abs() < 1e-6, "{upper:?}");
+        assert_eq!(t.work.get("stt").map(|w| w.busy_ms), Some(790.0));
+        assert_eq!(g.stt_service(), Some(790.0));
+        assert_eq!(g.llm_first_token(), Some(190.0));
+    }
+
+    #[test]
+    fn finishing_a_turn_derives_its_rates() {
+        let mut t = TurnReport {
+            audio_ms: 1000.0,
+            stt_ms: Some(500.0),
+            stt_tokens: Some(5),
+            llm_first_token_ms: Some(200.0),
+            llm_prefill_tokens: Some(20),
+            endpoint_delay_ms: Some(700.0),
+            response_latency_ms: Some(1500.0),
+            ..TurnReport::default()
+        };
+        finish_turn(&mut t);
+        assert_eq!(t.stt_rtfx, Some(2.0));
+        assert_eq!(t.stt_tps, Some(10.0));
+        assert_eq!(t.llm_prefill_tps, Some(100.0));
+        assert_eq!(t.note, None);
+        assert_eq!(t.response_latency_ms, Some(1500.0));
+    }
+
+    #[test]
+    fn a_negative_latency_is_left_out_with_a_note() {
+        let mut t = TurnReport {
+            endpoint_delay_ms: Some(-50.0),
+            response_latency_ms: Some(400.0),
+            true_end_sample: 20_000,
+            closed_sample: 19_200,
+            stt_ms: Some(0.0),
+            ..TurnReport::default()
+        };
+        finish_turn(&mut t);
+        assert_eq!(t.endpoint_delay_ms, None);
+        assert_eq!(t.response_latency_ms, None);
+        assert_eq!(
+            t.note.as_deref(),
+            Some("endpoint delay and response latency left out: endpoint delay -50 ms came out negative, so the end of speech recorded for this turn (sample 20000) is after the utterance closed (sample 19200)")
+        );
+        assert_eq!(t.stt_rtfx, None, "no rate from a zero time");
+    }
+}

@@ -125,3 +125,125 @@ pub fn to_markdown(r: &Report) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::Comparison;
+    use crate::report::{BaselineResult, BudgetCheck, StageReport, TurnReport};
+    use crate::stats::Percentiles;
+
+    fn report() -> Report {
+        let mut r = Report {
+            clock: "virtual".into(),
+            ..Report::default()
+        };
+        r.config.threads = [2, 1, 1];
+        r.config.audio_ctx = "full".into();
+        r.config.max_tokens = 32;
+        let s = &mut r.summary;
+        s.turns = 2;
+        s.warmup_turns = 1;
+        s.errors = 1;
+        s.audio_s = 4.0;
+        s.session_s = 4.3;
+        s.bottleneck.throughput = Some("stt".into());
+        s.bottleneck.reason = "because".into();
+        s.response_latency_ms = Some(Percentiles {
+            p50: 800.0,
+            p90: 900.0,
+            p95: 950.0,
+            p99: 990.0,
+            max: 1000.0,
+            mean: 850.0,
+            n: 2,
+            p99_meaningful: false,
+        });
+        r.stages.push(StageReport {
+            name: "stt".into(),
+            items: 2,
+            busy_ms: 1234.4,
+            utilization: 0.29,
+            tokens: Some(8),
+            tokens_per_s: Some(6.48),
+            queue_wait_ms: None,
+            queue_max_depth: 1,
+            queue_capacity: 4,
+            dropped: 0,
+        });
+        r.turns.push(TurnReport {
+            id: 1,
+            warmup: true,
+            transcript: Some("either | or".into()),
+            wer: Some(0.0),
+            endpoint_delay_ms: Some(700.0),
+            response_latency_ms: Some(1680.26),
+            ..TurnReport::default()
+        });
+        r.turns.push(TurnReport {
+            id: 2,
+            error: Some("stt: whisper failed".into()),
+            ..TurnReport::default()
+        });
+        r
+    }
+
+    #[test]
+    fn the_bottlenecks_and_the_tables() {
+        let md = to_markdown(&report());
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines[0], "# voxline report");
+        assert_eq!(lines[2], "- **Throughput bottleneck:** stt");
+        assert_eq!(lines[3], "- **Latency bottleneck:** –");
+        assert_eq!(lines[4], "- **Why:** because");
+        assert_eq!(lines[5], "- **Budget:** no budget given");
+        assert!(lines.contains(&"clock: virtual · turns: 2 (warm-up 1, errors 1) · audio 4.0 s · session 4.3 s · threads 2/1/1 · audio_ctx full · max tokens 32"), "{md}");
+        // only the metrics measured have a row; p99 of few turns is starred
+        assert!(lines.contains(&"| response latency ms | 800.0 | 900.0 | 950.0 | 990.0* | 2 |"));
+        assert!(!md.contains("| STT ms |"));
+        assert!(lines.contains(&"| stt | 2 | 1234 | 0.290 | 6.5 | – | 1/4 | 0 |"));
+        // a '|' in a transcript would split the row; an error stands in for a transcript
+        assert!(
+            lines.contains(
+                &"| 1 (warm-up) | either / or | 0.0 | 700.0 | – | – | – | – | 1680.3 | – |"
+            ),
+            "{md}"
+        );
+        assert!(lines.contains(&"| 2 | stt: whisper failed | – | – | – | – | – | – | – | – |"));
+    }
+
+    #[test]
+    fn the_budget_and_the_baseline() {
+        let mut r = report();
+        r.summary.budget.given = true;
+        r.summary.budget.passed = false;
+        r.summary.budget.checks = vec![
+            BudgetCheck {
+                limit: "response_latency_ms.p95 <= 3000".into(),
+                measured: Some(950.0),
+                passed: true,
+            },
+            BudgetCheck {
+                limit: "errors <= 0".into(),
+                measured: None,
+                passed: false,
+            },
+        ];
+        r.baseline = Some(BaselineResult {
+            path: "old.json".into(),
+            verdict: "regressed".into(),
+            metrics: vec![Comparison {
+                metric: "summary.stt_ms.p50".into(),
+                baseline: 400.0,
+                current: 500.0,
+                ratio: 1.25,
+                verdict: "worse".into(),
+            }],
+        });
+        let md = to_markdown(&r);
+        let expected = "- **Budget:** FAIL\n  - ✓ response_latency_ms.p95 <= 3000 (measured 950.0)\n  - ✗ errors <= 0 (measured –)\n- **Against baseline** `old.json`: regressed\n  - summary.stt_ms.p50: 400.0 → 500.0 (×1.25, worse)\n";
+        assert!(md.contains(expected), "{md}");
+        r.summary.budget.passed = true;
+        assert!(to_markdown(&r).contains("- **Budget:** PASS\n"));
+    }
+}

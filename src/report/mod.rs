@@ -214,3 +214,132 @@ pub fn build(
     }
     report
 }
+
+#[cfg(test)]
+mod fixture;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(pace: Pace, cpu_shared: bool, cpu_share: &str) -> Report {
+        let config = RunConfig {
+            cpu_share: cpu_share.into(),
+            warmup: 1,
+            ..RunConfig::default()
+        };
+        build(&fixture::run(pace, cpu_shared), config, 12.5, None)
+    }
+
+    fn latencies(r: &Report) -> Vec<(u64, Option<f64>)> {
+        r.turns
+            .iter()
+            .map(|t| (t.id, t.response_latency_ms))
+            .collect()
+    }
+
+    #[test]
+    fn a_run_s_turns_summary_and_stages() {
+        let r = report(Pace::Fast, true, "priority");
+        assert_eq!(r.schema_version, SCHEMA_VERSION);
+        assert_eq!(r.clock, "virtual");
+        // the cancelled attempt (2) is no turn
+        let ids: Vec<u64> = r.turns.iter().map(|t| t.id).collect();
+        assert_eq!(ids, [1, 3, 4]);
+        let s = &r.summary;
+        assert_eq!(
+            (s.turns, s.completed, s.errors, s.warmup_turns),
+            (3, 2, 1, 1)
+        );
+        assert_eq!((s.speculation.started, s.speculation.committed), (2, 1));
+        assert_eq!(s.speculation.cancelled, 1);
+        assert_eq!(s.speculation.cancelled_busy_ms.get("stt"), Some(&290.0));
+        assert_eq!(s.audio_s, 4.0);
+        assert_eq!(s.wer, Some(0.0));
+        assert_eq!(s.engine_threads_peak, 2);
+        // the warm-up turn counts in no percentile: one answered turn is left
+        assert_eq!(
+            s.response_latency_ms.map(|p| (p.n, p.mean)),
+            Some((1, 880.0))
+        );
+        assert_eq!(r.cold_start.model_load_ms, 12.5);
+        assert_eq!(r.cold_start.first_turn_response_latency_ms, Some(1680.0));
+        let names: Vec<&str> = r.stages.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["vad", "stt", "upper", "llm", "sink"]);
+        assert_eq!(s.bottleneck.throughput.as_deref(), Some("stt"));
+        assert_eq!(s.bottleneck.latency.as_deref(), Some("stt"));
+        // the mean terms of the counted turns add up to their mean latency
+        let terms: f64 = s.bottleneck.latency_terms_ms.values().sum();
+        assert!((terms - 880.0).abs() < 1e-9, "{terms}");
+        assert!(s.budget.passed && !s.budget.given);
+    }
+
+    #[test]
+    fn at_fast_pace_the_virtual_clock_gives_the_latencies() {
+        let r = report(Pace::Fast, false, "split");
+        // turn 1: speech ended at 1000 ms, closed at 1700, STT 790 ms, first
+        // token 190 ms later; turn 3: sent at 3250, first token at 3880
+        assert_eq!(
+            latencies(&r),
+            [(1, Some(1680.0)), (3, Some(880.0)), (4, None)]
+        );
+        let t3 = &r.turns[1];
+        assert_eq!(t3.timeline.stt_ms, Some([3250.0, 3790.0]));
+        assert_eq!(t3.timeline.first_token_ms, Some(3880.0));
+        assert_eq!(t3.processing_ms, Some(180.0));
+        // split cores: turn 4's STT starts when it closes, at 4000 ms, while
+        // the LLM still answers turn 3 (until 4080 ms, when the session ends)
+        assert_eq!(r.turns[2].stt_queue_ms, Some(0.0));
+        assert_eq!(r.summary.session_s, 4.08);
+        // shared cores: it waits for that answer
+        let r = report(Pace::Fast, true, "shared");
+        assert_eq!(r.turns[2].timeline.stt_ms, Some([4080.0, 4120.0]));
+        assert_eq!(r.turns[2].stt_queue_ms, Some(80.0));
+        assert_eq!(r.summary.session_s, 4.12);
+        // the rates are derived once the latencies are final
+        assert!((t3.stt_rtfx.unwrap() - 1018.75 / 540.0).abs() < 1e-9);
+        assert!((t3.llm_prefill_tps.unwrap() - 20.0 / 0.09).abs() < 1e-9);
+    }
+
+    #[test]
+    fn at_realtime_pace_the_wall_clock_gives_them() {
+        let r = report(Pace::Realtime, false, "split");
+        assert_eq!(r.clock, "wall");
+        assert_eq!(r.summary.session_s, 4.3, "when the last thread was joined");
+        let got: Vec<(u64, Option<f64>)> = latencies(&r)
+            .into_iter()
+            .map(|(id, l)| (id, l.map(|l| (l * 100.0).round() / 100.0)))
+            .collect();
+        assert_eq!(got, [(1, Some(1700.25)), (3, Some(900.75)), (4, None)]);
+        // measured queue waits stand at realtime pace
+        let stt = &r.stages[1];
+        assert_eq!(stt.queue_wait_ms.map(|q| (q.n, q.mean)), Some((4, 10.0)));
+    }
+
+    #[test]
+    fn a_budget_is_checked_against_the_report() {
+        let budget = crate::budget::Budget {
+            max: Some(crate::budget::MaxLimits {
+                errors: Some(0),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let r = build(
+            &fixture::run(Pace::Fast, false),
+            RunConfig::default(),
+            0.0,
+            Some(&budget),
+        );
+        assert!(r.summary.budget.given);
+        assert!(!r.summary.budget.passed, "{:?}", r.summary.budget);
+        let failed: Vec<_> = r
+            .summary
+            .budget
+            .violations
+            .iter()
+            .map(|c| c.measured)
+            .collect();
+        assert_eq!(failed, [Some(1.0)], "one turn failed");
+    }
+}

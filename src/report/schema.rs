@@ -395,3 +395,102 @@ pub struct BaselineResult {
     /// Each compared metric.
     pub metrics: Vec<crate::bench::Comparison>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{EngineSettings, ThreadBudget};
+
+    #[test]
+    fn a_run_config_names_the_models_by_file_and_keeps_the_shortest_temperature() {
+        let threads = ThreadBudget::priority(Some(2)).expect("a budget");
+        let settings = EngineSettings {
+            whisper_model: PathBuf::from("models/ggml-tiny.en-q8_0.bin"),
+            llm_model: PathBuf::from("downloads/llm/SmolLM2.gguf"),
+            threads,
+            audio_ctx: voxline_stt::AudioCtx::Auto { pad: 64 },
+            stt_gpu: false,
+            flash_attn: false,
+            n_gpu_layers: 0,
+            max_tokens: 48,
+            n_ctx: 2048,
+            system_prompt: String::new(),
+            cache_prompt: true,
+            memory: false,
+            sampling: voxline_llm::Sampling {
+                temperature: 0.7,
+                seed: 7,
+                ..voxline_llm::Sampling::default()
+            },
+        };
+        let c = RunConfig::from_settings(&settings, "fast", vec!["a.wav".into()], 2);
+        assert_eq!(c.pace, "fast");
+        assert_eq!(c.threads, [threads.total, threads.stt, threads.llm]);
+        assert_eq!(c.cpu_share, "priority");
+        assert_eq!(c.audio_ctx, "auto+64");
+        assert_eq!((c.max_tokens, c.n_ctx), (48, 2048));
+        assert!(c.cache_prompt && !c.memory);
+        assert_eq!(c.whisper_model, "ggml-tiny.en-q8_0.bin");
+        assert_eq!(c.llm_model, "SmolLM2.gguf");
+        assert_eq!(c.inputs, [PathBuf::from("a.wav")]);
+        assert_eq!(c.warmup, 2);
+        // 0.7 as f32 is 0.699999988; the report says what was asked
+        assert_eq!(c.temperature, 0.7);
+        assert_eq!(c.seed, 7);
+        // not taken from the engine settings
+        assert_eq!((c.hangover_ms, c.spec_silence_ms), (0, None));
+    }
+
+    fn keys(v: &serde_json::Value) -> Vec<&str> {
+        v.as_object()
+            .expect("an object")
+            .keys()
+            .map(String::as_str)
+            .collect()
+    }
+
+    #[test]
+    fn what_serves_the_renderers_stays_out_of_the_json() {
+        let mut r = Report::default();
+        r.turns.push(TurnReport::default());
+        r.turns[0].work.insert("upper".into(), StageWork::default());
+        let v = serde_json::to_value(&r).expect("serialisable");
+        let mut top = keys(&v);
+        top.sort_unstable();
+        assert_eq!(
+            top,
+            [
+                "baseline",
+                "clock",
+                "cold_start",
+                "config",
+                "edges",
+                "failed",
+                "input_errors",
+                "input_warnings",
+                "interrupted",
+                "live",
+                "schema_version",
+                "stages",
+                "summary",
+                "turns",
+                "voxline_version"
+            ]
+        );
+        let turn = keys(&v["turns"][0]);
+        assert!(
+            turn.contains(&"timeline") && !turn.contains(&"work"),
+            "{turn:?}"
+        );
+        assert_eq!(
+            keys(&v["turns"][0]["timeline"]),
+            [
+                "closed_ms",
+                "end_of_speech_ms",
+                "first_token_ms",
+                "llm_ms",
+                "stt_ms"
+            ]
+        );
+    }
+}

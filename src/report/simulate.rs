@@ -206,3 +206,194 @@ pub(crate) fn with_virtual_waits(
     }
     stages
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A turn whose speech ended at `eos` ms and that streams `tokens`.
+    fn turn(eos: f64, tokens: usize) -> TurnReport {
+        let mut t = TurnReport {
+            llm_streamed_tokens: tokens,
+            ..TurnReport::default()
+        };
+        t.timeline.end_of_speech_ms = eos;
+        t
+    }
+
+    /// A job sent at `ready` ms: STT (busy, to transcript), LLM (busy, to first token).
+    fn job(turn: usize, ready: f64, stt: (f64, f64), llm: (f64, f64)) -> SimJob {
+        SimJob {
+            turn,
+            ready,
+            commit: ready,
+            speculative: false,
+            stt: Some((stt.0, Some(stt.1))),
+            llm: Some((llm.0, Some(llm.1))),
+        }
+    }
+
+    /// Two turns whose STTs overlap: turn 1 is sent while turn 0 transcribes.
+    fn two_turns() -> (Vec<SimJob>, Vec<TurnReport>) {
+        let jobs = vec![
+            job(0, 1000.0, (500.0, 500.0), (400.0, 100.0)),
+            job(1, 1200.0, (300.0, 300.0), (200.0, 50.0)),
+        ];
+        (jobs, vec![turn(300.0, 4), turn(500.0, 3)])
+    }
+
+    #[test]
+    fn split_cores_serve_each_stage_in_order_on_its_own() {
+        let (jobs, mut turns) = two_turns();
+        let end = simulate(&jobs, SimCores::Split, &mut turns);
+        assert_eq!(end, 2100.0);
+        let (a, b) = (&turns[0], &turns[1]);
+        assert_eq!(a.timeline.stt_ms, Some([1000.0, 1500.0]));
+        assert_eq!(a.timeline.llm_ms, Some([1500.0, 1900.0]));
+        assert_eq!(a.timeline.first_token_ms, Some(1600.0));
+        assert_eq!(a.stt_queue_ms, Some(0.0));
+        assert_eq!(a.llm_queue_ms, Some(0.0));
+        assert_eq!(a.llm_ttft_ms, Some(100.0));
+        assert_eq!(a.response_latency_ms, Some(1300.0));
+        assert_eq!(a.processing_ms, Some(600.0));
+        assert_eq!(a.commit_wait_ms, None, "not speculative");
+        // turn 1 waits for the STT, then for the LLM still answering turn 0
+        assert_eq!(b.timeline.stt_ms, Some([1500.0, 1800.0]));
+        assert_eq!(b.stt_queue_ms, Some(300.0));
+        assert_eq!(b.stt_ms, Some(300.0));
+        assert_eq!(b.timeline.llm_ms, Some([1900.0, 2100.0]));
+        assert_eq!(b.llm_queue_ms, Some(100.0));
+        assert_eq!(b.llm_ms, Some(200.0));
+        assert_eq!(b.llm_ttft_ms, Some(150.0));
+        assert_eq!(b.response_latency_ms, Some(1450.0));
+    }
+
+    #[test]
+    fn shared_cores_are_one_server_taking_the_job_that_asked_first() {
+        let (jobs, mut turns) = two_turns();
+        let end = simulate(&jobs, SimCores::Shared, &mut turns);
+        assert_eq!(end, 2400.0);
+        // turn 1's STT asked (1200) before turn 0's LLM (1500): it goes first
+        assert_eq!(turns[1].timeline.stt_ms, Some([1500.0, 1800.0]));
+        assert_eq!(turns[0].timeline.llm_ms, Some([1800.0, 2200.0]));
+        assert_eq!(turns[0].llm_queue_ms, Some(300.0));
+        assert_eq!(turns[0].response_latency_ms, Some(1600.0));
+        assert_eq!(turns[1].timeline.llm_ms, Some([2200.0, 2400.0]));
+        assert_eq!(turns[1].llm_queue_ms, Some(400.0));
+        assert_eq!(turns[1].response_latency_ms, Some(1750.0));
+    }
+
+    /// Turn 0 answers in 5 tokens (first after 200 ms, then 200 ms each);
+    /// turn 1 is sent while it decodes.
+    fn long_answer() -> (Vec<SimJob>, Vec<TurnReport>) {
+        let jobs = vec![
+            job(0, 1000.0, (500.0, 500.0), (1000.0, 200.0)),
+            job(1, 1900.0, (300.0, 300.0), (100.0, 50.0)),
+        ];
+        (jobs, vec![turn(300.0, 5), turn(1200.0, 1)])
+    }
+
+    #[test]
+    fn priority_cores_run_the_next_stt_between_two_tokens_of_an_answer() {
+        let (jobs, mut turns) = long_answer();
+        let end = simulate(&jobs, SimCores::Priority, &mut turns);
+        // turn 0: first token at 1700, a token at 1900, then turn 1's STT
+        // (1900–2200) and its LLM (2200–2300), then the last 3 tokens
+        assert_eq!(turns[0].timeline.first_token_ms, Some(1700.0));
+        assert_eq!(turns[1].timeline.stt_ms, Some([1900.0, 2200.0]));
+        assert_eq!(turns[1].stt_queue_ms, Some(0.0));
+        assert_eq!(turns[1].timeline.llm_ms, Some([2200.0, 2300.0]));
+        assert_eq!(turns[1].response_latency_ms, Some(2250.0 - 1200.0));
+        assert_eq!(turns[0].timeline.llm_ms, Some([1500.0, 2900.0]));
+        assert_eq!(turns[0].llm_ms, Some(1400.0));
+        assert_eq!(end, 2900.0);
+
+        // shared cores: turn 1's STT waits for the whole answer
+        let (jobs, mut turns) = long_answer();
+        let end = simulate(&jobs, SimCores::Shared, &mut turns);
+        assert_eq!(turns[0].timeline.llm_ms, Some([1500.0, 2500.0]));
+        assert_eq!(turns[1].timeline.stt_ms, Some([2500.0, 2800.0]));
+        assert_eq!(turns[1].stt_queue_ms, Some(600.0));
+        assert_eq!(end, 2900.0);
+    }
+
+    #[test]
+    fn a_speculative_answer_is_shown_at_its_commit() {
+        let mut j = job(0, 1000.0, (300.0, 300.0), (200.0, 100.0));
+        j.commit = 2000.0;
+        j.speculative = true;
+        let mut turns = vec![turn(900.0, 3)];
+        let end = simulate(&[j], SimCores::Split, &mut turns);
+        assert_eq!(end, 1500.0);
+        let t = &turns[0];
+        // computed at 1400, held until the commit at 2000
+        assert_eq!(t.timeline.first_token_ms, Some(2000.0));
+        assert_eq!(t.commit_wait_ms, Some(600.0));
+        assert_eq!(t.processing_ms, Some(0.0));
+        assert_eq!(t.response_latency_ms, Some(1100.0));
+    }
+
+    #[test]
+    fn a_turn_without_a_transcript_never_reaches_the_llm() {
+        let mut j = job(0, 1000.0, (40.0, 0.0), (0.0, 0.0));
+        j.stt = Some((40.0, None));
+        let mut turns = vec![turn(900.0, 0)];
+        let end = simulate(&[j], SimCores::Split, &mut turns);
+        assert_eq!(end, 1040.0);
+        assert_eq!(turns[0].timeline.stt_ms, Some([1000.0, 1040.0]));
+        assert_eq!(turns[0].stt_ms, None);
+        assert_eq!(turns[0].timeline.llm_ms, None);
+        assert_eq!(turns[0].response_latency_ms, None);
+    }
+
+    #[test]
+    fn cores_follow_the_lease_and_the_policy() {
+        assert_eq!(SimCores::of(false, "priority"), SimCores::Split);
+        assert_eq!(SimCores::of(true, "priority"), SimCores::Priority);
+        assert_eq!(SimCores::of(true, "shared"), SimCores::Shared);
+    }
+
+    fn stage(name: &str, items: usize) -> StageReport {
+        StageReport {
+            name: name.to_string(),
+            items,
+            busy_ms: 0.0,
+            utilization: 0.0,
+            tokens: None,
+            tokens_per_s: None,
+            queue_wait_ms: Percentiles::of(&[5.0]),
+            queue_max_depth: 7,
+            queue_capacity: 8,
+            dropped: 0,
+        }
+    }
+
+    #[test]
+    fn virtual_waits_replace_the_measured_ones() {
+        let (jobs, mut turns) = two_turns();
+        simulate(&jobs, SimCores::Split, &mut turns);
+        turns[0].timeline.closed_ms = 1000.0;
+        turns[1].timeline.closed_ms = 1200.0;
+        let stages = vec![
+            stage("vad", 3),
+            stage("stt", 2),
+            stage("upper", 2),
+            stage("llm", 2),
+        ];
+        let stages = with_virtual_waits(stages, &turns);
+        let vad = &stages[0];
+        assert_eq!(vad.queue_max_depth, 0);
+        assert_eq!(vad.queue_wait_ms.map(|q| (q.n, q.mean)), Some((3, 0.0)));
+        // STT: waits 0 and 300 ms; only turn 1 ever waited in the queue
+        let stt = &stages[1];
+        assert_eq!(stt.queue_wait_ms.map(|q| (q.n, q.mean)), Some((2, 150.0)));
+        assert_eq!(stt.queue_max_depth, 1);
+        // an added stage keeps what was measured
+        assert_eq!(stages[2].queue_max_depth, 7);
+        assert_eq!(stages[2].queue_wait_ms.map(|q| q.mean), Some(5.0));
+        // LLM: waits 0 and 100 ms
+        let llm = &stages[3];
+        assert_eq!(llm.queue_wait_ms.map(|q| (q.n, q.mean)), Some((2, 50.0)));
+        assert_eq!(llm.queue_max_depth, 1);
+    }
+}

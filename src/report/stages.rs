@@ -167,3 +167,119 @@ pub(crate) fn dropped_total(run: &RunResult) -> u64 {
             .as_ref()
             .map_or(0, |l| l.frames_dropped_in_ring_16k)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::pipeline::Pace;
+    use crate::report::fixture;
+    use crate::topology::{self, AudioEdge};
+
+    #[test]
+    fn totals_count_process_spans_as_items_and_every_span_as_busy_time() {
+        let run = fixture::run(Pace::Fast, false);
+        let o = run.clock.origin();
+        let mut blocked = fixture::span(o, "stt", Some(1), [0, 10, 210], None);
+        // waiting for room downstream is not work
+        blocked.emit_blocked = Duration::from_millis(50);
+        let mut finish = fixture::span(o, "stt", None, [300, 300, 320], None);
+        finish.kind = SpanKind::Finish;
+        let mut stages = Vec::new();
+        for s in [
+            fixture::span(o, "stt", Some(1), [0, 30, 130], None),
+            fixture::span(o, "llm", Some(1), [130, 130, 140], None),
+            blocked,
+            finish,
+        ] {
+            StageTotals::add_to(&mut stages, &s);
+        }
+        let names: Vec<&str> = stages.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["stt", "llm"]);
+        assert_eq!(stages[0].items, 2);
+        assert_eq!(stages[0].busy_ms, 100.0 + 150.0 + 20.0);
+        let waits = stages[0].waits.percentiles().unwrap();
+        assert_eq!((waits.n, waits.mean), (2, 20.0));
+        assert_eq!(stages[1].items, 1);
+    }
+
+    #[test]
+    fn stages_are_ordered_as_the_topology_flows_then_any_other() {
+        let topology = topology::standard(AudioEdge::Replay, 4);
+        let mut stages: Vec<StageTotals> = ["other", "sink", "llm", "vad"]
+            .iter()
+            .map(|n| StageTotals {
+                name: (*n).to_string(),
+                ..StageTotals::default()
+            })
+            .collect();
+        in_flow_order(&mut stages, &topology);
+        let names: Vec<&str> = stages.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["vad", "llm", "sink", "other"]);
+    }
+
+    #[test]
+    fn a_stage_row_pools_decode_rates_and_reads_its_own_input_queue() {
+        let mut tokens = TokenTotals::default();
+        // 4 tokens at 20/s (3 gaps in 150 ms) and 3 at 40/s (2 gaps in 50 ms)
+        for (stt, streamed, tps) in [(3, 4, 20.0), (5, 3, 40.0)] {
+            tokens.add(&TurnReport {
+                stt_tokens: Some(stt),
+                llm_streamed_tokens: streamed,
+                llm_decode_tps: Some(tps),
+                ..TurnReport::default()
+            });
+        }
+        let run = fixture::run(Pace::Fast, false);
+        let edges = &run.outcome.edges;
+        let totals = |name: &str, busy_ms: f64| StageTotals {
+            name: name.to_string(),
+            items: 2,
+            busy_ms,
+            ..StageTotals::default()
+        };
+        let llm = stage_report(&totals("llm", 800.0), &tokens, edges, &run.topology, 4000.0);
+        assert_eq!(llm.tokens, Some(7));
+        assert!(
+            (llm.tokens_per_s.unwrap() - 25.0).abs() < 1e-9,
+            "5 gaps in 0.2 s"
+        );
+        assert_eq!(llm.utilization, 0.2);
+        assert_eq!((llm.queue_max_depth, llm.queue_capacity), (1, 4));
+        assert_eq!(llm.queue_wait_ms, None, "no span, no wait");
+
+        let stt = stage_report(&totals("stt", 2000.0), &tokens, edges, &run.topology, 0.0);
+        assert_eq!(stt.tokens, Some(8));
+        assert_eq!(stt.tokens_per_s, Some(4.0), "tokens per busy second");
+        assert_eq!(stt.utilization, 0.0, "no session, no utilisation");
+
+        // the fixture's `upper` reads `to_upper`; the sink reads `responses`
+        let upper = stage_report(&totals("upper", 7.0), &tokens, edges, &run.topology, 4000.0);
+        assert_eq!((upper.tokens, upper.tokens_per_s), (None, None));
+        let sink = stage_report(&totals("sink", 1.0), &tokens, edges, &run.topology, 4000.0);
+        assert_eq!((sink.queue_max_depth, sink.queue_capacity), (4, 1024));
+    }
+
+    #[test]
+    fn the_rows_of_a_run_in_flow_order() {
+        let run = fixture::run(Pace::Realtime, false);
+        let rows = stage_reports(&run, &[], 4000.0);
+        let names: Vec<&str> = rows.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["vad", "stt", "upper", "llm", "sink"]);
+        let stt = &rows[1];
+        // four utterances (one a cancelled attempt): 790 + 290 + 540 + 40 ms
+        assert_eq!((stt.items, stt.busy_ms), (4, 1660.0));
+        // the sink's finish call is busy time but no item
+        assert_eq!((rows[4].items, rows[4].busy_ms), (1, 11.0));
+    }
+
+    #[test]
+    fn dropped_audio_is_what_the_drop_oldest_edges_lost() {
+        let mut run = fixture::run(Pace::Realtime, false);
+        assert_eq!(dropped_total(&run), 0);
+        run.outcome.edges[0].dropped_units = 320;
+        run.outcome.edges[0].dropped = 2;
+        assert_eq!(dropped_total(&run), 320);
+    }
+}

@@ -133,3 +133,87 @@ fn draw_timeline(
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{StageWork, TurnReport};
+
+    /// A report of one turn: speech 1000–2000 ms, closed at 2700, STT
+    /// 2700–3200, `upper` (5 ms busy) 3200–3210 on the wall clock, LLM 3300–3600.
+    fn report(clock: &str) -> Report {
+        let mut t = TurnReport {
+            audio_ms: 1000.0,
+            ..TurnReport::default()
+        };
+        t.timeline.end_of_speech_ms = 2000.0;
+        t.timeline.closed_ms = 2700.0;
+        t.timeline.stt_ms = Some([2700.0, 3200.0]);
+        t.timeline.llm_ms = Some([3300.0, 3600.0]);
+        t.work.insert(
+            "upper".into(),
+            StageWork {
+                start_ms: 3200.0,
+                end_ms: 3210.0,
+                busy_ms: 5.0,
+            },
+        );
+        let mut r = Report {
+            clock: clock.into(),
+            turns: vec![t],
+            ..Report::default()
+        };
+        r.summary.audio_s = 4.0;
+        r.summary.bottleneck.throughput = Some("stt".into());
+        r
+    }
+
+    const ROWS: [&str; 5] = ["speech", "endpoint", "stt", "upper", "llm"];
+
+    #[test]
+    fn an_added_stage_is_where_it_ran_on_the_wall_clock() {
+        let bars = timeline_bars(&report("wall"), &ROWS);
+        assert_eq!(
+            bars,
+            [
+                (0, 1000.0, 2000.0),
+                (1, 2000.0, 2700.0),
+                (2, 2700.0, 3200.0),
+                (3, 3200.0, 3210.0),
+                (4, 3300.0, 3600.0),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_added_stage_follows_the_row_before_it_on_the_virtual_clock() {
+        let bars = timeline_bars(&report("virtual"), &ROWS);
+        assert_eq!(bars[3], (3, 3200.0, 3205.0));
+        assert_eq!(bars.len(), 5);
+        // a stage with no work on the turn has no bar
+        let bars = timeline_bars(&report("virtual"), &["speech", "tts"]);
+        assert_eq!(bars, [(0, 1000.0, 2000.0)]);
+    }
+
+    #[test]
+    fn the_svg_names_the_bottlenecks_and_colours_the_throughput_one_red() {
+        let mut r = report("virtual");
+        r.topology = crate::topology::standard(crate::topology::AudioEdge::Replay, 4);
+        let svg = timeline_svg(&r).unwrap();
+        assert!(svg.starts_with("<svg"), "{svg}");
+        assert!(svg.contains(
+            "voxline timeline (virtual clock) — throughput bottleneck: stt · latency bottleneck: –"
+        ));
+        for row in ["speech", "endpoint", "stt", "llm"] {
+            assert!(svg.contains(&format!("\n{row}\n")), "no {row} label");
+        }
+        assert!(!svg.contains("\nvad\n") && !svg.contains("\nsink\n"));
+        // the STT's bar in red, the LLM's in green
+        assert!(svg.contains("#D62728"), "{svg}");
+        assert!(svg.contains("#2CA02C"));
+        assert!(
+            !svg.contains("#1F77B4"),
+            "the STT is not drawn in its own colour"
+        );
+    }
+}
