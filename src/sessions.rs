@@ -10,9 +10,10 @@
 //! finished, superseded or departed turn leaves it at once.
 //!
 //! One CPU budget: whisper and the LLM never compute at the same time (one
-//! [`CpuLease`]); a committed turn's transcription goes first, then a
-//! step holding some turn's first token, then plain decoding — the LLM
-//! takes the lease per step, so a transcription waits at most one step.
+//! [`CpuLease`]); a step holding some turn's first token and a committed
+//! turn's transcription go first (the longest waiting first), then plain
+//! decoding, then speculative transcriptions — the LLM takes the lease per
+//! step, so a transcription waits at most one step.
 //! Every engine call runs with the whole budget's threads (metered).
 //!
 //! A session's events go into a bounded queue: a reader that stops reading
@@ -829,8 +830,13 @@ fn begin(
 }
 
 fn step(engine: &mut BatchEngine<'_>, answering: &mut [Option<Answering>], shared: &Shared) {
+    // A step holding some turn's first token is the end of that turn's
+    // critical path (its transcript is done; ~100 ms remain): it goes before
+    // another conversation's transcription starts (~1 s), as that
+    // transcription's own turn would (shortest remaining work first; with
+    // the STT ahead, four users on two cores waited 35 s for first tokens).
     let priority = if engine.prefilling() {
-        Priority::FirstToken
+        Priority::Committed
     } else {
         Priority::Streaming
     };
