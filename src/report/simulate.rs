@@ -175,9 +175,14 @@ pub(crate) fn with_virtual_waits(
     for s in &mut stages {
         // (arrival, start) of every item on the virtual clock
         let items: Vec<(f64, f64)> = if s.name == STT {
+            // a speculative turn reached STT when its attempt was sent, not at its commit
+            let arrived = |t: &TurnReport| {
+                t.spec_delay_ms
+                    .map_or(t.timeline.closed_ms, |d| t.timeline.end_of_speech_ms + d)
+            };
             turns
                 .iter()
-                .filter_map(|t| Some((t.timeline.closed_ms, t.timeline.stt_ms?[0])))
+                .filter_map(|t| Some((arrived(t), t.timeline.stt_ms?[0])))
                 .collect()
         } else if s.name == LLM {
             turns
@@ -395,5 +400,22 @@ mod tests {
         let llm = &stages[3];
         assert_eq!(llm.queue_wait_ms.map(|q| (q.n, q.mean)), Some((2, 50.0)));
         assert_eq!(llm.queue_max_depth, 1);
+    }
+
+    #[test]
+    fn a_speculative_turn_waits_for_stt_from_its_attempt_not_its_commit() {
+        let (jobs, mut turns) = two_turns();
+        simulate(&jobs, SimCores::Split, &mut turns);
+        let stt_start = turns[0].timeline.stt_ms.unwrap()[0];
+        // sent 40 ms after the true end, committed long after STT started
+        turns[0].timeline.end_of_speech_ms = stt_start - 100.0;
+        turns[0].spec_delay_ms = Some(40.0);
+        turns[0].timeline.closed_ms = stt_start + 500.0;
+        turns[1].timeline.closed_ms = turns[1].timeline.stt_ms.unwrap()[0];
+        let stages = with_virtual_waits(vec![stage("stt", 2)], &turns);
+        let q = stages[0].queue_wait_ms.unwrap();
+        // 60 ms and 0 ms: never negative
+        assert!((q.max - 60.0).abs() < 0.1, "{q:?}");
+        assert!((q.mean - 30.0).abs() < 0.1, "{q:?}");
     }
 }
