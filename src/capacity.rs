@@ -270,6 +270,9 @@ pub struct SessionsRow {
     pub aggregate_decode_tps: Option<f64>,
     /// Answer tokens of every session per second of the run.
     pub tokens_per_wall_s: f64,
+    /// Prompt tokens per second of the steps that evaluated them (those
+    /// steps also decode other sessions' tokens).
+    pub prefill_tps: Option<f64>,
     /// Share of the run whisper computed.
     pub stt_utilisation: f64,
     /// Share of the run the LLM computed.
@@ -425,6 +428,8 @@ fn row(
         aggregate_decode_tps: (!totals.llm_busy.is_zero())
             .then(|| totals.tokens as f64 / totals.llm_busy.as_secs_f64()),
         tokens_per_wall_s: totals.tokens as f64 / wall_s,
+        prefill_tps: (!totals.prefill_busy.is_zero())
+            .then(|| totals.prefill_tokens as f64 / totals.prefill_busy.as_secs_f64()),
         stt_utilisation: stt_util,
         llm_utilisation: llm_util,
         saturating_stage: if stt_util >= llm_util { "stt" } else { "llm" },
@@ -456,16 +461,16 @@ pub fn to_markdown(r: &CapacityReport) -> String {
     );
     let _ = writeln!(
         s,
-        "| sessions | turns | errors | response p50 / p95 ms | STT p50 ms | STT queue p50 ms | LLM first token p50 ms | session decode tok/s p50 | aggregate decode tok/s | STT / LLM utilisation | saturating | within budget |"
+        "| sessions | turns | errors | response p50 / p95 ms | STT p50 ms | STT queue p50 ms | LLM first token p50 ms | session decode tok/s p50 | aggregate decode tok/s | prefill tok/s | STT / LLM utilisation | saturating | within budget |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let p = |x: &Option<Percentiles>, f: fn(&Percentiles) -> f64| {
         x.as_ref().map_or("–".into(), |p| format!("{:.0}", f(p)))
     };
     for row in &r.rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {:.2} / {:.2} | {} | {} |",
+            "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {:.2} / {:.2} | {} | {} |",
             row.sessions,
             row.turns,
             row.errors,
@@ -477,6 +482,7 @@ pub fn to_markdown(r: &CapacityReport) -> String {
             p(&row.session_decode_tps, |p| p.p50),
             row.aggregate_decode_tps
                 .map_or("–".into(), |v| format!("{v:.0}")),
+            row.prefill_tps.map_or("–".into(), |v| format!("{v:.0}")),
             row.stt_utilisation,
             row.llm_utilisation,
             row.saturating_stage,
@@ -571,4 +577,149 @@ pub fn plot_svg(r: &CapacityReport) -> Result<String, String> {
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use voxline_llm::Stop;
+
+    fn transcript(turn: u32, end_sample: u64) -> SessionEvent {
+        SessionEvent::Transcript {
+            turn,
+            text: format!("question {turn}"),
+            end_sample,
+            stt_wait: Duration::from_millis(10),
+            stt: Duration::from_millis(900),
+        }
+    }
+
+    fn done(turn: u32) -> SessionEvent {
+        SessionEvent::TurnDone {
+            turn,
+            text: format!("answer {turn}"),
+            tokens: 11,
+            stop: Stop::EndOfGeneration,
+            first_token: Some(Duration::from_millis(100)),
+            decode: Some(Duration::from_millis(200)),
+        }
+    }
+
+    #[test]
+    fn a_turn_is_timed_from_the_nearest_labelled_end_of_speech() {
+        let origin = Instant::now();
+        let script = Script {
+            samples: vec![0.0; 160_000],
+            true_ends: vec![16_000, 96_000],
+        };
+        let token = |turn, ms| SessionEvent::Token {
+            turn,
+            piece: "x".into(),
+            at: origin + Duration::from_millis(ms),
+        };
+        // the VAD's ends lie ~100 ms after the labels
+        let log = vec![
+            transcript(1, 17_600),
+            token(1, 2_200),
+            token(1, 2_300),
+            done(1),
+            transcript(2, 97_600),
+            SessionEvent::TurnError {
+                turn: 2,
+                message: "boom".into(),
+            },
+        ];
+        let turns = turns_of(&log, &script, origin);
+        assert_eq!(turns.len(), 2);
+        let t = &turns[0];
+        // labelled end at 1.0 s, first token at 2.2 s
+        assert!((t.response_ms.unwrap() - 1_200.0).abs() < 1e-6);
+        assert_eq!(t.answer, "answer 1");
+        assert!(
+            (t.decode_tps.unwrap() - 50.0).abs() < 1e-9,
+            "10 tokens in 200 ms"
+        );
+        assert_eq!(turns[1].error.as_deref(), Some("boom"));
+        assert_eq!(turns[1].response_ms, None);
+        assert_eq!(open_turns(&log), 0);
+        assert_eq!(open_turns(&log[..5]), 1);
+    }
+
+    fn seen(response: &[f64]) -> Vec<TurnSeen> {
+        response
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| TurnSeen {
+                turn: u32::try_from(i + 1).unwrap(),
+                transcript: String::new(),
+                answer: "a".into(),
+                response_ms: Some(r),
+                stt_ms: 900.0,
+                stt_wait_ms: 0.0,
+                first_token_ms: Some(100.0),
+                decode_tps: Some(50.0),
+                tokens: 10,
+                error: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rows_skip_each_users_first_turn_and_judge_the_budget() {
+        let budget = Budget::parse("[response_latency_ms]\np50 = 1500\np95 = 2500\n").unwrap();
+        let totals = HubTotals {
+            stt_busy: Duration::from_secs(6),
+            llm_busy: Duration::from_secs(2),
+            tokens: 100,
+            ..HubTotals::default()
+        };
+        // warm-up turns of 9 s are not counted
+        let users = vec![
+            (seen(&[9_000.0, 1_000.0, 1_200.0]), 0),
+            (seen(&[9_000.0, 1_400.0]), 2),
+        ];
+        let r = row(2, &users, totals, Duration::from_secs(10), Some(&budget));
+        assert_eq!((r.turns, r.errors, r.dropped), (3, 0, 2));
+        assert!(r.response_latency_ms.unwrap().max < 1_500.0);
+        assert_eq!(r.within_budget, Some(true));
+        assert_eq!(r.saturating_stage, "stt");
+        assert!((r.stt_utilisation - 0.6).abs() < 1e-9);
+        assert!((r.aggregate_decode_tps.unwrap() - 50.0).abs() < 1e-9);
+        let slow = vec![(seen(&[0.0, 3_000.0, 3_000.0]), 0)];
+        let r2 = row(4, &slow, totals, Duration::from_secs(10), Some(&budget));
+        assert_eq!(r2.within_budget, Some(false));
+        assert_eq!(
+            row(1, &slow, totals, Duration::from_secs(10), None).within_budget,
+            None
+        );
+        let report = CapacityReport {
+            threads: 2,
+            stagger_ms: 700,
+            think_ms: 1500,
+            fixtures: vec!["q.wav".into()],
+            rows: vec![r, r2],
+            capacity: Some(2),
+            limiting_stage: Some("stt"),
+        };
+        let md = to_markdown(&report);
+        assert!(md.contains("| 2 | 3 | 0 |"), "{md}");
+        assert!(
+            md.contains("capacity: 2 session(s) · limiting stage: stt"),
+            "{md}"
+        );
+        let svg = plot_svg(&report).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("aggregate decode tokens/s"));
+    }
+
+    #[test]
+    fn a_fixture_without_a_sidecar_is_refused_with_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let wav = dir.path().join("x.wav");
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("audio-fixtures")
+            .join("q_capital.wav");
+        std::fs::copy(fixture, &wav).unwrap();
+        let e = Script::load(&[wav], Duration::ZERO).unwrap_err();
+        assert!(e.0.contains("no sidecar"), "{e}");
+    }
 }

@@ -131,6 +131,8 @@ struct Counters {
     llm_busy_ns: AtomicU64,
     llm_steps: AtomicU64,
     tokens: AtomicU64,
+    prefill_tokens: AtomicU64,
+    prefill_busy_ns: AtomicU64,
 }
 
 /// A snapshot of the hub's totals since it started.
@@ -146,6 +148,10 @@ pub struct HubTotals {
     pub llm_steps: u64,
     /// Answer tokens sampled, all sessions.
     pub tokens: u64,
+    /// Prompt tokens evaluated, all sessions.
+    pub prefill_tokens: u64,
+    /// Time of the steps that evaluated prompt tokens.
+    pub prefill_busy: Duration,
     /// Most engine threads that ever ran at once.
     pub peak_threads: usize,
 }
@@ -395,6 +401,8 @@ impl Hub {
             llm_busy: Duration::from_nanos(c.llm_busy_ns.load(Ordering::Relaxed)),
             llm_steps: c.llm_steps.load(Ordering::Relaxed),
             tokens: c.tokens.load(Ordering::Relaxed),
+            prefill_tokens: c.prefill_tokens.load(Ordering::Relaxed),
+            prefill_busy: Duration::from_nanos(c.prefill_busy_ns.load(Ordering::Relaxed)),
             peak_threads: self.shared.meter.peak(),
         }
     }
@@ -842,15 +850,21 @@ fn step(engine: &mut BatchEngine<'_>, answering: &mut [Option<Answering>], share
     };
     let lease = shared.lease.acquire(priority);
     let meter = shared.meter.enter(shared.threads);
+    let prefilled_before = engine.prefilled_tokens();
     let began = Instant::now();
     let result = engine.step();
     let busy = began.elapsed();
+    let prefilled = engine.prefilled_tokens() - prefilled_before;
     drop(meter);
     drop(lease);
     let now = Instant::now();
     let c = &shared.counters;
     c.llm_busy_ns.fetch_add(nanos(busy), Ordering::Relaxed);
     c.llm_steps.fetch_add(1, Ordering::Relaxed);
+    if prefilled > 0 {
+        c.prefill_tokens.fetch_add(prefilled, Ordering::Relaxed);
+        c.prefill_busy_ns.fetch_add(nanos(busy), Ordering::Relaxed);
+    }
     let events = match result {
         Ok(ev) => ev,
         Err(e) => {

@@ -90,6 +90,8 @@ pub struct BatchEngine<'m> {
     batch: LlamaBatch<'m>,
     /// Tokens one session's sequence may hold.
     per_session_ctx: usize,
+    /// Prompt tokens evaluated since the engine was made.
+    prefilled: u64,
 }
 
 impl std::fmt::Debug for BatchEngine<'_> {
@@ -139,6 +141,7 @@ impl<'m> BatchEngine<'m> {
             model,
             ctx,
             per_session_ctx: config.n_ctx as usize,
+            prefilled: 0,
             config,
             system: model.0.system_tokens.clone(),
             sessions: (0..sessions).map(|_| Session::default()).collect(),
@@ -303,6 +306,13 @@ impl<'m> BatchEngine<'m> {
         Ok(())
     }
 
+    /// Prompt tokens evaluated for turns since the engine was made (the
+    /// system prompt excluded).
+    #[must_use]
+    pub fn prefilled_tokens(&self) -> u64 {
+        self.prefilled
+    }
+
     /// Whether some session's turn has not sampled its first token yet (its
     /// prompt still to evaluate): the next step is then on a first token's
     /// critical path.
@@ -357,6 +367,7 @@ impl<'m> BatchEngine<'m> {
                     s.cached.push(t);
                 }
                 room -= take;
+                self.prefilled += take as u64;
                 if !whole {
                     continue;
                 }
