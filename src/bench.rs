@@ -74,8 +74,54 @@ pub struct Comparison {
     pub current: f64,
     /// current / baseline.
     pub ratio: f64,
-    /// `better`, `worse` or `same` (within ±5 %), knowing which direction is good.
-    pub verdict: String,
+    /// Better, worse or the same (within ±5 %), knowing which direction is good.
+    pub verdict: Verdict,
+}
+
+/// One metric against the baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// More than 5 % better.
+    Better,
+    /// More than 5 % worse.
+    Worse,
+    /// Within ±5 %.
+    Same,
+}
+
+/// The run against the baseline: regressed when any metric is worse,
+/// improved when none is worse and one is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Overall {
+    /// Some metric is better, none worse.
+    Improved,
+    /// Every metric within ±5 %.
+    #[default]
+    Unchanged,
+    /// Some metric is worse.
+    Regressed,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verdict::Better => "better",
+            Verdict::Worse => "worse",
+            Verdict::Same => "same",
+        })
+    }
+}
+
+impl std::fmt::Display for Overall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Overall::Improved => "improved",
+            Overall::Unchanged => "unchanged",
+            Overall::Regressed => "regressed",
+        })
+    }
 }
 
 /// The metrics compared, with whether higher is better.
@@ -138,7 +184,7 @@ pub fn load_baseline(baseline_path: &Path) -> Result<serde_json::Value, BadInput
 pub fn compare_values(
     cur: &serde_json::Value,
     base: &serde_json::Value,
-) -> (Vec<Comparison>, String) {
+) -> (Vec<Comparison>, Overall) {
     let mut out = Vec::new();
     for (metric, higher_better) in COMPARED {
         let (Some(b), Some(c)) = (lookup(base, metric), lookup(cur, metric)) else {
@@ -164,28 +210,28 @@ pub fn compare_values(
             ratio > 1.05
         };
         let verdict = if better {
-            "better"
+            Verdict::Better
         } else if worse {
-            "worse"
+            Verdict::Worse
         } else {
-            "same"
+            Verdict::Same
         };
         out.push(Comparison {
             metric: metric.into(),
             baseline: b,
             current: c,
             ratio,
-            verdict: verdict.into(),
+            verdict,
         });
     }
-    let overall = if out.iter().any(|c| c.verdict == "worse") {
-        "regressed"
-    } else if out.iter().any(|c| c.verdict == "better") {
-        "improved"
+    let overall = if out.iter().any(|c| c.verdict == Verdict::Worse) {
+        Overall::Regressed
+    } else if out.iter().any(|c| c.verdict == Verdict::Better) {
+        Overall::Improved
     } else {
-        "unchanged"
+        Overall::Unchanged
     };
-    (out, overall.into())
+    (out, overall)
 }
 
 #[cfg(test)]
@@ -199,14 +245,20 @@ mod tests {
         let (c, overall) = compare_values(&cur, &base);
         let get = |m: &str| c.iter().find(|x| x.metric == m).unwrap().clone();
         assert_eq!(get("summary.response_latency_ms.p50").ratio, 0.5);
-        assert_eq!(get("summary.response_latency_ms.p50").verdict, "better");
-        assert_eq!(get("summary.response_latency_ms.p95").verdict, "same");
+        assert_eq!(
+            get("summary.response_latency_ms.p50").verdict,
+            Verdict::Better
+        );
+        assert_eq!(
+            get("summary.response_latency_ms.p95").verdict,
+            Verdict::Same
+        );
         assert_eq!(get("summary.llm_decode_tps.p50").ratio, 0.75);
-        assert_eq!(get("summary.llm_decode_tps.p50").verdict, "worse");
+        assert_eq!(get("summary.llm_decode_tps.p50").verdict, Verdict::Worse);
         assert_eq!(get("summary.wer").ratio, 1.0);
-        assert_eq!(overall, "regressed");
+        assert_eq!(overall, Overall::Regressed);
         assert_eq!(c.len(), 4, "metrics absent from either side are skipped");
         let (_, overall) = compare_values(&base, &base);
-        assert_eq!(overall, "unchanged");
+        assert_eq!(overall, Overall::Unchanged);
     }
 }

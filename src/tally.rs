@@ -364,7 +364,7 @@ impl Tally {
         let mut r = Report {
             schema_version: report::SCHEMA_VERSION,
             voxline_version: env!("CARGO_PKG_VERSION").into(),
-            clock: "wall".into(),
+            clock: crate::report::ReportClock::Wall,
             config,
             summary,
             cold_start: ColdStart {

@@ -130,12 +130,12 @@ pub fn to_markdown(r: &Report) -> String {
 mod tests {
     use super::*;
     use crate::bench::Comparison;
-    use crate::report::{BaselineResult, BudgetCheck, StageReport, TurnReport};
+    use crate::report::{BaselineResult, BudgetCheck, ReportClock, StageReport, TurnReport};
     use crate::stats::Percentiles;
 
     fn report() -> Report {
         let mut r = Report {
-            clock: "virtual".into(),
+            clock: ReportClock::Virtual,
             ..Report::default()
         };
         r.config.threads = [2, 1, 1];
@@ -231,13 +231,13 @@ mod tests {
         ];
         r.baseline = Some(BaselineResult {
             path: "old.json".into(),
-            verdict: "regressed".into(),
+            verdict: crate::bench::Overall::Regressed,
             metrics: vec![Comparison {
                 metric: "summary.stt_ms.p50".into(),
                 baseline: 400.0,
                 current: 500.0,
                 ratio: 1.25,
-                verdict: "worse".into(),
+                verdict: crate::bench::Verdict::Worse,
             }],
         });
         let md = to_markdown(&r);

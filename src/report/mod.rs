@@ -44,8 +44,9 @@ pub use csv::to_csv;
 pub(crate) use gather::{finish_turn, turn_report, Gathered, TurnContext};
 pub use markdown::to_markdown;
 pub use schema::{
-    BaselineResult, Bottleneck, BudgetCheck, BudgetResult, ColdStart, Report, RunConfig,
-    SpecSummary, StageReport, StageWork, Summary, TurnReport, TurnTimeline, SCHEMA_VERSION,
+    BaselineResult, Bottleneck, BudgetCheck, BudgetResult, ColdStart, Report, ReportClock,
+    RunConfig, SpecSummary, StageReport, StageWork, Summary, TurnReport, TurnTimeline,
+    SCHEMA_VERSION,
 };
 pub(crate) use stages::{dropped_total, in_flow_order, stage_report, StageTotals, TokenTotals};
 pub use timeline::timeline_svg;
@@ -189,8 +190,8 @@ pub fn build(
         schema_version: SCHEMA_VERSION,
         voxline_version: env!("CARGO_PKG_VERSION").into(),
         clock: match run.pace {
-            Pace::Realtime => "wall".into(),
-            Pace::Fast => "virtual".into(),
+            Pace::Realtime => ReportClock::Wall,
+            Pace::Fast => ReportClock::Virtual,
         },
         config,
         summary,
@@ -242,7 +243,7 @@ mod tests {
     fn a_run_s_turns_summary_and_stages() {
         let r = report(Pace::Fast, true, "priority");
         assert_eq!(r.schema_version, SCHEMA_VERSION);
-        assert_eq!(r.clock, "virtual");
+        assert_eq!(r.clock, ReportClock::Virtual);
         // the cancelled attempt (2) is no turn
         let ids: Vec<u64> = r.turns.iter().map(|t| t.id).collect();
         assert_eq!(ids, [1, 3, 4]);
@@ -304,7 +305,7 @@ mod tests {
     #[test]
     fn at_realtime_pace_the_wall_clock_gives_them() {
         let r = report(Pace::Realtime, false, "split");
-        assert_eq!(r.clock, "wall");
+        assert_eq!(r.clock, ReportClock::Wall);
         assert_eq!(r.summary.session_s, 4.3, "when the last thread was joined");
         let got: Vec<(u64, Option<f64>)> = latencies(&r)
             .into_iter()

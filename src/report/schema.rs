@@ -347,6 +347,27 @@ impl RunConfig {
     }
 }
 
+/// The clock a report's latencies are on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportClock {
+    /// Realtime pace: what was measured on the wall clock.
+    Wall,
+    /// Fast pace: what a live user would have felt, computed from measured
+    /// service times.
+    #[default]
+    Virtual,
+}
+
+impl std::fmt::Display for ReportClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReportClock::Wall => "wall",
+            ReportClock::Virtual => "virtual",
+        })
+    }
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct Report {
@@ -354,8 +375,8 @@ pub struct Report {
     pub schema_version: u32,
     /// voxline's version.
     pub voxline_version: String,
-    /// `wall` (realtime pace) or `virtual` (fast pace).
-    pub clock: String,
+    /// The clock the latencies are on.
+    pub clock: ReportClock,
     /// Configuration.
     pub config: RunConfig,
     /// The headline figures.
@@ -390,8 +411,8 @@ pub struct Report {
 pub struct BaselineResult {
     /// The baseline report.
     pub path: PathBuf,
-    /// `improved`, `unchanged` or `regressed`.
-    pub verdict: String,
+    /// The run as a whole against the baseline.
+    pub verdict: crate::bench::Overall,
     /// Each compared metric.
     pub metrics: Vec<crate::bench::Comparison>,
 }

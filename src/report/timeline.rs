@@ -3,7 +3,7 @@
 
 use plotters::prelude::*;
 
-use super::schema::Report;
+use super::schema::{Report, ReportClock};
 use crate::topology::{LLM, STT, VAD};
 
 /// Each turn's bars, one per row of `rows`: `(row, start, end)` in ms on
@@ -23,7 +23,7 @@ fn timeline_bars(r: &Report, rows: &[&str]) -> Vec<(usize, f64, f64)> {
                 n if n == STT => tl.stt_ms,
                 n if n == LLM => tl.llm_ms,
                 n => t.work.get(n).map(|w| {
-                    if r.clock == "wall" {
+                    if r.clock == ReportClock::Wall {
                         [w.start_ms, w.end_ms]
                     } else {
                         [previous_end, previous_end + w.busy_ms]
@@ -141,7 +141,7 @@ mod tests {
 
     /// A report of one turn: speech 1000–2000 ms, closed at 2700, STT
     /// 2700–3200, `upper` (5 ms busy) 3200–3210 on the wall clock, LLM 3300–3600.
-    fn report(clock: &str) -> Report {
+    fn report(clock: ReportClock) -> Report {
         let mut t = TurnReport {
             audio_ms: 1000.0,
             ..TurnReport::default()
@@ -159,7 +159,7 @@ mod tests {
             },
         );
         let mut r = Report {
-            clock: clock.into(),
+            clock,
             turns: vec![t],
             ..Report::default()
         };
@@ -172,7 +172,7 @@ mod tests {
 
     #[test]
     fn an_added_stage_is_where_it_ran_on_the_wall_clock() {
-        let bars = timeline_bars(&report("wall"), &ROWS);
+        let bars = timeline_bars(&report(ReportClock::Wall), &ROWS);
         assert_eq!(
             bars,
             [
@@ -187,17 +187,17 @@ mod tests {
 
     #[test]
     fn an_added_stage_follows_the_row_before_it_on_the_virtual_clock() {
-        let bars = timeline_bars(&report("virtual"), &ROWS);
+        let bars = timeline_bars(&report(ReportClock::Virtual), &ROWS);
         assert_eq!(bars[3], (3, 3200.0, 3205.0));
         assert_eq!(bars.len(), 5);
         // a stage with no work on the turn has no bar
-        let bars = timeline_bars(&report("virtual"), &["speech", "tts"]);
+        let bars = timeline_bars(&report(ReportClock::Virtual), &["speech", "tts"]);
         assert_eq!(bars, [(0, 1000.0, 2000.0)]);
     }
 
     #[test]
     fn the_svg_names_the_bottlenecks_and_colours_the_throughput_one_red() {
-        let mut r = report("virtual");
+        let mut r = report(ReportClock::Virtual);
         r.topology = crate::topology::standard(crate::topology::AudioEdge::Replay, 4);
         let svg = timeline_svg(&r).unwrap();
         assert!(svg.starts_with("<svg"), "{svg}");
