@@ -7,21 +7,20 @@
 //! error rate and the STT time, as ratios to the full window measured in
 //! the same run. `VOXLINE_BENCH_THREADS` sets whisper's threads (default: all cores).
 
-use std::path::Path;
+#[path = "../tests/integration/util.rs"]
+#[allow(dead_code)] // the benches use some of the tests' helpers
+mod util;
+
 use std::time::Instant;
 
 use voxline_stt::{word_error_rate, AudioCtx, SttConfig, SttEngine};
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let models =
-        std::env::var_os("VOXLINE_MODELS_DIR").map_or_else(|| root.join("models"), Into::into);
     let threads = std::env::var("VOXLINE_BENCH_THREADS")
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
-    let model =
-        models.join(voxline_models::registry::for_role(voxline_models::registry::Role::Stt).file);
+    let model = util::whisper_model();
     let mut stt = SttEngine::load(SttConfig::new(&model, threads))
         .expect("whisper model (run `voxline models fetch`)");
     let policies = [
@@ -29,7 +28,7 @@ fn main() {
     ];
     // (policy, file) -> (errors, words, ms, audio_ms)
     let mut rows: Vec<(String, String, f64, f64, f64)> = Vec::new();
-    let mut fixtures: Vec<_> = std::fs::read_dir(root.join("audio-fixtures"))
+    let mut fixtures: Vec<_> = std::fs::read_dir(util::fixtures_dir())
         .unwrap()
         .filter_map(Result::ok)
         .map(|e| e.path())

@@ -7,7 +7,10 @@
 //! decode rate counts the tokens sampled after the step that evaluated the
 //! prompts, over the time those steps took. Prints a Markdown table.
 
-use std::path::PathBuf;
+#[path = "../tests/integration/util.rs"]
+#[allow(dead_code)] // the benches use some of the tests' helpers
+mod util;
+
 use std::time::Instant;
 
 use voxline_llm::batch::{BatchEngine, StepEvent};
@@ -25,17 +28,11 @@ const QUESTIONS: [&str; 8] = [
 ];
 
 fn main() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let models =
-        std::env::var_os("VOXLINE_MODELS_DIR").map_or_else(|| root.join("models"), PathBuf::from);
     let threads = std::env::var("VOXLINE_THREADS")
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
-    let mut config = LlmConfig::new(
-        models.join(voxline_models::registry::for_role(voxline_models::registry::Role::Llm).file),
-        threads,
-    );
+    let mut config = LlmConfig::new(util::llm_model(), threads);
     config.max_tokens = 64;
     config.n_ctx = 512;
     config.sampling.temperature = 0.0;

@@ -5,6 +5,10 @@
 //! `cargo bench --bench engines` (needs `voxline models fetch`).
 //! `VOXLINE_BENCH_THREADS` = the pipeline's total budget (default: all cores).
 
+#[path = "../tests/integration/util.rs"]
+#[allow(dead_code)] // the benches use some of the tests' helpers
+mod util;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,23 +25,13 @@ struct Setup {
 }
 
 fn setup() -> Setup {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let models =
-        std::env::var_os("VOXLINE_MODELS_DIR").map_or_else(|| root.join("models"), Into::into);
     let total = std::env::var("VOXLINE_BENCH_THREADS")
         .ok()
         .and_then(|t| t.parse().ok());
-    let mut src =
-        voxline_audio::WavSource::open(&root.join("audio-fixtures/q_capital.wav")).unwrap();
-    let mut audio = Vec::new();
-    while let Some(c) = src.next_chunk().unwrap() {
-        audio.extend_from_slice(&c);
-    }
     Setup {
-        whisper: models
-            .join(voxline_models::registry::for_role(voxline_models::registry::Role::Stt).file),
-        llm: models.join(voxline_models::registry::SMOLLM2_135M.file),
-        audio,
+        whisper: util::whisper_model(),
+        llm: util::llm_model(),
+        audio: util::read_16k(&util::fixture("q_capital.wav")),
         budget: voxline::settings::ThreadBudget::split(total, None).unwrap(),
     }
 }
@@ -145,8 +139,7 @@ fn contention(c: &mut Criterion) {
 /// bare engines, in one run: the pipeline's overhead as a ratio.
 fn pipeline_vs_raw(c: &mut Criterion) {
     let s = setup();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let file = root.join("audio-fixtures/q_capital.wav");
+    let file = util::fixture("q_capital.wav");
     // the utterance exactly as the VAD cuts it
     let mut ep = voxline_audio::Endpointer::new(voxline_audio::VadConfig::default()).unwrap();
     let mut segs = ep.push(&s.audio);

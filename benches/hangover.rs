@@ -6,19 +6,14 @@
 //! recordings, one sentence each; default `audio-fixtures/human`). Prints a
 //! Markdown table. No engine runs: this is the endpointer alone.
 
+#[path = "../tests/integration/util.rs"]
+#[allow(dead_code)] // the benches use some of the tests' helpers
+mod util;
+
 use std::path::{Path, PathBuf};
 
-use voxline_audio::{Endpointer, VadConfig, VadStage, WavSource};
+use voxline_audio::{Endpointer, VadConfig, VadStage};
 use voxline_core::{AudioFrame, Clock, SpecBoard, SpecState};
-
-fn read_16k(path: &Path) -> Vec<f32> {
-    let mut src = WavSource::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut out = Vec::new();
-    while let Some(c) = src.next_chunk().unwrap() {
-        out.extend_from_slice(&c);
-    }
-    out
-}
 
 /// The labelled true end of the last turn in `wav`'s sidecar, in samples.
 fn true_end(wav: &Path) -> Option<u64> {
@@ -90,9 +85,8 @@ fn attempts(
 }
 
 fn main() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = std::env::var_os("VOXLINE_SPEECH_DIR")
-        .map_or_else(|| root.join("audio-fixtures/human"), PathBuf::from);
+        .map_or_else(|| util::fixture("human"), PathBuf::from);
     let mut clips: Vec<(String, Vec<f32>, Option<u64>)> = std::fs::read_dir(&dir)
         .map(|rd| {
             rd.filter_map(Result::ok)
@@ -101,7 +95,7 @@ fn main() {
                 .map(|p| {
                     (
                         p.file_name().unwrap().to_string_lossy().into_owned(),
-                        read_16k(&p),
+                        util::read_16k(&p),
                         true_end(&p),
                     )
                 })
@@ -113,7 +107,7 @@ fn main() {
         eprintln!("no recordings in {}; set VOXLINE_SPEECH_DIR", dir.display());
         return;
     }
-    let multi = read_16k(&root.join("audio-fixtures/multi_turn.wav"));
+    let multi = util::read_16k(&util::fixture("multi_turn.wav"));
     println!(
         "| hangover ms | clips split (of {}) | extra cuts | split clips | multi_turn turns (3 spoken) |",
         clips.len()

@@ -16,8 +16,12 @@
 //! edits over all reference words). `VOXLINE_BENCH_MAX_TOKENS` bounds the
 //! answers (default 8: the answers are not what is measured).
 
+#[path = "../tests/integration/util.rs"]
+#[allow(dead_code)] // the benches use some of the tests' helpers
+mod util;
+
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use voxline::pipeline::{Pace, RunOptions};
 use voxline::settings::{EngineSettings, ThreadBudget};
@@ -37,34 +41,20 @@ struct Clip {
     cut: Vec<(i64, i64, String)>,
 }
 
-fn read_16k(path: &Path) -> Vec<f32> {
-    let mut src =
-        voxline_audio::WavSource::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut out = Vec::new();
-    while let Some(c) = src.next_chunk().unwrap() {
-        out.extend_from_slice(&c);
-    }
-    out
-}
-
 fn edits(reference: &str, hypothesis: &str) -> f64 {
     word_error_rate(reference, hypothesis) * normalise(reference).len() as f64
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let models =
-        std::env::var_os("VOXLINE_MODELS_DIR").map_or_else(|| root.join("models"), PathBuf::from);
-    let dir = std::env::var_os("VOXLINE_HUMAN_DIR")
-        .map_or_else(|| root.join("audio-fixtures/human"), PathBuf::from);
+    let dir =
+        std::env::var_os("VOXLINE_HUMAN_DIR").map_or_else(|| util::fixture("human"), PathBuf::from);
     let max_tokens = std::env::var("VOXLINE_BENCH_MAX_TOKENS")
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(8);
     let settings = EngineSettings {
-        whisper_model: models
-            .join(voxline_models::registry::for_role(voxline_models::registry::Role::Stt).file),
-        llm_model: models.join(voxline_models::registry::SMOLLM2_135M.file),
+        whisper_model: util::whisper_model(),
+        llm_model: util::llm_model(),
         threads: ThreadBudget::split(None, None).unwrap(),
         audio_ctx: voxline_stt::AudioCtx::Default,
         stt_gpu: false,
@@ -116,7 +106,7 @@ fn main() {
     let mut stt =
         SttEngine::load(settings.stt_config()).expect("whisper model (run `voxline models fetch`)");
     for c in &mut clips {
-        c.raw = stt.transcribe(&read_16k(&c.path)).unwrap().text;
+        c.raw = stt.transcribe(&util::read_16k(&c.path)).unwrap().text;
     }
     drop(stt);
 
@@ -258,7 +248,7 @@ fn cuts_table(settings: &EngineSettings, clips: &[Clip]) {
     println!("|---|{}", "---|".repeat(variants.len()));
     let mut sums = [0.0; 4];
     for c in clips {
-        let audio = read_16k(&c.path);
+        let audio = util::read_16k(&c.path);
         print!("| {} |", c.path.file_name().unwrap().to_string_lossy());
         for (k, (_, from_clip, ms)) in variants.iter().enumerate() {
             let heard: Vec<String> = c

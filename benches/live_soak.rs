@@ -11,6 +11,10 @@
 //! for long runs), then the verdict: RSS at the end within 5 % of its value
 //! after the first hour of audio.
 
+#[path = "../tests/integration/util.rs"]
+#[allow(dead_code)] // the benches use some of the tests' helpers
+mod util;
+
 #[path = "support/live_soak.rs"]
 mod live_soak;
 
@@ -24,14 +28,12 @@ fn main() {
             .unwrap_or(d)
     };
     let hours = env("VOXLINE_SOAK_HOURS", 100.0);
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let soak = live_soak::Soak {
         // another build to compare with (e.g. before a change)
         bin: std::env::var_os("VOXLINE_SOAK_BIN")
             .map_or_else(|| env!("CARGO_BIN_EXE_voxline").into(), Into::into),
-        models: std::env::var_os("VOXLINE_MODELS_DIR")
-            .map_or_else(|| root.join("models"), Into::into),
-        speech: root.join("audio-fixtures/multi_turn.wav"),
+        models: util::models_dir(),
+        speech: util::fixture("multi_turn.wav"),
         hours,
         max_wall: Duration::from_secs_f64(env("VOXLINE_SOAK_WALL_S", 3600.0)),
     };

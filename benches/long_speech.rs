@@ -8,24 +8,24 @@
 //! VOXLINE_LONG_SPEECH_THREADS, VOXLINE_LONG_SPEECH_MAX_MS). Prints a Markdown
 //! table, one row per `max_utterance_ms`.
 
+#[path = "../tests/integration/util.rs"]
+#[allow(dead_code)] // the benches use some of the tests' helpers
+mod util;
+
 #[path = "../tests/integration/monologue.rs"]
 mod monologue;
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use voxline_audio::VadConfig;
 use voxline_stt::{SttConfig, SttEngine, SttStage};
 
 fn main() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let models =
-        std::env::var_os("VOXLINE_MODELS_DIR").map_or_else(|| root.join("models"), PathBuf::from);
     let secs: f64 = std::env::var("VOXLINE_LONG_SPEECH_S")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(600.0);
-    let sentences = monologue::sentences(&root.join("audio-fixtures"));
+    let sentences = monologue::sentences(&util::fixtures_dir());
     let order = monologue::order(&sentences, secs);
     let audio = monologue::join(&sentences, &order);
     // One whisper thread unless told: on a shared machine ggml's spinning
@@ -37,7 +37,7 @@ fn main() {
         .unwrap_or(1);
     let verbose = std::env::var_os("VOXLINE_LONG_SPEECH_VERBOSE").is_some();
     // VOXLINE_LONG_SPEECH_MODEL: a whisper model file in the models directory (default: f16)
-    let model = models.join(
+    let model = util::models_dir().join(
         std::env::var("VOXLINE_LONG_SPEECH_MODEL")
             .unwrap_or_else(|_| voxline_models::registry::WHISPER_TINY_EN.file.into()),
     );

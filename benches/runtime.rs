@@ -4,6 +4,10 @@
 //!
 //! `cargo bench --bench runtime`
 
+#[path = "../tests/integration/util.rs"]
+#[allow(dead_code)] // the benches use some of the tests' helpers
+mod util;
+
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -97,13 +101,7 @@ fn runtime(c: &mut Criterion) {
 }
 
 fn vad_replay(c: &mut Criterion) {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let file = root.join("audio-fixtures/multi_turn.wav");
-    let mut audio = Vec::new();
-    let mut src = voxline_audio::WavSource::open(&file).unwrap();
-    while let Some(chunk) = src.next_chunk().unwrap() {
-        audio.extend_from_slice(&chunk);
-    }
+    let audio = util::read_16k(&util::fixture("multi_turn.wav"));
     let mut g = c.benchmark_group("vad");
     g.sample_size(20);
     // Throughput in audio samples: criterion's elements/s ÷ 16000 = audio seconds per second.
@@ -120,7 +118,7 @@ fn vad_replay(c: &mut Criterion) {
         });
     });
     g.bench_function("wav_read_resample_44k_stereo", |b| {
-        let f = root.join("audio-fixtures/q_capital_44k_stereo.wav");
+        let f = util::fixture("q_capital_44k_stereo.wav");
         b.iter(|| {
             let mut src = voxline_audio::WavSource::open(&f).unwrap();
             let mut n = 0;

