@@ -817,13 +817,13 @@ mod tests {
 
     #[test]
     fn confident_end_follows_only_frames_above_the_spec_threshold() {
-        // 0.9 speech, then the detector's decaying tail (0.65, 0.55: speech,
+        // 0.9 speech, then the detector's decaying tail (0.58, 0.52: speech,
         // not confident), then silence.
         let mut t = tracker(VadConfig {
             pre_roll_ms: 0,
             ..VadConfig::default()
         });
-        let probs = [0.1, 0.9, 0.9, 0.65, 0.55, 0.2, 0.2];
+        let probs = [0.1, 0.9, 0.9, 0.58, 0.52, 0.2, 0.2];
         for (k, &p) in probs.iter().enumerate() {
             assert!(t.push_frame(&frame(k), p).is_none());
         }
@@ -848,7 +848,7 @@ mod tests {
         assert_eq!(t.open_utterance().unwrap().confident_end, Some(5 * F));
         // An utterance that opens on a tail-level frame has no confident speech yet.
         let mut t = tracker(VadConfig::default());
-        t.push_frame(&frame(0), 0.6);
+        t.push_frame(&frame(0), 0.55);
         assert_eq!(t.open_utterance().unwrap().confident_end, None);
         t.push_frame(&frame(1), 0.8);
         assert_eq!(t.open_utterance().unwrap().confident_end, Some(2 * F));
