@@ -239,8 +239,9 @@ struct VadArgs {
     /// Longest utterance before a forced split, ms.
     #[arg(long, default_value_t = VadConfig::default().max_utterance_ms)]
     max_utterance_ms: u32,
-    /// Silence after which a turn is sent to STT and the LLM early (speculatively), ms;
-    /// the hangover then commits it, or resumed speech cancels it.
+    /// Silence after the last confident speech frame (--spec-threshold) after
+    /// which a turn is sent to STT and the LLM early (speculatively), ms; the
+    /// hangover then commits it, or resumed speech cancels it.
     #[arg(long, default_value_t = voxline::settings::DEFAULT_SPEC_SILENCE_MS)]
     spec_silence_ms: u32,
     /// Wait for the hangover before any work starts (no speculative turns).
@@ -899,6 +900,23 @@ fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
 }
 
 /// The WAV files named or contained in `items`, sorted per directory.
+/// Makes `--out`, a directory for the bench's report files.
+fn make_out_dir(out: &Path) -> Result<(), BadInput> {
+    if out.exists() && !out.is_dir() {
+        return Err(BadInput(format!(
+            "--out {}: is a file, not a directory; give --out a directory for the report files",
+            out.display()
+        )));
+    }
+    std::fs::create_dir_all(out).map_err(|e| {
+        BadInput(format!(
+            "--out {}: cannot create the output directory ({}); give --out a writable directory",
+            out.display(),
+            voxline::io_reason(&e)
+        ))
+    })
+}
+
 /// `bench --sessions`: the capacity of shared engines (see `voxline::capacity`).
 fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
     use voxline::capacity;
@@ -927,20 +945,7 @@ fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
     let files = collect_wavs(&args.fixtures)?;
     let think = std::time::Duration::from_millis(args.think_ms);
     let script = capacity::Script::load(&files, think)?;
-    if args.out.exists() && !args.out.is_dir() {
-        return Err(BadInput(format!(
-            "--out {}: is a file, not a directory; give --out a directory for the report files",
-            args.out.display()
-        ))
-        .into());
-    }
-    std::fs::create_dir_all(&args.out).map_err(|e| {
-        BadInput(format!(
-            "--out {}: cannot create the output directory ({}); give --out a writable directory",
-            args.out.display(),
-            voxline::io_reason(&e)
-        ))
-    })?;
+    make_out_dir(&args.out)?;
     let outs: Vec<PathBuf> = ["sessions.json", "sessions.md", "sessions.svg"]
         .iter()
         .map(|n| args.out.join(n))
@@ -1047,20 +1052,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         .as_deref()
         .map(|b| voxline::bench::load_baseline(b).map(|v| (b.to_path_buf(), v)))
         .transpose()?;
-    if args.out.exists() && !args.out.is_dir() {
-        return Err(BadInput(format!(
-            "--out {}: is a file, not a directory; give --out a directory for the report files",
-            args.out.display()
-        ))
-        .into());
-    }
-    std::fs::create_dir_all(&args.out).map_err(|e| {
-        BadInput(format!(
-            "--out {}: cannot create the output directory ({}); give --out a writable directory",
-            args.out.display(),
-            voxline::io_reason(&e)
-        ))
-    })?;
+    make_out_dir(&args.out)?;
     let names = ["report.json", "report.md", "report.csv", "timeline.svg"];
     let in_out: Vec<PathBuf> = names.iter().map(|n| args.out.join(n)).collect();
     let mut planned = plan_outputs(

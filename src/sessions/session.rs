@@ -15,7 +15,7 @@ use voxline_stt::{SttEngine, SttError, Transcription};
 
 use super::{nanos, Cmd, Reply, SessionEvent, Shared};
 
-/// One conversation on a [`Hub`]. Dropping it leaves: its transcription
+/// One conversation on a [`Hub`](super::Hub). Dropping it leaves: its transcription
 /// in progress is aborted, its answer leaves the batch, and its slot is
 /// freed for the next session to join.
 pub struct Session {
