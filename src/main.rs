@@ -926,6 +926,12 @@ fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
         ))
         .into());
     }
+    let (settings, warnings) = args.engine.settings()?;
+    let vad = args.vad.config()?;
+    let budget = args.budget.as_deref().map(Budget::load).transpose()?;
+    let files = collect_wavs(&args.fixtures)?;
+    let think = std::time::Duration::from_millis(args.think_ms);
+    let script = capacity::Script::load(&files, think)?;
     for (flag, given) in [
         ("--baseline", args.baseline.is_some()),
         ("--trace", args.trace.is_some()),
@@ -939,12 +945,6 @@ fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
             .into());
         }
     }
-    let (settings, warnings) = args.engine.settings()?;
-    let vad = args.vad.config()?;
-    let budget = args.budget.as_deref().map(Budget::load).transpose()?;
-    let files = collect_wavs(&args.fixtures)?;
-    let think = std::time::Duration::from_millis(args.think_ms);
-    let script = capacity::Script::load(&files, think)?;
     make_out_dir(&args.out)?;
     let outs: Vec<PathBuf> = ["sessions.json", "sessions.md", "sessions.svg"]
         .iter()

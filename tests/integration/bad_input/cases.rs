@@ -566,6 +566,37 @@ pub(super) fn cases() -> Vec<Case> {
             expect: vec!["notes.wav"],
             ..Case::ONE_LINE
         },
+        Case {
+            name: "bench --sessions 0",
+            setup: |s| s.bench(&[&"--fixtures", &good_wav(), &"--sessions", &"0"]),
+            expect: vec!["--sessions 0", "1 to 64"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "bench --sessions with --baseline",
+            setup: |s| {
+                let base = s.put("base.json", b"{}");
+                s.bench(&[
+                    &"--fixtures",
+                    &good_wav(),
+                    &"--sessions",
+                    &"2",
+                    &"--baseline",
+                    &base,
+                ])
+            },
+            expect: vec!["--baseline", "--sessions"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "bench --sessions on a recording without a sidecar",
+            setup: |s| {
+                let wav = s.put("no_sidecar.wav", &q_capital());
+                s.bench(&[&"--fixtures", &wav, &"--sessions", &"1"])
+            },
+            expect: vec!["no_sidecar.wav", "no sidecar"],
+            ..Case::ONE_LINE
+        },
         // ---- live (fails on the flag before any audio device is opened)
         Case {
             name: "live --max-duration soon",
