@@ -1,0 +1,201 @@
+//! `voxline live` and `voxline devices`: the microphone.
+
+#[allow(clippy::wildcard_imports)]
+use crate::*;
+
+pub(crate) fn devices(args: &DevicesArgs) -> anyhow::Result<Outcome> {
+    use std::io::Write as _;
+    let all = voxline_audio::list_input_devices().map_err(BadInput::from_display)?;
+    let hidden = all.iter().filter(|d| !d.is_usable()).count();
+    let list: Vec<_> = all
+        .into_iter()
+        .filter(|d| args.all || d.is_usable())
+        .collect();
+    let mut out = std::io::stdout().lock();
+    // a closed pipe (`voxline devices | head`) is not an error worth a panic
+    macro_rules! say { ($($t:tt)*) => { if writeln!(out, $($t)*).is_err() { return Ok(Outcome::Ok); } } }
+    if list.is_empty() {
+        if hidden > 0 && !args.all {
+            say!("no usable audio input devices found ({hidden} more cannot capture here: `voxline devices --all` lists them)");
+        } else {
+            say!("no audio input devices found");
+        }
+        return Ok(Outcome::Ok);
+    }
+    for d in list {
+        say!(
+            "{} {} — {}",
+            if d.is_default { "*" } else { " " },
+            d.id,
+            d.name
+        );
+        if let Some(c) = &d.default_config {
+            say!(
+                "      default: {} Hz, {} ch, {}",
+                c.min_sample_rate,
+                c.channels,
+                c.sample_format
+            );
+        }
+        if !d.configs.is_empty() {
+            // a device may list hundreds of (format, channels, rates) triples: summarise them
+            let mut formats: Vec<&str> = Vec::new();
+            for c in &d.configs {
+                if !formats.contains(&c.sample_format.as_str()) {
+                    formats.push(&c.sample_format);
+                }
+            }
+            let ch = (
+                d.configs.iter().map(|c| c.channels).min().unwrap_or(0),
+                d.configs.iter().map(|c| c.channels).max().unwrap_or(0),
+            );
+            let hz = (
+                d.configs
+                    .iter()
+                    .map(|c| c.min_sample_rate)
+                    .min()
+                    .unwrap_or(0),
+                d.configs
+                    .iter()
+                    .map(|c| c.max_sample_rate)
+                    .max()
+                    .unwrap_or(0),
+            );
+            let span = |(a, b): (u32, u32), unit: &str| {
+                if a == b {
+                    format!("{a}{unit}")
+                } else {
+                    format!("{a}–{b}{unit}")
+                }
+            };
+            say!(
+                "      supports: {} · {} ch · {}",
+                span(hz, " Hz"),
+                span((u32::from(ch.0), u32::from(ch.1)), ""),
+                formats.join(", ")
+            );
+        }
+        if let Some(e) = &d.config_error {
+            say!("      (configurations unavailable: {e})");
+        }
+    }
+    say!("(* = default input)");
+    if hidden > 0 && !args.all {
+        say!("({hidden} more cannot capture here; `voxline devices --all` lists them)");
+    }
+    Ok(Outcome::Ok)
+}
+
+pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
+    let (settings, warnings) = args.engine.settings()?;
+    let vad = args.vad.config()?;
+    let budget = args.out.budget.as_deref().map(Budget::load).transpose()?;
+    let max_duration = args
+        .max_duration
+        .as_deref()
+        .map(|d| {
+            humantime::parse_duration(d).map_err(|e| {
+                BadInput(format!(
+                    "--max-duration {d}: {e} (write e.g. `90s` or `5m`)"
+                ))
+            })
+        })
+        .transpose()?;
+    let fault = voxline::fault::Fault::from_env()?;
+    if args.max_turns == Some(0) {
+        return Err(BadInput("--max-turns 0: allow at least one turn".into()).into());
+    }
+    if let Some(ms) = args
+        .capture_buffer_ms
+        .filter(|ms| !(1..=voxline_audio::capture::MAX_BUFFER_MS).contains(ms))
+    {
+        return Err(BadInput(format!(
+            "--capture-buffer-ms {ms}: give 1 to {} ms (10 to 30 suits speech)",
+            voxline_audio::capture::MAX_BUFFER_MS
+        ))
+        .into());
+    }
+    let [report_out, events_out] = <[Option<Output>; 2]>::try_from(plan_outputs(
+        &[
+            ("--report-json", args.out.report_json.as_deref()),
+            ("--events", args.out.events.as_deref()),
+        ],
+        &settings,
+        &[],
+        &[args.out.budget.as_deref()],
+    )?)
+    .map_err(|_| anyhow::anyhow!("internal: two outputs planned"))?;
+    // A missing or unusable device is refused before the models load (and
+    // before "listening" is printed); the capture itself opens in run_source.
+    voxline_audio::check_input_device(args.device.as_deref())?;
+    let shutdown = ShutdownHandle::new();
+    install_signal_handler(shutdown.clone());
+    let (stt, llm, model_load_ms) = load_engines(&settings, &warnings, args.out.quiet)?;
+    if shutdown.is_requested() {
+        // stopped before listening: no session happened
+        return Ok(Outcome::Interrupted);
+    }
+    let mut llm = voxline_llm::LlmStage::new(llm);
+    if args.cancel_on_stop {
+        llm = llm.cancel_on(shutdown.clone());
+    }
+    let board = voxline_core::SpecBoard::new();
+    let opts = RunOptions {
+        pace: Pace::Realtime,
+        vad,
+        events: events_out,
+        console: !args.out.quiet,
+        cpu_shared: settings.threads.shared,
+        speculation: args.vad.speculation().map(|ms| (board.clone(), ms)),
+        ..RunOptions::default()
+    };
+    let (stt, llm) = engine_stages(stt, llm, &fault, &opts, &settings.threads);
+    let source = pipeline::Source::Live(pipeline::LiveOptions {
+        device: args.device.clone(),
+        max_turns: args.max_turns,
+        max_duration,
+        // ~1 minute of 10 ms device blocks: a stalled VAD thread must not lose speech
+        audio_queue_frames: 6000,
+        capture_buffer_ms: args.capture_buffer_ms,
+        warmup: args.out.warmup,
+    });
+    if !args.out.quiet {
+        eprintln!(
+            "voxline: listening{} — speak; Ctrl-C to stop",
+            args.device
+                .as_deref()
+                .map_or(String::new(), |d| format!(" on {d}"))
+        );
+    }
+    let result = pipeline::run_source(source, stt, llm, &opts, Some(shutdown))?;
+    let mut config = RunConfig::from_settings(&settings, "live", Vec::new(), args.out.warmup);
+    args.vad.record(&mut config);
+    let rep = report::build(
+        &result,
+        config,
+        model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0,
+        budget.as_ref(),
+    );
+    if let Some(l) = &rep.live {
+        if l.frames_dropped_in_ring > 0 {
+            eprintln!(
+                "voxline: warning: {:.1} s of audio ({} device frames) was dropped because capture fell behind",
+                l.frames_dropped_in_ring_16k as f64 / 16_000.0,
+                l.frames_dropped_in_ring
+            );
+        }
+        if let Some(note) = &l.buffer_note {
+            eprintln!("voxline: warning: capture buffer: {note}");
+        }
+        if l.timing.clock_gaps > 0 {
+            eprintln!(
+                "voxline: warning: the input device delivered no audio for {:.0} ms ({} clock gap{}: a suspended source or overruns); positions skip it and latencies follow the device's timestamps",
+                l.timing.clock_gap_ms,
+                l.timing.clock_gaps,
+                if l.timing.clock_gaps == 1 { "" } else { "s" }
+            );
+        }
+    }
+    finish_report(&rep, report_out.as_ref(), args.out.quiet)?;
+    Ok(outcome_of(&rep))
+}
