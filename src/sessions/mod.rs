@@ -166,8 +166,11 @@ enum Cmd {
         user: String,
         reply: Reply,
     },
+    /// The session left; `done` hears when its sequence is cleared and
+    /// its slot free.
     Leave {
         slot: usize,
+        done: Sender<()>,
     },
     Shutdown,
 }

@@ -97,13 +97,17 @@ impl Drop for Session {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        // After the session thread has stopped, so no turn of it starts after this.
-        if self
-            .shared
-            .llm
-            .send(Cmd::Leave { slot: self.slot })
-            .is_err()
-        {
+        // After the session thread has stopped, so no turn of it starts
+        // after this; and leaving waits for the slot to be free, so whoever
+        // joins next can have it (the worker handles it between two steps).
+        let (done, cleared) = crossbeam_channel::bounded(1);
+        let sent = self.shared.llm.send(Cmd::Leave {
+            slot: self.slot,
+            done,
+        });
+        if sent.is_ok() {
+            let _ = cleared.recv_timeout(Duration::from_secs(10));
+        } else {
             // the worker is gone: free the slot here
             if let Some(s) = self
                 .shared

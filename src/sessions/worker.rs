@@ -57,7 +57,15 @@ pub(super) fn llm_worker(
             rx.try_recv().ok()
         };
         match cmd {
-            Some(Cmd::Shutdown) => return,
+            Some(Cmd::Shutdown) => {
+                // sessions leaving now hear that their slot is free
+                for cmd in rx.try_iter() {
+                    if let Cmd::Leave { .. } = cmd {
+                        handle(&mut engine, &mut answering, &mut queued, shared, cmd);
+                    }
+                }
+                return;
+            }
             Some(cmd) => handle(&mut engine, &mut answering, &mut queued, shared, cmd),
             None => {
                 step(&mut engine, &mut answering, shared);
@@ -112,7 +120,7 @@ fn handle(
             }
         }
         Cmd::Shutdown => {}
-        Cmd::Leave { slot } => {
+        Cmd::Leave { slot, done } => {
             answering[slot] = None;
             queued[slot].clear();
             // A sequence that cannot be cleared is not given to anyone else.
@@ -126,6 +134,7 @@ fn handle(
                     *s = false;
                 }
             }
+            let _ = done.send(());
         }
     }
 }
