@@ -13,6 +13,7 @@ pub mod fault;
 pub mod output;
 pub mod pipeline;
 pub mod report;
+pub mod serve;
 pub mod sessions;
 pub mod settings;
 pub mod sidecar;

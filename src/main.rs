@@ -26,6 +26,7 @@ use cmd::bench::bench;
 use cmd::live::{devices, live};
 use cmd::models::{fetch_command, models};
 use cmd::replay::replay;
+use cmd::serve::serve;
 
 #[derive(Parser)]
 #[command(
@@ -53,6 +54,31 @@ enum Command {
     Live(LiveArgs),
     /// List the usable audio input devices with their supported rates and formats.
     Devices(DevicesArgs),
+    /// Serve the assistant over WebSocket, with a page at / for a browser's microphone.
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address and port to listen on; a non-local address needs --token.
+    #[arg(long, default_value = "127.0.0.1:8787")]
+    listen: String,
+    /// Conversations served at once; the next connection is refused with a reason.
+    #[arg(long, default_value_t = 8)]
+    max_sessions: usize,
+    /// Token clients must present (`?token=T` or `Authorization: Bearer T`), 16 characters or more.
+    #[arg(long, env = "VOXLINE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Close a connection that sends nothing for this long, s.
+    #[arg(long, default_value_t = 60)]
+    idle_timeout_s: u64,
+    /// Events queued for a client that does not read before they are dropped (counted).
+    #[arg(long, default_value_t = 1024)]
+    client_queue: usize,
+    #[command(flatten)]
+    engine: EngineArgs,
+    #[command(flatten)]
+    vad: VadArgs,
 }
 
 #[derive(Args)]
@@ -332,6 +358,13 @@ struct BenchArgs {
     /// With --sessions: silence between one recording and the next (the user thinking), ms.
     #[arg(long, default_value_t = 1500)]
     think_ms: u64,
+    /// With --sessions: talk to a running `voxline serve` at ws://HOST:PORT over the network
+    /// instead of engines in this process (the engine flags are then the server's).
+    #[arg(long, value_name = "URL", requires = "sessions")]
+    via: Option<String>,
+    /// With --via: the server's token.
+    #[arg(long, env = "VOXLINE_TOKEN", hide_env_values = true, requires = "via")]
+    token: Option<String>,
     #[command(flatten)]
     engine: EngineArgs,
     #[command(flatten)]
@@ -416,6 +449,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Bench(args) => bench(args),
         Command::Live(args) => live(args),
         Command::Devices(args) => devices(&args),
+        Command::Serve(args) => serve(&args),
     }
 }
 

@@ -21,6 +21,7 @@ use crate::sidecar::Sidecar;
 use crate::stats::Percentiles;
 use crate::BadInput;
 
+pub mod remote;
 mod render;
 
 pub use render::{plot_svg, to_markdown};
@@ -106,15 +107,69 @@ pub struct TurnSeen {
     pub decode_tps: Option<f64>,
     /// Tokens sampled.
     pub tokens: u32,
+    /// Pieces of the answer received (token events).
+    pub received: u32,
     /// The turn's error, if it failed.
     pub error: Option<String>,
 }
 
-/// Plays `script` into `session` at real-time pace from `origin` and
+/// One simulated user's line to the assistant: a [`Session`] in this
+/// process, or a WebSocket connection to `voxline serve`
+/// ([`remote::Remote`]).
+pub trait Conversation {
+    /// Sends one block of 16 kHz mono samples.
+    fn push(&mut self, block: &[f32]);
+    /// The speaker is done.
+    fn end_of_stream(&mut self);
+    /// The events already arrived, without waiting.
+    fn take_events(&mut self) -> Vec<SessionEvent>;
+    /// The next event, waiting up to `timeout`.
+    fn wait_event(&mut self, timeout: Duration) -> Option<SessionEvent>;
+    /// Events and audio lost on the way.
+    fn lost(&self) -> u64;
+}
+
+impl<C: Conversation + ?Sized> Conversation for &mut C {
+    fn push(&mut self, block: &[f32]) {
+        (**self).push(block);
+    }
+    fn end_of_stream(&mut self) {
+        (**self).end_of_stream();
+    }
+    fn take_events(&mut self) -> Vec<SessionEvent> {
+        (**self).take_events()
+    }
+    fn wait_event(&mut self, timeout: Duration) -> Option<SessionEvent> {
+        (**self).wait_event(timeout)
+    }
+    fn lost(&self) -> u64 {
+        (**self).lost()
+    }
+}
+
+impl Conversation for &Session {
+    fn push(&mut self, block: &[f32]) {
+        Session::push(self, block.to_vec());
+    }
+    fn end_of_stream(&mut self) {
+        Session::end_of_stream(self);
+    }
+    fn take_events(&mut self) -> Vec<SessionEvent> {
+        self.events().try_iter().collect()
+    }
+    fn wait_event(&mut self, timeout: Duration) -> Option<SessionEvent> {
+        self.events().recv_timeout(timeout).ok()
+    }
+    fn lost(&self) -> u64 {
+        self.dropped_events() + self.refused_blocks()
+    }
+}
+
+/// Plays `script` into `conversation` at real-time pace from `origin` and
 /// collects its turns; waits up to `settle` after the audio for the last
 /// answers.
 pub fn play(
-    session: &Session,
+    mut conversation: impl Conversation,
     script: &Script,
     origin: Instant,
     settle: Duration,
@@ -125,10 +180,10 @@ pub fn play(
         if let Some(wait) = at.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
-        session.push(block.to_vec());
-        log.extend(session.events().try_iter());
+        conversation.push(block);
+        log.extend(conversation.take_events());
     }
-    session.end_of_stream();
+    conversation.end_of_stream();
     let deadline = Instant::now() + settle;
     loop {
         let ended = log.iter().any(|e| matches!(e, SessionEvent::StreamEnd));
@@ -139,9 +194,9 @@ pub fn play(
         if left.is_zero() {
             break;
         }
-        match session.events().recv_timeout(left) {
-            Ok(ev) => log.push(ev),
-            Err(_) => break,
+        match conversation.wait_event(left) {
+            Some(ev) => log.push(ev),
+            None => break,
         }
     }
     turns_of(&log, script, origin)
@@ -191,10 +246,14 @@ fn turns_of(log: &[SessionEvent], script: &Script, origin: Instant) -> Vec<TurnS
                     first_token_ms: None,
                     decode_tps: None,
                     tokens: 0,
+                    received: 0,
                     error: None,
                 });
             }
             SessionEvent::Token { turn, at, .. } => {
+                if let Some(t) = turns.iter_mut().find(|t| t.turn == *turn) {
+                    t.received += 1;
+                }
                 if !first_at.iter().any(|(t, _)| t == turn) {
                     first_at.push((*turn, *at));
                 }
@@ -273,6 +332,11 @@ pub struct SessionsRow {
     pub aggregate_decode_tps: Option<f64>,
     /// Answer tokens of every session per second of the run.
     pub tokens_per_wall_s: f64,
+    /// Answer tokens the engines sampled in the run (every turn, warm-up
+    /// included; over WebSocket, as the server's `/metrics` counted them).
+    pub tokens: u64,
+    /// Answer tokens the users received (every turn, warm-up included).
+    pub tokens_received: u64,
     /// Prompt tokens per second of the steps that evaluated them (those
     /// steps also decode other sessions' tokens).
     pub prefill_tps: Option<f64>,
@@ -299,6 +363,10 @@ pub struct SessionsRow {
 pub struct CapacityReport {
     /// Threads every engine call ran with.
     pub threads: usize,
+    /// The server the users talked to over WebSocket (`bench --via`);
+    /// absent for engines in this process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
     /// Stagger between users, ms.
     pub stagger_ms: u64,
     /// Think time between recordings, ms.
@@ -320,6 +388,9 @@ pub enum CapacityError {
     /// The hub could not start or a session could not join.
     #[error(transparent)]
     Hub(#[from] HubError),
+    /// The server (`--via`) could not be reached, or refused a user.
+    #[error(transparent)]
+    Remote(#[from] crate::serve::client::ClientError),
 }
 
 /// Runs every session count in `opts` on `script`; `progress` hears about each.
@@ -343,32 +414,54 @@ pub fn run(
         threads = hub.threads();
         let sessions: Vec<Session> = (0..n).map(|_| hub.join()).collect::<Result<_, _>>()?;
         progress(&format!("{n} session(s): playing"));
-        let began = Instant::now();
-        let settle = Duration::from_secs(60);
-        let seen: Vec<(Vec<TurnSeen>, u64)> = std::thread::scope(|s| {
-            let handles: Vec<_> = sessions
-                .iter()
-                .enumerate()
-                .map(|(i, session)| {
-                    let stagger = opts.stagger * u32::try_from(i).unwrap_or(u32::MAX);
-                    s.spawn(move || {
-                        std::thread::sleep(stagger);
-                        let turns = play(session, script, Instant::now(), settle);
-                        (turns, session.dropped_events() + session.refused_blocks())
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_default())
-                .collect()
-        });
-        let wall = began.elapsed();
+        let (seen, wall) = play_all(sessions.iter().collect(), script, opts.stagger);
         let totals = hub.totals();
         drop(sessions);
         drop(hub);
         rows.push(row(n, &seen, totals, wall, budget));
     }
+    Ok(report(rows, threads, fixtures, opts, None))
+}
+
+/// Plays `script` into every conversation at once, user `i` starting
+/// `i × stagger` after the first; each user's turns and losses, and the
+/// wall time of the whole.
+pub(crate) fn play_all<C: Conversation + Send>(
+    conversations: Vec<C>,
+    script: &Script,
+    stagger: Duration,
+) -> (Vec<(Vec<TurnSeen>, u64)>, Duration) {
+    let began = Instant::now();
+    let settle = Duration::from_secs(60);
+    let seen = std::thread::scope(|s| {
+        let handles: Vec<_> = conversations
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut c)| {
+                let stagger = stagger * u32::try_from(i).unwrap_or(u32::MAX);
+                s.spawn(move || {
+                    std::thread::sleep(stagger);
+                    let turns = play(&mut c, script, Instant::now(), settle);
+                    (turns, c.lost())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    (seen, began.elapsed())
+}
+
+/// The report of `rows`: the capacity and the limiting stage.
+pub(crate) fn report(
+    rows: Vec<SessionsRow>,
+    threads: usize,
+    fixtures: &[PathBuf],
+    opts: &CapacityOptions,
+    via: Option<String>,
+) -> CapacityReport {
     let capacity = rows
         .iter()
         .filter(|r| r.within_budget == Some(true))
@@ -379,15 +472,16 @@ pub fn run(
         .find(|r| r.within_budget == Some(false))
         .or(rows.last())
         .map(|r| r.saturating_stage);
-    Ok(CapacityReport {
+    CapacityReport {
         threads,
+        via,
         stagger_ms: u64::try_from(opts.stagger.as_millis()).unwrap_or(u64::MAX),
         think_ms: u64::try_from(opts.think.as_millis()).unwrap_or(u64::MAX),
         fixtures: fixtures.iter().map(|f| f.display().to_string()).collect(),
         rows,
         capacity,
         limiting_stage,
-    })
+    }
 }
 
 fn row(
@@ -431,6 +525,12 @@ fn row(
         aggregate_decode_tps: (!totals.llm_busy.is_zero())
             .then(|| totals.tokens as f64 / totals.llm_busy.as_secs_f64()),
         tokens_per_wall_s: totals.tokens as f64 / wall_s,
+        tokens: totals.tokens,
+        tokens_received: seen
+            .iter()
+            .flat_map(|(t, _)| t.iter())
+            .map(|t| u64::from(t.received))
+            .sum(),
         prefill_tps: (!totals.prefill_busy.is_zero())
             .then(|| totals.prefill_tokens as f64 / totals.prefill_busy.as_secs_f64()),
         stt_utilisation: stt_util,
@@ -529,6 +629,7 @@ mod tests {
                 first_token_ms: Some(100.0),
                 decode_tps: Some(50.0),
                 tokens: 10,
+                received: 10,
                 error: None,
             })
             .collect()
@@ -564,6 +665,7 @@ mod tests {
         );
         let report = CapacityReport {
             threads: 2,
+            via: None,
             stagger_ms: 700,
             think_ms: 1500,
             fixtures: vec!["q.wav".into()],

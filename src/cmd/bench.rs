@@ -72,15 +72,26 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
         think,
         spec_silence_ms: args.vad.speculation(),
     };
-    let report = capacity::run(
-        &settings,
-        &vad,
-        &script,
-        &files,
-        &opts,
-        budget.as_ref(),
-        &|m| eprintln!("voxline: {m}"),
-    )?;
+    let say = |m: &str| eprintln!("voxline: {m}");
+    let report = match &args.via {
+        Some(url) => capacity::remote::run_via(
+            url,
+            args.token.as_deref(),
+            &script,
+            &files,
+            &opts,
+            budget.as_ref(),
+            &say,
+        )
+        .map_err(|e| match e {
+            capacity::CapacityError::Remote(
+                voxline::serve::client::ClientError::Url { .. }
+                | voxline::serve::client::ClientError::Connect { .. },
+            ) => anyhow::Error::new(BadInput(e.to_string())),
+            other => other.into(),
+        })?,
+        None => capacity::run(&settings, &vad, &script, &files, &opts, budget.as_ref(), &say)?,
+    };
     let json = serde_json::to_string_pretty(&report)?;
     let md = capacity::to_markdown(&report);
     let svg =

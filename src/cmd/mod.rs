@@ -6,3 +6,4 @@ pub(crate) mod bench;
 pub(crate) mod live;
 pub(crate) mod models;
 pub(crate) mod replay;
+pub(crate) mod serve;

@@ -16,6 +16,7 @@ mod options;
 mod outputs;
 mod replay;
 mod report;
+mod serve;
 mod sessions;
 mod speculation;
 mod tally;

@@ -1,0 +1,276 @@
+//! `bench --sessions N --via ws://HOST:PORT`: the simulated users talk to a
+//! running `voxline serve` over the network; the engines' figures come from
+//! its `/metrics`, scraped before and after each session count.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::{play_all, report, row, CapacityError, CapacityOptions, CapacityReport, Conversation, Script};
+use crate::budget::Budget;
+use crate::serve::client::{ClientError, WsClient};
+use crate::serve::metrics::{parse_exposition, sample};
+use crate::serve::protocol::{Hello, ServerEvent};
+use crate::sessions::{HubTotals, SessionEvent};
+
+/// One simulated user's WebSocket connection.
+#[derive(Debug)]
+pub struct Remote {
+    client: WsClient,
+    lost: u64,
+    failed: Option<String>,
+}
+
+impl Remote {
+    /// Connects one user.
+    ///
+    /// # Errors
+    /// As [`WsClient::connect`].
+    pub fn connect(url: &str, token: Option<&str>) -> Result<Self, ClientError> {
+        Ok(Remote {
+            client: WsClient::connect(url, token, Hello::pcm16k())?,
+            lost: 0,
+            failed: None,
+        })
+    }
+
+    /// Why the connection failed, if it did.
+    #[must_use]
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    fn event(&mut self, ev: ServerEvent, at: Instant) -> Option<SessionEvent> {
+        Some(match ev {
+            ServerEvent::Transcript { id, sample, text, stt_ms, stt_wait_ms, .. } => {
+                SessionEvent::Transcript {
+                    turn: id,
+                    text,
+                    end_sample: sample,
+                    stt_wait: from_ms(stt_wait_ms),
+                    stt: from_ms(stt_ms),
+                }
+            }
+            // when the user received it: what they felt
+            ServerEvent::Token { id, text, .. } => SessionEvent::Token {
+                turn: id,
+                piece: text,
+                at,
+            },
+            ServerEvent::TurnComplete { id, response, n_generated, stop, latency, .. } => {
+                SessionEvent::TurnDone {
+                    turn: id,
+                    text: response,
+                    tokens: n_generated,
+                    stop,
+                    first_token: latency.first_token_ms.map(from_ms),
+                    decode: latency.decode_ms.map(from_ms),
+                }
+            }
+            ServerEvent::TurnError { id, message, .. } => SessionEvent::TurnError { turn: id, message },
+            ServerEvent::StreamEnd { .. } => SessionEvent::StreamEnd,
+            ServerEvent::Dropped { count, .. } => {
+                self.lost += count;
+                return None;
+            }
+            ServerEvent::Ready { .. } | ServerEvent::Stats { .. } => return None,
+        })
+    }
+
+    fn fail(&mut self, e: &ClientError) {
+        self.failed.get_or_insert_with(|| e.to_string());
+    }
+}
+
+impl Conversation for Remote {
+    fn push(&mut self, block: &[f32]) {
+        if self.failed.is_none() {
+            if let Err(e) = self.client.send_samples(block) {
+                self.fail(&e);
+            }
+        }
+    }
+
+    fn end_of_stream(&mut self) {
+        if let Err(e) = self.client.end_of_stream() {
+            self.fail(&e);
+        }
+    }
+
+    fn take_events(&mut self) -> Vec<SessionEvent> {
+        match self.client.poll() {
+            Ok(evs) => evs.into_iter().filter_map(|(e, at)| self.event(e, at)).collect(),
+            Err(e) => {
+                self.fail(&e);
+                Vec::new()
+            }
+        }
+    }
+
+    fn wait_event(&mut self, timeout: Duration) -> Option<SessionEvent> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.client.next_event(left) {
+                Ok(Some((e, at))) => {
+                    if let Some(ev) = self.event(e, at) {
+                        return Some(ev);
+                    }
+                }
+                Ok(None) => return None,
+                Err(e) => {
+                    self.fail(&e);
+                    return None;
+                }
+            }
+        }
+    }
+
+    fn lost(&self) -> u64 {
+        self.lost
+    }
+}
+
+fn from_ms(ms: f64) -> Duration {
+    Duration::from_secs_f64(ms.max(0.0) / 1e3)
+}
+
+/// `GET /metrics` of the server behind `url` (`ws://HOST:PORT[/ws]`).
+///
+/// # Errors
+/// [`ClientError`] when the server cannot be reached or refuses.
+pub fn scrape(url: &str, token: Option<&str>) -> Result<String, ClientError> {
+    let bad = |why: &str| ClientError::Url {
+        url: url.to_string(),
+        why: why.to_string(),
+    };
+    let authority = url
+        .strip_prefix("ws://")
+        .ok_or_else(|| bad("only ws:// is supported"))?
+        .split('/')
+        .next()
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| bad("no host"))?;
+    let connect = |source| ClientError::Connect {
+        url: url.to_string(),
+        source,
+    };
+    let mut tcp = TcpStream::connect(authority).map_err(connect)?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).map_err(connect)?;
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    write!(tcp, "GET /metrics HTTP/1.1\r\nHost: {authority}\r\n{auth}Connection: close\r\n\r\n").map_err(connect)?;
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).map_err(connect)?;
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status: u16 = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    if status != 200 {
+        return Err(ClientError::Http {
+            status,
+            body: body.trim().to_string(),
+        });
+    }
+    Ok(body.to_string())
+}
+
+/// The engines' totals as `/metrics` counts them.
+#[must_use]
+pub fn totals_of(exposition: &str) -> HubTotals {
+    let s = parse_exposition(exposition);
+    let secs = |name: &str| Duration::from_secs_f64(sample(&s, name).max(0.0));
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let count = |name: &str| sample(&s, name).max(0.0) as u64;
+    HubTotals {
+        stt_busy: secs(r#"voxline_stage_busy_seconds_total{stage="stt"}"#),
+        stt_runs: count(r#"voxline_stage_runs_total{stage="stt"}"#),
+        llm_busy: secs(r#"voxline_stage_busy_seconds_total{stage="llm"}"#),
+        llm_steps: count(r#"voxline_stage_runs_total{stage="llm"}"#),
+        tokens: count("voxline_tokens_total"),
+        prefill_tokens: count("voxline_prefill_tokens_total"),
+        prefill_busy: secs("voxline_prefill_busy_seconds_total"),
+        peak_threads: usize::try_from(count("voxline_peak_threads")).unwrap_or(usize::MAX),
+    }
+}
+
+/// What happened between two totals.
+fn delta(before: HubTotals, after: HubTotals) -> HubTotals {
+    HubTotals {
+        stt_busy: after.stt_busy.saturating_sub(before.stt_busy),
+        stt_runs: after.stt_runs.saturating_sub(before.stt_runs),
+        llm_busy: after.llm_busy.saturating_sub(before.llm_busy),
+        llm_steps: after.llm_steps.saturating_sub(before.llm_steps),
+        tokens: after.tokens.saturating_sub(before.tokens),
+        prefill_tokens: after.prefill_tokens.saturating_sub(before.prefill_tokens),
+        prefill_busy: after.prefill_busy.saturating_sub(before.prefill_busy),
+        peak_threads: after.peak_threads,
+    }
+}
+
+/// Runs every session count in `opts` against the server at `url`.
+///
+/// # Errors
+/// [`CapacityError::Remote`] when the server cannot be reached, refuses a
+/// user (a wrong token, fewer sessions than asked) or its `/metrics`.
+pub fn run_via(
+    url: &str,
+    token: Option<&str>,
+    script: &Script,
+    fixtures: &[PathBuf],
+    opts: &CapacityOptions,
+    budget: Option<&Budget>,
+    progress: &dyn Fn(&str),
+) -> Result<CapacityReport, CapacityError> {
+    let mut rows = Vec::new();
+    let mut threads = 0;
+    for &n in &opts.sessions {
+        progress(&format!("{n} session(s) via {url}: connecting"));
+        let exposition = scrape(url, token)?;
+        let before = totals_of(&exposition);
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        {
+            threads = sample(&parse_exposition(&exposition), "voxline_threads") as usize;
+        }
+        let users: Vec<Remote> = (0..n).map(|_| Remote::connect(url, token)).collect::<Result<_, _>>()?;
+        progress(&format!("{n} session(s) via {url}: playing"));
+        let (seen, wall) = play_all(users, script, opts.stagger);
+        // the users have left (their sockets closed): the server's counters are final
+        let after = totals_of(&scrape(url, token)?);
+        rows.push(row(n, &seen, delta(before, after), wall, budget));
+    }
+    Ok(report(rows, threads, fixtures, opts, Some(url.to_string())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_come_from_the_exposition() {
+        let text = "# HELP x\nvoxline_tokens_total 120\nvoxline_stage_busy_seconds_total{stage=\"stt\"} 2.5\n\
+                    voxline_stage_busy_seconds_total{stage=\"llm\"} 1.25\nvoxline_peak_threads 2\n";
+        let t = totals_of(text);
+        assert_eq!(t.tokens, 120);
+        assert_eq!(t.stt_busy, Duration::from_millis(2500));
+        assert_eq!(t.llm_busy, Duration::from_millis(1250));
+        assert_eq!(t.peak_threads, 2);
+        let d = delta(
+            HubTotals {
+                tokens: 20,
+                ..t
+            },
+            t,
+        );
+        assert_eq!(d.tokens, 100);
+        assert_eq!(d.stt_busy, Duration::ZERO);
+    }
+
+    #[test]
+    fn a_server_that_is_not_there_is_named() {
+        // a port nothing listens on: bind one, then close it
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let e = scrape(&format!("ws://127.0.0.1:{port}"), None).unwrap_err();
+        assert!(e.to_string().contains("is `voxline serve` running there?"), "{e}");
+        let e = scrape("http://x", None).unwrap_err();
+        assert!(e.to_string().contains("ws://"), "{e}");
+    }
+}

@@ -1,0 +1,54 @@
+//! `voxline serve`: the assistant over WebSocket (see `voxline::serve`).
+
+#[allow(clippy::wildcard_imports)]
+use crate::*;
+
+pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
+    use std::time::Duration;
+    use voxline::serve::{self, ServeOptions};
+    use voxline::sessions::Hub;
+    let listen: std::net::SocketAddr = args.listen.parse().map_err(|_| {
+        BadInput(format!(
+            "--listen {}: give an address and port, e.g. 127.0.0.1:8787 or 0.0.0.0:8787",
+            args.listen
+        ))
+    })?;
+    if args.max_sessions == 0 || args.max_sessions > 64 {
+        return Err(BadInput(format!(
+            "--max-sessions {}: give 1 to 64 conversations",
+            args.max_sessions
+        ))
+        .into());
+    }
+    if args.idle_timeout_s == 0 {
+        return Err(BadInput("--idle-timeout-s: give at least 1 second".into()).into());
+    }
+    let opts = ServeOptions {
+        listen,
+        token: args.token.clone(),
+        idle_timeout: Duration::from_secs(args.idle_timeout_s),
+        hello_timeout: Duration::from_secs(10),
+        client_queue: args.client_queue,
+    };
+    opts.check().map_err(BadInput)?;
+    let (settings, warnings) = args.engine.settings()?;
+    let vad = args.vad.config()?;
+    for w in &warnings {
+        eprintln!("voxline: warning: {w}");
+    }
+    let hub = Hub::start(&settings, vad, args.vad.speculation(), args.max_sessions)?;
+    let token_hint = if opts.token.is_some() { "?token=..." } else { "" };
+    let summary = serve::serve(hub, opts, |addr| {
+        // one line a script can wait for (the port when --listen asked for 0)
+        eprintln!("voxline: listening on http://{addr}/{token_hint} (WebSocket at ws://{addr}/ws; Ctrl-C stops)");
+    })
+    .map_err(|e| match e {
+        serve::ServeError::Bind { .. } => anyhow::Error::new(BadInput(e.to_string())),
+        other => other.into(),
+    })?;
+    eprintln!(
+        "voxline: stopped{}",
+        if summary.cancelled { " (answers in flight cancelled)" } else { "" }
+    );
+    Ok(Outcome::Ok)
+}
