@@ -9,9 +9,10 @@ cd "$(dirname "$0")/.."
 # libasound2-dev + pkg-config: the microphone (cpal's ALSA backend);
 # espeak-ng + sox: regenerating the audio fixtures; python3-pip: `models fetch`;
 # alsa-utils (arecord), pulseaudio + pulseaudio-utils (paplay, pactl) and
-# libasound2-plugins (ALSA's pulse plugin): the live tests through a real sound server.
+# libasound2-plugins (ALSA's pulse plugin): the live tests through a real sound server;
+# chromium: the browser test of `voxline serve`'s page.
 packages=(cmake clang libclang-dev libasound2-dev pkg-config espeak-ng sox python3 python3-pip alsa-utils
-          pulseaudio pulseaudio-utils libasound2-plugins)
+          pulseaudio pulseaudio-utils libasound2-plugins chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

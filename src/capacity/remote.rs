@@ -7,7 +7,9 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::{play_all, report, row, CapacityError, CapacityOptions, CapacityReport, Conversation, Script};
+use super::{
+    play_all, report, row, CapacityError, CapacityOptions, CapacityReport, Conversation, Script,
+};
 use crate::budget::Budget;
 use crate::serve::client::{ClientError, WsClient};
 use crate::serve::metrics::{parse_exposition, sample};
@@ -43,32 +45,44 @@ impl Remote {
 
     fn event(&mut self, ev: ServerEvent, at: Instant) -> Option<SessionEvent> {
         Some(match ev {
-            ServerEvent::Transcript { id, sample, text, stt_ms, stt_wait_ms, .. } => {
-                SessionEvent::Transcript {
-                    turn: id,
-                    text,
-                    end_sample: sample,
-                    stt_wait: from_ms(stt_wait_ms),
-                    stt: from_ms(stt_ms),
-                }
-            }
+            ServerEvent::Transcript {
+                id,
+                sample,
+                text,
+                stt_ms,
+                stt_wait_ms,
+                ..
+            } => SessionEvent::Transcript {
+                turn: id,
+                text,
+                end_sample: sample,
+                stt_wait: from_ms(stt_wait_ms),
+                stt: from_ms(stt_ms),
+            },
             // when the user received it: what they felt
             ServerEvent::Token { id, text, .. } => SessionEvent::Token {
                 turn: id,
                 piece: text,
                 at,
             },
-            ServerEvent::TurnComplete { id, response, n_generated, stop, latency, .. } => {
-                SessionEvent::TurnDone {
-                    turn: id,
-                    text: response,
-                    tokens: n_generated,
-                    stop,
-                    first_token: latency.first_token_ms.map(from_ms),
-                    decode: latency.decode_ms.map(from_ms),
-                }
+            ServerEvent::TurnComplete {
+                id,
+                response,
+                n_generated,
+                stop,
+                latency,
+                ..
+            } => SessionEvent::TurnDone {
+                turn: id,
+                text: response,
+                tokens: n_generated,
+                stop,
+                first_token: latency.first_token_ms.map(from_ms),
+                decode: latency.decode_ms.map(from_ms),
+            },
+            ServerEvent::TurnError { id, message, .. } => {
+                SessionEvent::TurnError { turn: id, message }
             }
-            ServerEvent::TurnError { id, message, .. } => SessionEvent::TurnError { turn: id, message },
             ServerEvent::StreamEnd { .. } => SessionEvent::StreamEnd,
             ServerEvent::Dropped { count, .. } => {
                 self.lost += count;
@@ -100,7 +114,10 @@ impl Conversation for Remote {
 
     fn take_events(&mut self) -> Vec<SessionEvent> {
         match self.client.poll() {
-            Ok(evs) => evs.into_iter().filter_map(|(e, at)| self.event(e, at)).collect(),
+            Ok(evs) => evs
+                .into_iter()
+                .filter_map(|(e, at)| self.event(e, at))
+                .collect(),
             Err(e) => {
                 self.fail(&e);
                 Vec::new()
@@ -157,13 +174,24 @@ pub fn scrape(url: &str, token: Option<&str>) -> Result<String, ClientError> {
         source,
     };
     let mut tcp = TcpStream::connect(authority).map_err(connect)?;
-    tcp.set_read_timeout(Some(Duration::from_secs(10))).map_err(connect)?;
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    write!(tcp, "GET /metrics HTTP/1.1\r\nHost: {authority}\r\n{auth}Connection: close\r\n\r\n").map_err(connect)?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(connect)?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        tcp,
+        "GET /metrics HTTP/1.1\r\nHost: {authority}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .map_err(connect)?;
     let mut text = String::new();
     tcp.read_to_string(&mut text).map_err(connect)?;
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status: u16 = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     if status != 200 {
         return Err(ClientError::Http {
             status,
@@ -230,7 +258,9 @@ pub fn run_via(
         {
             threads = sample(&parse_exposition(&exposition), "voxline_threads") as usize;
         }
-        let users: Vec<Remote> = (0..n).map(|_| Remote::connect(url, token)).collect::<Result<_, _>>()?;
+        let users: Vec<Remote> = (0..n)
+            .map(|_| Remote::connect(url, token))
+            .collect::<Result<_, _>>()?;
         progress(&format!("{n} session(s) via {url}: playing"));
         let (seen, wall) = play_all(users, script, opts.stagger);
         // the users have left (their sockets closed): the server's counters are final
@@ -253,13 +283,7 @@ mod tests {
         assert_eq!(t.stt_busy, Duration::from_millis(2500));
         assert_eq!(t.llm_busy, Duration::from_millis(1250));
         assert_eq!(t.peak_threads, 2);
-        let d = delta(
-            HubTotals {
-                tokens: 20,
-                ..t
-            },
-            t,
-        );
+        let d = delta(HubTotals { tokens: 20, ..t }, t);
         assert_eq!(d.tokens, 100);
         assert_eq!(d.stt_busy, Duration::ZERO);
     }
@@ -267,9 +291,16 @@ mod tests {
     #[test]
     fn a_server_that_is_not_there_is_named() {
         // a port nothing listens on: bind one, then close it
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let e = scrape(&format!("ws://127.0.0.1:{port}"), None).unwrap_err();
-        assert!(e.to_string().contains("is `voxline serve` running there?"), "{e}");
+        assert!(
+            e.to_string().contains("is `voxline serve` running there?"),
+            "{e}"
+        );
         let e = scrape("http://x", None).unwrap_err();
         assert!(e.to_string().contains("ws://"), "{e}");
     }

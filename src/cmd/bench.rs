@@ -29,6 +29,9 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
         ))
         .into());
     }
+    if let Some(url) = &args.via {
+        voxline::serve::client::check_url(url).map_err(BadInput::from_display)?;
+    }
     let (settings, warnings) = args.engine.settings()?;
     let vad = args.vad.config()?;
     let budget = args.budget.as_deref().map(Budget::load).transpose()?;
@@ -90,7 +93,15 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
             ) => anyhow::Error::new(BadInput(e.to_string())),
             other => other.into(),
         })?,
-        None => capacity::run(&settings, &vad, &script, &files, &opts, budget.as_ref(), &say)?,
+        None => capacity::run(
+            &settings,
+            &vad,
+            &script,
+            &files,
+            &opts,
+            budget.as_ref(),
+            &say,
+        )?,
     };
     let json = serde_json::to_string_pretty(&report)?;
     let md = capacity::to_markdown(&report);

@@ -37,7 +37,11 @@ pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
         eprintln!("voxline: warning: {w}");
     }
     let hub = Hub::start(&settings, vad, args.vad.speculation(), args.max_sessions)?;
-    let token_hint = if opts.token.is_some() { "?token=..." } else { "" };
+    let token_hint = if opts.token.is_some() {
+        "?token=..."
+    } else {
+        ""
+    };
     let summary = serve::serve(hub, opts, |addr| {
         // one line a script can wait for (the port when --listen asked for 0)
         eprintln!("voxline: listening on http://{addr}/{token_hint} (WebSocket at ws://{addr}/ws; Ctrl-C stops)");
@@ -48,7 +52,11 @@ pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
     })?;
     eprintln!(
         "voxline: stopped{}",
-        if summary.cancelled { " (answers in flight cancelled)" } else { "" }
+        if summary.cancelled {
+            " (answers in flight cancelled)"
+        } else {
+            ""
+        }
     );
     Ok(Outcome::Ok)
 }

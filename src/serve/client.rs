@@ -86,6 +86,36 @@ pub fn socket_url(base: &str) -> String {
     }
 }
 
+/// Checks that `url` is a `ws://HOST:PORT` address, before anything is
+/// connected.
+///
+/// # Errors
+/// [`ClientError::Url`] saying what is wrong.
+pub fn check_url(url: &str) -> Result<(), ClientError> {
+    request_for(&socket_url(url)).map(|_| ())
+}
+
+/// The upgrade request for `url`, its host and port.
+fn request_for(
+    url: &str,
+) -> Result<(tungstenite::handshake::client::Request, String, u16), ClientError> {
+    let bad = |why: String| ClientError::Url {
+        url: url.to_string(),
+        why,
+    };
+    let request = url.into_client_request().map_err(|e| bad(e.to_string()))?;
+    if request.uri().scheme_str() != Some("ws") {
+        return Err(bad("only ws:// is supported".into()));
+    }
+    let host = request
+        .uri()
+        .host()
+        .ok_or_else(|| bad("no host".into()))?
+        .to_string();
+    let port = request.uri().port_u16().unwrap_or(80);
+    Ok((request, host, port))
+}
+
 impl WsClient {
     /// Connects to `url` (`ws://HOST:PORT[/ws]`), presenting `token` if
     /// given, sends `hello` and waits for the server's `ready`.
@@ -96,30 +126,27 @@ impl WsClient {
     /// bad hello).
     pub fn connect(url: &str, token: Option<&str>, hello: Hello) -> Result<Self, ClientError> {
         let url = socket_url(url);
+        let (mut request, host, port) = request_for(&url)?;
         let bad = |why: String| ClientError::Url {
             url: url.clone(),
             why,
         };
-        let mut request = url
-            .as_str()
-            .into_client_request()
-            .map_err(|e| bad(e.to_string()))?;
-        if request.uri().scheme_str() != Some("ws") {
-            return Err(bad("only ws:// is supported".into()));
-        }
-        let host = request.uri().host().ok_or_else(|| bad("no host".into()))?.to_string();
-        let port = request.uri().port_u16().unwrap_or(80);
         if let Some(t) = token {
-            let v = HeaderValue::from_str(&format!("Bearer {t}")).map_err(|e| bad(e.to_string()))?;
+            let v =
+                HeaderValue::from_str(&format!("Bearer {t}")).map_err(|e| bad(e.to_string()))?;
             request.headers_mut().insert(AUTHORIZATION, v);
         }
-        let tcp = TcpStream::connect((host.as_str(), port)).map_err(|source| ClientError::Connect {
-            url: url.clone(),
-            source,
-        })?;
+        let tcp =
+            TcpStream::connect((host.as_str(), port)).map_err(|source| ClientError::Connect {
+                url: url.clone(),
+                source,
+            })?;
         let _ = tcp.set_nodelay(true);
         tcp.set_write_timeout(Some(Duration::from_secs(30)))
-            .map_err(|source| ClientError::Connect { url: url.clone(), source })?;
+            .map_err(|source| ClientError::Connect {
+                url: url.clone(),
+                source,
+            })?;
         let (socket, _) = match tungstenite::client(request, tcp) {
             Ok(ok) => ok,
             Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r))) => {
@@ -204,7 +231,10 @@ impl WsClient {
     /// # Errors
     /// [`ClientError::Socket`] when the connection failed;
     /// [`ClientError::Protocol`] for a message that is not an event.
-    pub fn next_event(&mut self, timeout: Duration) -> Result<Option<(ServerEvent, Instant)>, ClientError> {
+    pub fn next_event(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<(ServerEvent, Instant)>, ClientError> {
         if let Some(e) = self.queued.pop_front() {
             return Ok(Some(e));
         }
@@ -226,9 +256,11 @@ impl WsClient {
                     return Ok(Some((ev, Instant::now())));
                 }
                 Ok(Message::Close(frame)) => {
-                    self.closed = Some(frame.map_or((u16::from(CloseCode::Status), String::new()), |f| {
-                        (u16::from(f.code), f.reason.as_str().to_string())
-                    }));
+                    self.closed = Some(
+                        frame.map_or((u16::from(CloseCode::Status), String::new()), |f| {
+                            (u16::from(f.code), f.reason.as_str().to_string())
+                        }),
+                    );
                     return Ok(None);
                 }
                 Ok(_) => {}
@@ -240,7 +272,8 @@ impl WsClient {
                     }
                 }
                 Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => {
-                    self.closed.get_or_insert((u16::from(CloseCode::Abnormal), String::new()));
+                    self.closed
+                        .get_or_insert((u16::from(CloseCode::Abnormal), String::new()));
                     return Ok(None);
                 }
                 Err(e) => return Err(e.into()),

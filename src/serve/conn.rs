@@ -122,7 +122,11 @@ pub(super) async fn run(socket: WebSocket, shared: Arc<Shared>) {
             return;
         }
         Ok(Err(e)) => {
-            let _ = tokio::time::timeout(FLUSH, sink.send(close(code::INTERNAL, &format!("voxline: {e}")))).await;
+            let _ = tokio::time::timeout(
+                FLUSH,
+                sink.send(close(code::INTERNAL, &format!("voxline: {e}"))),
+            )
+            .await;
             return;
         }
         Err(_) => return,
@@ -134,7 +138,11 @@ pub(super) async fn run(socket: WebSocket, shared: Arc<Shared>) {
         sample_rate: SAMPLE_RATE,
         max_sessions: shared.hub.max_sessions(),
     };
-    if sink.send(Message::Text(ready.to_json().into())).await.is_err() {
+    if sink
+        .send(Message::Text(ready.to_json().into()))
+        .await
+        .is_err()
+    {
         leave(session).await;
         return;
     }
@@ -165,14 +173,25 @@ pub(super) async fn run(socket: WebSocket, shared: Arc<Shared>) {
             .spawn(move || Bridge::new(origin).run(&session, &shared, &arrivals, &progress, &out))
     };
     let Ok(bridge) = bridge else {
-        let _ = out_tx.try_send(close(code::INTERNAL, "voxline: cannot start the session's bridge"));
+        let _ = out_tx.try_send(close(
+            code::INTERNAL,
+            "voxline: cannot start the session's bridge",
+        ));
         drop(out_tx);
         let _ = tokio::time::timeout(FLUSH, writer).await;
         leave(session).await;
         return;
     };
 
-    let ending = receive(&shared, &session, &mut decoder, &mut stream, &arrivals, &progress).await;
+    let ending = receive(
+        &shared,
+        &session,
+        &mut decoder,
+        &mut stream,
+        &arrivals,
+        &progress,
+    )
+    .await;
     if let Some((code, why, outcome)) = ending {
         if let Some(o) = outcome {
             shared.metrics.connection(o);
@@ -286,9 +305,14 @@ async fn drain(
     session.end_of_stream();
     let mut phase = shared.phase.clone();
     loop {
-        let done = progress.stream_ended.load(Ordering::SeqCst) && progress.open.load(Ordering::SeqCst) == 0;
+        let done = progress.stream_ended.load(Ordering::SeqCst)
+            && progress.open.load(Ordering::SeqCst) == 0;
         if done {
-            return Some((code::GOING_AWAY, "voxline: the server is shutting down".into(), Some(Outcome::Shutdown)));
+            return Some((
+                code::GOING_AWAY,
+                "voxline: the server is shutting down".into(),
+                Some(Outcome::Shutdown),
+            ));
         }
         tokio::select! {
             () = tokio::time::sleep(TICK) => {}
@@ -370,7 +394,12 @@ impl Bridge {
                     sessions: shared.hub.sessions(),
                     stt_utilisation: stt,
                     llm_utilisation: llm,
-                    bottleneck: bottleneck(stt, llm).into(),
+                    bottleneck: if stt + llm < 0.01 {
+                        "idle"
+                    } else {
+                        bottleneck(stt, llm)
+                    }
+                    .into(),
                 };
                 // the load is news only while fresh: never counted as lost
                 let _ = out.try_send(Message::Text(stats.to_json().into()));
@@ -391,7 +420,13 @@ impl Bridge {
     ) -> Vec<ServerEvent> {
         let now = Instant::now();
         match ev {
-            SessionEvent::Transcript { turn, text, end_sample, stt_wait, stt } => {
+            SessionEvent::Transcript {
+                turn,
+                text,
+                end_sample,
+                stt_wait,
+                stt,
+            } => {
                 progress.open.fetch_add(1, Ordering::SeqCst);
                 self.turns.push(TurnState {
                     turn,
@@ -427,7 +462,14 @@ impl Bridge {
                     text: piece,
                 }]
             }
-            SessionEvent::TurnDone { turn, text, tokens, stop, first_token, decode } => {
+            SessionEvent::TurnDone {
+                turn,
+                text,
+                tokens,
+                stop,
+                first_token,
+                decode,
+            } => {
                 progress.open.fetch_sub(1, Ordering::SeqCst);
                 let state = self
                     .turns

@@ -142,14 +142,35 @@ impl Metrics {
             started: Instant::now(),
             registry: Registry::default(),
         };
-        m.max_sessions.set(i64::try_from(max_sessions).unwrap_or(i64::MAX));
+        m.max_sessions
+            .set(i64::try_from(max_sessions).unwrap_or(i64::MAX));
         m.threads.set(i64::try_from(threads).unwrap_or(i64::MAX));
         let r = &mut registry;
-        r.register("sessions", "Conversations connected now", m.sessions.clone());
-        r.register("max_sessions", "Conversations the server holds at most", m.max_sessions.clone());
-        r.register("threads", "CPU threads every engine call runs with", m.threads.clone());
-        r.register("peak_threads", "Most engine threads that ever ran at once", m.peak_threads.clone());
-        r.register("connections", "WebSocket connections by outcome", m.connections.clone());
+        r.register(
+            "sessions",
+            "Conversations connected now",
+            m.sessions.clone(),
+        );
+        r.register(
+            "max_sessions",
+            "Conversations the server holds at most",
+            m.max_sessions.clone(),
+        );
+        r.register(
+            "threads",
+            "CPU threads every engine call runs with",
+            m.threads.clone(),
+        );
+        r.register(
+            "peak_threads",
+            "Most engine threads that ever ran at once",
+            m.peak_threads.clone(),
+        );
+        r.register(
+            "connections",
+            "WebSocket connections by outcome",
+            m.connections.clone(),
+        );
         r.register("turns", "Turns answered", m.turns.clone());
         r.register("turn_errors", "Turns that failed", m.turn_errors.clone());
         r.register(
@@ -162,15 +183,31 @@ impl Metrics {
             "Transcript handed to the LLM -> its first token, per turn",
             m.first_token.clone(),
         );
-        r.register("stage_busy_seconds", "Time each engine computed", m.busy.clone());
+        r.register(
+            "stage_busy_seconds",
+            "Time each engine computed",
+            m.busy.clone(),
+        );
         r.register(
             "stage_utilisation",
             "Share of the server's uptime each engine computed",
             m.utilisation.clone(),
         );
-        r.register("stage_runs", "Whisper transcriptions and LLM batched steps", m.runs.clone());
-        r.register("tokens", "Answer tokens sampled, all sessions", m.tokens.clone());
-        r.register("prefill_tokens", "Prompt tokens evaluated, all sessions", m.prefill_tokens.clone());
+        r.register(
+            "stage_runs",
+            "Whisper transcriptions and LLM batched steps",
+            m.runs.clone(),
+        );
+        r.register(
+            "tokens",
+            "Answer tokens sampled, all sessions",
+            m.tokens.clone(),
+        );
+        r.register(
+            "prefill_tokens",
+            "Prompt tokens evaluated, all sessions",
+            m.prefill_tokens.clone(),
+        );
         r.register(
             "prefill_busy_seconds",
             "Time of the LLM steps that evaluated prompt tokens",
@@ -186,7 +223,11 @@ impl Metrics {
             "Prompt tokens per second of the steps that evaluated them",
             m.prefill_tps.clone(),
         );
-        r.register("dropped", "Events or audio lost, by edge", m.dropped.clone());
+        r.register(
+            "dropped",
+            "Events or audio lost, by edge",
+            m.dropped.clone(),
+        );
         r.register(
             "bottleneck",
             "1 for the stage with the larger share of the CPU since the start",
@@ -261,7 +302,10 @@ impl Metrics {
             .inc_by(secs(now.prefill_busy, last.prefill_busy));
         *last = now;
         let up = self.started.elapsed().as_secs_f64().max(1e-9);
-        let (stt, llm) = (now.stt_busy.as_secs_f64() / up, now.llm_busy.as_secs_f64() / up);
+        let (stt, llm) = (
+            now.stt_busy.as_secs_f64() / up,
+            now.llm_busy.as_secs_f64() / up,
+        );
         self.utilisation.get_or_create(&stage("stt")).set(stt);
         self.utilisation.get_or_create(&stage("llm")).set(llm);
         let limiting = bottleneck(stt, llm);
@@ -278,7 +322,8 @@ impl Metrics {
             self.prefill_tps
                 .set(now.prefill_tokens as f64 / now.prefill_busy.as_secs_f64());
         }
-        self.sessions.set(i64::try_from(sessions).unwrap_or(i64::MAX));
+        self.sessions
+            .set(i64::try_from(sessions).unwrap_or(i64::MAX));
         self.peak_threads
             .set(i64::try_from(now.peak_threads).unwrap_or(i64::MAX));
     }
@@ -344,10 +389,7 @@ pub fn parse_exposition(text: &str) -> Vec<(String, f64)> {
 /// `voxline_stage_busy_seconds_total{stage="stt"}`) in parsed samples; 0 when absent.
 #[must_use]
 pub fn sample(samples: &[(String, f64)], name: &str) -> f64 {
-    samples
-        .iter()
-        .find(|(n, _)| n == name)
-        .map_or(0.0, |s| s.1)
+    samples.iter().find(|(n, _)| n == name).map_or(0.0, |s| s.1)
 }
 
 #[cfg(test)]
@@ -359,7 +401,10 @@ mod tests {
         let m = Metrics::new(8, 2);
         m.connection(Outcome::Accepted);
         m.connection(Outcome::Full);
-        m.turn(Some(Duration::from_millis(900)), Some(Duration::from_millis(120)));
+        m.turn(
+            Some(Duration::from_millis(900)),
+            Some(Duration::from_millis(120)),
+        );
         m.turn(Some(Duration::from_millis(1_900)), None);
         m.dropped(Edge::Client, 3);
         let totals = HubTotals {
@@ -375,8 +420,14 @@ mod tests {
         assert_eq!(sample(&s, "voxline_max_sessions"), 8.0);
         assert_eq!(sample(&s, "voxline_tokens_total"), 50.0);
         assert_eq!(sample(&s, "voxline_decode_tokens_per_second"), 50.0);
-        assert_eq!(sample(&s, r#"voxline_stage_busy_seconds_total{stage="stt"}"#), 3.0);
-        assert_eq!(sample(&s, r#"voxline_connections_total{outcome="full"}"#), 1.0);
+        assert_eq!(
+            sample(&s, r#"voxline_stage_busy_seconds_total{stage="stt"}"#),
+            3.0
+        );
+        assert_eq!(
+            sample(&s, r#"voxline_connections_total{outcome="full"}"#),
+            1.0
+        );
         assert_eq!(sample(&s, r#"voxline_dropped_total{edge="client"}"#), 3.0);
         assert_eq!(sample(&s, r#"voxline_bottleneck{stage="stt"}"#), 1.0);
         assert_eq!(sample(&s, "voxline_response_latency_seconds_count"), 2.0);
@@ -391,14 +442,20 @@ mod tests {
         };
         let s2 = parse_exposition(&m.render(later, 1));
         assert_eq!(sample(&s2, "voxline_tokens_total"), 70.0);
-        assert_eq!(sample(&s2, r#"voxline_stage_busy_seconds_total{stage="stt"}"#), 3.0);
+        assert_eq!(
+            sample(&s2, r#"voxline_stage_busy_seconds_total{stage="stt"}"#),
+            3.0
+        );
         assert!(text.contains("# TYPE voxline_response_latency_seconds histogram"));
     }
 
     #[test]
     fn load_moves_with_its_window() {
         let l = Load::default();
-        assert_eq!(l.utilisation(HubTotals::default(), Duration::from_secs(3600)), (0.0, 0.0));
+        assert_eq!(
+            l.utilisation(HubTotals::default(), Duration::from_secs(3600)),
+            (0.0, 0.0)
+        );
         let busy = HubTotals {
             stt_busy: Duration::from_secs(1),
             ..HubTotals::default()

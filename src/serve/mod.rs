@@ -74,9 +74,9 @@ impl ServeOptions {
                  clients that know it can connect; or listen on 127.0.0.1",
                 self.listen
             )),
-            Some(t) if t.chars().count() < 16 => Err(
-                "--token: use at least 16 characters (e.g. `openssl rand -hex 16`)".to_string(),
-            ),
+            Some(t) if t.chars().count() < 16 => {
+                Err("--token: use at least 16 characters (e.g. `openssl rand -hex 16`)".to_string())
+            }
             _ if self.client_queue == 0 => Err("--client-queue: give at least 1 event".to_string()),
             _ => Ok(()),
         }
@@ -125,7 +125,11 @@ struct Shared {
 
 impl Shared {
     /// Whether the request carries the token (always, when none is set).
-    fn authorised(&self, query: &std::collections::HashMap<String, String>, headers: &HeaderMap) -> bool {
+    fn authorised(
+        &self,
+        query: &std::collections::HashMap<String, String>,
+        headers: &HeaderMap,
+    ) -> bool {
         let Some(want) = &self.token else {
             return true;
         };
@@ -158,12 +162,18 @@ pub struct ServeSummary {
 /// # Errors
 /// [`ServeError::Bind`] when the address cannot be bound;
 /// [`ServeError::Runtime`] when the network runtime cannot start.
-pub fn serve(hub: Hub, opts: ServeOptions, bound: impl FnOnce(SocketAddr)) -> Result<ServeSummary, ServeError> {
+pub fn serve(
+    hub: Hub,
+    opts: ServeOptions,
+    bound: impl FnOnce(SocketAddr),
+) -> Result<ServeSummary, ServeError> {
     let listener = std::net::TcpListener::bind(opts.listen).map_err(|source| ServeError::Bind {
         addr: opts.listen,
         source,
     })?;
-    listener.set_nonblocking(true).map_err(ServeError::Runtime)?;
+    listener
+        .set_nonblocking(true)
+        .map_err(ServeError::Runtime)?;
     let addr = listener.local_addr().map_err(ServeError::Runtime)?;
     // two threads for the sockets: the engines have their own
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -193,7 +203,9 @@ pub fn serve(hub: Hub, opts: ServeOptions, bound: impl FnOnce(SocketAddr)) -> Re
         });
         let signals = tokio::spawn(async move {
             stop_signal().await;
-            tracing::info!("stopping: no new connections; turns in flight finish (Ctrl-C again cancels them)");
+            tracing::info!(
+                "stopping: no new connections; turns in flight finish (Ctrl-C again cancels them)"
+            );
             let _ = phase_tx.send(Phase::Draining);
             stop_signal().await;
             let _ = phase_tx.send(Phase::Cancel);
@@ -258,17 +270,33 @@ async fn healthz(State(s): State<Arc<Shared>>) -> Response {
         "sessions": s.hub.sessions(),
         "max_sessions": s.hub.max_sessions(),
     });
-    let code = if running { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    let code = if running {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
-async fn metrics_page(State(s): State<Arc<Shared>>, Query(q): Params, headers: HeaderMap) -> Response {
+async fn metrics_page(
+    State(s): State<Arc<Shared>>,
+    Query(q): Params,
+    headers: HeaderMap,
+) -> Response {
     if !s.authorised(&q, &headers) {
         return refused_token();
     }
     let text = s.metrics.render(s.hub.totals(), s.hub.sessions());
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         text,
     )
         .into_response()
@@ -294,7 +322,11 @@ async fn upgrade(
     }
     if *s.phase.borrow() != Phase::Running {
         s.metrics.connection(Outcome::Shutdown);
-        return (StatusCode::SERVICE_UNAVAILABLE, "voxline: the server is shutting down\n").into_response();
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "voxline: the server is shutting down\n",
+        )
+            .into_response();
     }
     ws.max_message_size(2 * protocol::MAX_FRAME_BYTES)
         .on_upgrade(move |socket| conn::run(socket, s))

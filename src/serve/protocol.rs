@@ -93,7 +93,8 @@ impl Hello {
     /// # Errors
     /// One line saying what was wrong and what a hello looks like.
     pub fn parse(text: &str) -> Result<Self, String> {
-        const SHAPE: &str = r#"send {"type":"hello","sample_rate":16000,"channels":1,"format":"s16le"} first"#;
+        const SHAPE: &str =
+            r#"send {"type":"hello","sample_rate":16000,"channels":1,"format":"s16le"} first"#;
         let wire: HelloWire =
             serde_json::from_str(text).map_err(|e| format!("bad hello ({e}); {SHAPE}"))?;
         let hello = Hello {
@@ -159,7 +160,7 @@ impl Decoder {
     /// every channel.
     pub fn frame(&mut self, bytes: &[u8]) -> Result<Vec<f32>, String> {
         let unit = self.format.bytes() * self.channels;
-        if bytes.is_empty() || bytes.len() > MAX_FRAME_BYTES || bytes.len() % unit != 0 {
+        if bytes.is_empty() || bytes.len() > MAX_FRAME_BYTES || !bytes.len().is_multiple_of(unit) {
             return Err(format!(
                 "bad frame: {} bytes is not 1 to {MAX_FRAME_BYTES} bytes of whole {}-byte frames ({} × {} channel(s))",
                 bytes.len(),
@@ -320,7 +321,8 @@ pub enum ServerEvent {
         stt_utilisation: f64,
         /// The LLM's share of the last seconds.
         llm_utilisation: f64,
-        /// The stage with the larger share: what limits the server now.
+        /// The stage with the larger share (what limits the server now), or
+        /// `idle` when neither engine ran.
         bottleneck: String,
     },
 }
@@ -353,8 +355,9 @@ mod tests {
 
     #[test]
     fn hello_is_checked_field_by_field() {
-        let ok = Hello::parse(r#"{"type":"hello","sample_rate":48000,"channels":2,"format":"f32le"}"#)
-            .unwrap();
+        let ok =
+            Hello::parse(r#"{"type":"hello","sample_rate":48000,"channels":2,"format":"f32le"}"#)
+                .unwrap();
         assert_eq!(
             ok,
             Hello {
@@ -365,12 +368,30 @@ mod tests {
         );
         for (bad, says) in [
             ("not json", "bad hello"),
-            (r#"{"type":"hi","sample_rate":16000,"channels":1,"format":"s16le"}"#, "bad hello"),
-            (r#"{"type":"hello","sample_rate":16000,"channels":1}"#, "missing field `format`"),
-            (r#"{"type":"hello","sample_rate":16000,"channels":1,"format":"u8"}"#, "unknown variant"),
-            (r#"{"type":"hello","sample_rate":100,"channels":1,"format":"s16le"}"#, "sample_rate 100"),
-            (r#"{"type":"hello","sample_rate":16000,"channels":0,"format":"s16le"}"#, "channels 0"),
-            (r#"{"type":"hello","sample_rate":16000,"channels":1,"format":"s16le","x":1}"#, "unknown field"),
+            (
+                r#"{"type":"hi","sample_rate":16000,"channels":1,"format":"s16le"}"#,
+                "bad hello",
+            ),
+            (
+                r#"{"type":"hello","sample_rate":16000,"channels":1}"#,
+                "missing field `format`",
+            ),
+            (
+                r#"{"type":"hello","sample_rate":16000,"channels":1,"format":"u8"}"#,
+                "unknown variant",
+            ),
+            (
+                r#"{"type":"hello","sample_rate":100,"channels":1,"format":"s16le"}"#,
+                "sample_rate 100",
+            ),
+            (
+                r#"{"type":"hello","sample_rate":16000,"channels":0,"format":"s16le"}"#,
+                "channels 0",
+            ),
+            (
+                r#"{"type":"hello","sample_rate":16000,"channels":1,"format":"s16le","x":1}"#,
+                "unknown field",
+            ),
         ] {
             let e = Hello::parse(bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
@@ -401,7 +422,10 @@ mod tests {
             .collect();
         assert_eq!(f.frame(&frame).unwrap(), vec![0.375, 0.0]);
         assert!(f.frame(&frame[..4]).unwrap_err().contains("8-byte"));
-        let nan: Vec<u8> = [f32::NAN, 0.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let nan: Vec<u8> = [f32::NAN, 0.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
         assert!(f.frame(&nan).unwrap_err().contains("finite"));
     }
 
@@ -447,7 +471,10 @@ mod tests {
             serde_json::from_str::<Control>(r#"{"type":"end"}"#).unwrap(),
             Control::End
         );
-        assert_eq!(Hello::parse(&Hello::pcm16k().to_json()).unwrap(), Hello::pcm16k());
+        assert_eq!(
+            Hello::parse(&Hello::pcm16k().to_json()).unwrap(),
+            Hello::pcm16k()
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod batching;
+mod browser;
 mod engines;
 mod faults;
 mod ggml_guard;

@@ -26,7 +26,11 @@ impl Server {
     /// Starts the server on a free loopback port with short answers and
     /// waits until it listens.
     pub fn start(extra: &[&str]) -> Server {
-        let tokens: &[&str] = if extra.contains(&"--max-tokens") { &[] } else { &["--max-tokens", "24"] };
+        let tokens: &[&str] = if extra.contains(&"--max-tokens") {
+            &[]
+        } else {
+            &["--max-tokens", "24"]
+        };
         let mut child = util::voxline_bin()
             .args(["serve", "--listen", "127.0.0.1:0", "--ctx", "512"])
             .args(tokens)
@@ -52,6 +56,7 @@ impl Server {
             let left = deadline.saturating_duration_since(Instant::now());
             let Ok(line) = lines.recv_timeout(left) else {
                 let _ = child.kill();
+                let _ = child.wait();
                 panic!("voxline serve did not start listening: {said:?}")
             };
             said.push(line.clone());
@@ -75,7 +80,11 @@ impl Server {
     /// Sends SIGINT (Ctrl-C).
     fn interrupt(&self) {
         let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+        assert!(Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success());
     }
 
     /// Waits for the server to exit; its status and what it printed after starting.
@@ -109,11 +118,21 @@ fn collect(client: &mut WsClient, within: Duration) -> Vec<ServerEvent> {
     let deadline = Instant::now() + within;
     let mut log = Vec::new();
     loop {
-        let ended = log.iter().any(|e| matches!(e, ServerEvent::StreamEnd { .. }));
-        let heard = log.iter().filter(|e| matches!(e, ServerEvent::Transcript { .. })).count();
+        let ended = log
+            .iter()
+            .any(|e| matches!(e, ServerEvent::StreamEnd { .. }));
+        let heard = log
+            .iter()
+            .filter(|e| matches!(e, ServerEvent::Transcript { .. }))
+            .count();
         let done = log
             .iter()
-            .filter(|e| matches!(e, ServerEvent::TurnComplete { .. } | ServerEvent::TurnError { .. }))
+            .filter(|e| {
+                matches!(
+                    e,
+                    ServerEvent::TurnComplete { .. } | ServerEvent::TurnError { .. }
+                )
+            })
             .count();
         if ended && done == heard {
             return log;
@@ -136,7 +155,6 @@ fn transcripts(log: &[ServerEvent]) -> Vec<String> {
         .collect()
 }
 
-
 /// Sends 16 kHz samples as fast as the socket takes them, then `end`.
 fn send_all(client: &mut WsClient, samples: &[f32]) {
     for block in samples.chunks(320) {
@@ -153,14 +171,26 @@ fn a_fixture_streamed_in_real_time_gives_what_replay_gives() {
     let out = util::voxline_bin()
         .arg("replay")
         .arg(util::fixture("multi_turn.wav"))
-        .args(["--pace", "fast", "--quiet", "--max-tokens", "24", "--ctx", "512"])
+        .args([
+            "--pace",
+            "fast",
+            "--quiet",
+            "--max-tokens",
+            "24",
+            "--ctx",
+            "512",
+        ])
         .arg("--models-dir")
         .arg(util::models_dir())
         .arg("--events")
         .arg(&events)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let replayed: Vec<String> = std::fs::read_to_string(&events)
         .unwrap()
         .lines()
@@ -171,15 +201,31 @@ fn a_fixture_streamed_in_real_time_gives_what_replay_gives() {
 
     let server = Server::start(&["--max-sessions", "1"]);
     let user = Remote::connect(&server.url(), None).unwrap();
-    let turns: Vec<TurnSeen> = play(user, &script(&["multi_turn.wav"]), Instant::now(), Duration::from_secs(60));
+    let turns: Vec<TurnSeen> = play(
+        user,
+        &script(&["multi_turn.wav"]),
+        Instant::now(),
+        Duration::from_secs(60),
+    );
     let heard: Vec<String> = turns.iter().map(|t| t.transcript.clone()).collect();
-    assert_eq!(turns.len(), replayed.len(), "{heard:?} against replay's {replayed:?}");
+    assert_eq!(
+        turns.len(),
+        replayed.len(),
+        "{heard:?} against replay's {replayed:?}"
+    );
     assert_eq!(turns.len(), 3, "{heard:?}");
     for (h, r) in heard.iter().zip(&replayed) {
-        assert_eq!(voxline_stt::word_error_rate(r, h), 0.0, "over the socket {h:?}, replayed {r:?}");
+        assert_eq!(
+            voxline_stt::word_error_rate(r, h),
+            0.0,
+            "over the socket {h:?}, replayed {r:?}"
+        );
     }
     for t in &turns {
-        assert!(t.error.is_none() && !t.answer.is_empty() && t.tokens > 0, "{t:?}");
+        assert!(
+            t.error.is_none() && !t.answer.is_empty() && t.tokens > 0,
+            "{t:?}"
+        );
         // measured by the user, from the labelled end of speech
         let r = t.response_ms.expect("a response latency");
         assert!(r > 0.0, "{t:?}");
@@ -187,7 +233,10 @@ fn a_fixture_streamed_in_real_time_gives_what_replay_gives() {
     let m = server.metrics(None);
     assert_eq!(sample(&m, "voxline_turns_total"), 3.0);
     assert_eq!(sample(&m, "voxline_response_latency_seconds_count"), 3.0);
-    assert_eq!(sample(&m, r#"voxline_connections_total{outcome="accepted"}"#), 1.0);
+    assert_eq!(
+        sample(&m, r#"voxline_connections_total{outcome="accepted"}"#),
+        1.0
+    );
 }
 
 #[test]
@@ -218,7 +267,10 @@ fn eight_clients_have_their_own_conversations_and_bad_ones_close_alone() {
     assert!(reason.contains("bad frame: 3 bytes"), "{reason}");
     let deadline = Instant::now() + Duration::from_secs(10);
     while sample(&server.metrics(None), "voxline_sessions") != 7.0 {
-        assert!(Instant::now() < deadline, "the bad client's slot was not freed");
+        assert!(
+            Instant::now() < deadline,
+            "the bad client's slot was not freed"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 
@@ -276,7 +328,10 @@ fn eight_clients_have_their_own_conversations_and_bad_ones_close_alone() {
                 eighth.send_binary(bytes).unwrap();
             }
             eighth.end_of_stream().unwrap();
-            (collect(&mut eighth, Duration::from_secs(240)), "q_capital_48k_f32.wav")
+            (
+                collect(&mut eighth, Duration::from_secs(240)),
+                "q_capital_48k_f32.wav",
+            )
         }));
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
@@ -284,7 +339,11 @@ fn eight_clients_have_their_own_conversations_and_bad_ones_close_alone() {
     for (log, fixture) in &logs {
         let said = util::expected_texts(fixture);
         let heard = transcripts(log);
-        assert_eq!(heard.len(), said.len(), "{fixture}: {heard:?} against {said:?}");
+        assert_eq!(
+            heard.len(),
+            said.len(),
+            "{fixture}: {heard:?} against {said:?}"
+        );
         for (h, r) in heard.iter().zip(&said) {
             let wer = voxline_stt::word_error_rate(r, h);
             assert!(wer <= 0.25, "{fixture}: heard {h:?} for {r:?}");
@@ -292,23 +351,43 @@ fn eight_clients_have_their_own_conversations_and_bad_ones_close_alone() {
         let answered: Vec<_> = log
             .iter()
             .filter_map(|e| match e {
-                ServerEvent::TurnComplete { transcript, response, .. } => Some((transcript, response)),
+                ServerEvent::TurnComplete {
+                    transcript,
+                    response,
+                    ..
+                } => Some((transcript, response)),
                 _ => None,
             })
             .collect();
         assert_eq!(answered.len(), said.len(), "{fixture}: {log:?}");
         for (t, r) in answered {
-            assert!(heard.contains(t) && !r.is_empty(), "{fixture}: {t:?} → {r:?}");
+            assert!(
+                heard.contains(t) && !r.is_empty(),
+                "{fixture}: {t:?} → {r:?}"
+            );
         }
-        assert!(!log.iter().any(|e| matches!(e, ServerEvent::TurnError { .. })), "{fixture}: {log:?}");
+        assert!(
+            !log.iter()
+                .any(|e| matches!(e, ServerEvent::TurnError { .. })),
+            "{fixture}: {log:?}"
+        );
         sessions.insert(fixture);
     }
     assert_eq!(sessions.len(), 8);
     let m = server.metrics(None);
     assert_eq!(sample(&m, "voxline_sessions"), 8.0);
-    assert_eq!(sample(&m, r#"voxline_connections_total{outcome="full"}"#), 1.0);
-    assert_eq!(sample(&m, r#"voxline_connections_total{outcome="bad_hello"}"#), 1.0);
-    assert_eq!(sample(&m, r#"voxline_connections_total{outcome="bad_frame"}"#), 1.0);
+    assert_eq!(
+        sample(&m, r#"voxline_connections_total{outcome="full"}"#),
+        1.0
+    );
+    assert_eq!(
+        sample(&m, r#"voxline_connections_total{outcome="bad_hello"}"#),
+        1.0
+    );
+    assert_eq!(
+        sample(&m, r#"voxline_connections_total{outcome="bad_frame"}"#),
+        1.0
+    );
     assert!(sample(&m, "voxline_peak_threads") <= sample(&m, "voxline_threads"));
 }
 
@@ -323,7 +402,10 @@ fn a_token_is_required_off_localhost_and_checked_on_every_connection() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("needs --token") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("needs --token") && err.lines().count() == 1,
+        "{err}"
+    );
 
     let _g = util::engine_lock();
     let server = Server::start(&["--token", token, "--max-sessions", "2"]);
@@ -336,13 +418,19 @@ fn a_token_is_required_off_localhost_and_checked_on_every_connection() {
             other => panic!("{wrong:?} was let in: {other:?}"),
         }
     }
-    assert!(matches!(scrape(&server.url(), None), Err(ClientError::Http { status: 401, .. })));
+    assert!(matches!(
+        scrape(&server.url(), None),
+        Err(ClientError::Http { status: 401, .. })
+    ));
     let mut ok = WsClient::connect(&server.url(), Some(token), Hello::pcm16k()).unwrap();
     send_all(&mut ok, &util::read_16k(&util::fixture("q_capital.wav")));
     let log = collect(&mut ok, Duration::from_secs(120));
     assert_eq!(transcripts(&log).len(), 1);
     let m = server.metrics(Some(token));
-    assert_eq!(sample(&m, r#"voxline_connections_total{outcome="bad_token"}"#), 3.0);
+    assert_eq!(
+        sample(&m, r#"voxline_connections_total{outcome="bad_token"}"#),
+        3.0
+    );
 }
 
 #[test]
@@ -376,7 +464,10 @@ fn ctrl_c_lets_the_answer_in_flight_finish_then_stops() {
     assert!(reason.contains("shutting down"), "{reason}");
     let (status, said) = server.wait(Duration::from_secs(30));
     assert_eq!(status, Some(0), "{said:?}");
-    assert!(said.iter().any(|l| l.contains("voxline: stopped")), "{said:?}");
+    assert!(
+        said.iter().any(|l| l.contains("voxline: stopped")),
+        "{said:?}"
+    );
 }
 
 /// Plays `script` as one user over the socket; the response latencies (ms).
@@ -395,7 +486,14 @@ fn median(v: &mut [f64]) -> f64 {
 #[test]
 fn a_client_that_stops_reading_does_not_delay_the_others() {
     let _g = util::engine_lock();
-    let server = Server::start(&["--max-sessions", "2", "--client-queue", "4", "--max-tokens", "64"]);
+    let server = Server::start(&[
+        "--max-sessions",
+        "2",
+        "--client-queue",
+        "4",
+        "--max-tokens",
+        "64",
+    ]);
     let sc = script(&["q_capital.wav", "q_moon.wav", "q_tea.wav"]);
     // warm-up, then alone
     latencies(&server.url(), &script(&["q_weather.wav"]));
@@ -406,19 +504,32 @@ fn a_client_that_stops_reading_does_not_delay_the_others() {
     let turns_before = sample(&server.metrics(None), "voxline_turns_total");
     let deadline = Instant::now() + Duration::from_secs(60);
     while sample(&server.metrics(None), "voxline_turns_total") < turns_before + 1.0 {
-        assert!(Instant::now() < deadline, "the stalled client's turn was not answered");
+        assert!(
+            Instant::now() < deadline,
+            "the stalled client's turn was not answered"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let mut beside = latencies(&server.url(), &sc);
     assert_eq!(alone.len(), 3);
     assert_eq!(beside.len(), 3);
     let (a, b) = (median(&mut alone), median(&mut beside));
-    eprintln!("response latency p50: {a:.0} ms alone, {b:.0} ms beside a stalled client (×{:.2})", b / a);
-    assert!(b < 1.5 * a + 200.0, "a stalled client delayed the others: {a:.0} → {b:.0} ms");
+    eprintln!(
+        "response latency p50: {a:.0} ms alone, {b:.0} ms beside a stalled client (×{:.2})",
+        b / a
+    );
+    assert!(
+        b < 1.5 * a + 200.0,
+        "a stalled client delayed the others: {a:.0} → {b:.0} ms"
+    );
     // the other user has left; the stalled client is still connected
     let deadline = Instant::now() + Duration::from_secs(10);
     while sample(&server.metrics(None), "voxline_sessions") != 1.0 {
-        assert!(Instant::now() < deadline, "sessions: {:?}", server.metrics(None));
+        assert!(
+            Instant::now() < deadline,
+            "sessions: {:?}",
+            server.metrics(None)
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     drop(stalled);
@@ -430,7 +541,15 @@ fn bench_via_the_socket_agrees_with_the_servers_metrics() {
     let server = Server::start(&["--max-sessions", "2"]);
     let tmp = tempfile::tempdir().unwrap();
     let out = util::voxline_bin()
-        .args(["bench", "--sessions", "1", "--via", &server.url(), "--think-ms", "500"])
+        .args([
+            "bench",
+            "--sessions",
+            "1",
+            "--via",
+            &server.url(),
+            "--think-ms",
+            "500",
+        ])
         .arg("--fixtures")
         .args([util::fixture("q_capital.wav"), util::fixture("q_moon.wav")])
         .arg("--models-dir")
@@ -439,7 +558,11 @@ fn bench_via_the_socket_agrees_with_the_servers_metrics() {
         .arg(tmp.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report = util::read_json(&tmp.path().join("sessions.json"));
     assert_eq!(report["via"], server.url().as_str());
     let row = &report["rows"][0];
@@ -447,10 +570,16 @@ fn bench_via_the_socket_agrees_with_the_servers_metrics() {
     // the bench's figures are the server's counters over the run
     assert!(row["tokens"].as_u64().unwrap() > 0, "{row}");
     assert_eq!(row["tokens"], row["tokens_received"], "{row}");
-    assert_eq!(row["tokens"].as_u64().unwrap() as f64, sample(&m, "voxline_tokens_total"));
+    assert_eq!(
+        row["tokens"].as_u64().unwrap() as f64,
+        sample(&m, "voxline_tokens_total")
+    );
     assert_eq!(row["turns"], 1, "two turns, the first warm-up: {row}");
     assert_eq!(sample(&m, "voxline_turns_total"), 2.0);
     let stt = sample(&m, r#"voxline_stage_busy_seconds_total{stage="stt"}"#);
     let util_stt = row["stt_utilisation"].as_f64().unwrap() * row["wall_s"].as_f64().unwrap();
-    assert!((stt - util_stt).abs() < 1e-3, "whisper busy {stt} s against the report's {util_stt}");
+    assert!(
+        (stt - util_stt).abs() < 1e-3,
+        "whisper busy {stt} s against the report's {util_stt}"
+    );
 }

@@ -597,6 +597,57 @@ pub(super) fn cases() -> Vec<Case> {
             expect: vec!["no_sidecar.wav", "no sidecar"],
             ..Case::ONE_LINE
         },
+        Case {
+            name: "bench --via an address that is not ws://",
+            setup: |s| {
+                let mut a = vec![
+                    super::os("bench"),
+                    super::os("--out"),
+                    super::os(s.out.join("bench")),
+                ];
+                a.extend(super::models_args());
+                a.extend(
+                    [
+                        &"--fixtures" as &dyn AsRef<OsStr>,
+                        &good_wav(),
+                        &"--sessions",
+                        &"1",
+                        &"--via",
+                        &"http://127.0.0.1:1",
+                    ]
+                    .iter()
+                    .map(super::os),
+                );
+                a
+            },
+            expect: vec!["http://127.0.0.1:1", "ws://"],
+            ..Case::ONE_LINE
+        },
+        // ---- serve (refused before any model loads or any port is bound)
+        Case {
+            name: "serve --listen without a port",
+            setup: |s| s.serve(&[&"--listen", &"localhost"]),
+            expect: vec!["--listen localhost", "address and port"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "serve on a non-local address without a token",
+            setup: |s| s.serve(&[&"--listen", &"0.0.0.0:8787"]),
+            expect: vec!["--listen 0.0.0.0:8787", "needs --token"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "serve --token too short",
+            setup: |s| s.serve(&[&"--token", &"secret"]),
+            expect: vec!["--token", "16 characters"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "serve --max-sessions 0",
+            setup: |s| s.serve(&[&"--max-sessions", &"0"]),
+            expect: vec!["--max-sessions 0", "1 to 64"],
+            ..Case::ONE_LINE
+        },
         // ---- live (fails on the flag before any audio device is opened)
         Case {
             name: "live --max-duration soon",

@@ -201,6 +201,14 @@ impl Scratch {
         a
     }
 
+    /// `serve` on a free loopback port with `extra` and the models.
+    fn serve(&self, extra: &[&dyn AsRef<OsStr>]) -> Vec<OsString> {
+        let mut a = vec![os("serve")];
+        a.extend(models_args());
+        a.extend(extra.iter().map(os));
+        a
+    }
+
     /// `live` with `extra`, a report and the models.
     fn live(&self, extra: &[&dyn AsRef<OsStr>]) -> Vec<OsString> {
         let mut a = vec![os("live")];
