@@ -10,7 +10,7 @@ use futures_util::{SinkExt as _, StreamExt as _};
 use tokio::sync::mpsc;
 use voxline_core::SAMPLE_RATE;
 
-use super::metrics::{bottleneck, Edge, Outcome};
+use super::metrics::{bottleneck, Edge, Metrics, Outcome};
 use super::protocol::{close_reason, Control, Decoder, Hello, Latency, ServerEvent};
 use super::{Phase, Shared};
 use crate::sessions::{HubError, Session, SessionEvent};
@@ -88,6 +88,9 @@ struct Progress {
     stream_ended: AtomicBool,
     /// The connection is ending: the bridge stops.
     stop: AtomicBool,
+    /// When the server last sent the client an event (not the load), ms
+    /// since the session started.
+    last_event_ms: std::sync::atomic::AtomicU64,
 }
 
 /// Runs one connection to its end.
@@ -190,6 +193,7 @@ pub(super) async fn run(socket: WebSocket, shared: Arc<Shared>) {
         &mut stream,
         &arrivals,
         &progress,
+        origin,
     )
     .await;
     if let Some((code, why, outcome)) = ending {
@@ -247,6 +251,7 @@ async fn receive(
     stream: &mut Stream,
     arrivals: &Mutex<Arrivals>,
     progress: &Progress,
+    origin: Instant,
 ) -> Option<(u16, String, Option<Outcome>)> {
     let mut phase = shared.phase.clone();
     let mut received: u64 = 0;
@@ -262,32 +267,46 @@ async fn receive(
         session.push(samples);
     };
     let idle = shared.opts.idle_timeout;
+    let mut last_heard = Instant::now();
     loop {
-        tokio::select! {
-            next = tokio::time::timeout(idle, stream.next()) => match next {
-                Err(_) => {
-                    return Some((code::NORMAL, format!("idle: nothing received for {} s", idle.as_secs()), Some(Outcome::Idle)));
-                }
-                Ok(None | Some(Err(_) | Ok(Message::Close(_)))) => return None,
-                Ok(Some(Ok(Message::Binary(b)))) => match decoder.frame(&b) {
-                    Ok(samples) => push(samples),
-                    Err(why) => return Some((code::INVALID, why, Some(Outcome::BadFrame))),
-                },
-                Ok(Some(Ok(Message::Text(t)))) => match serde_json::from_str::<Control>(t.as_str()) {
-                    Ok(Control::End) => {
-                        push(decoder.flush());
-                        session.end_of_stream();
-                    }
-                    Err(_) => {
-                        let why = "bad frame: after the hello send audio as binary frames, or {\"type\":\"end\"}".to_string();
-                        return Some((code::UNSUPPORTED, why, Some(Outcome::BadFrame)));
-                    }
-                },
-                Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {}
-            },
+        let message = tokio::select! {
+            next = tokio::time::timeout(idle, stream.next()) => next,
             () = until(&mut phase, |p| p != Phase::Running) => {
                 return drain(shared, session, decoder, progress, &mut push).await;
             }
+        };
+        let message = match message {
+            Err(_) => {
+                // idle: nothing from the client and nothing to it (an
+                // answer still streaming is not idle)
+                let said =
+                    origin + Duration::from_millis(progress.last_event_ms.load(Ordering::SeqCst));
+                if last_heard.max(said).elapsed() >= idle {
+                    let why = format!("idle: nothing received for {} s", idle.as_secs());
+                    return Some((code::NORMAL, why, Some(Outcome::Idle)));
+                }
+                continue;
+            }
+            Ok(None | Some(Err(_) | Ok(Message::Close(_)))) => return None,
+            Ok(Some(Ok(m))) => m,
+        };
+        last_heard = Instant::now();
+        match message {
+            Message::Binary(b) => match decoder.frame(&b) {
+                Ok(samples) => push(samples),
+                Err(why) => return Some((code::INVALID, why, Some(Outcome::BadFrame))),
+            },
+            Message::Text(t) => match serde_json::from_str::<Control>(t.as_str()) {
+                Ok(Control::End) => {
+                    push(decoder.flush());
+                    session.end_of_stream();
+                }
+                Err(_) => {
+                    let why = "bad frame: after the hello send audio as binary frames, or {\"type\":\"end\"}".to_string();
+                    return Some((code::UNSUPPORTED, why, Some(Outcome::BadFrame)));
+                }
+            },
+            Message::Ping(_) | Message::Pong(_) | Message::Close(_) => {}
         }
     }
 }
@@ -379,8 +398,12 @@ impl Bridge {
             match session.events().recv_timeout(TICK) {
                 Ok(ev) => {
                     for e in self.convert(ev, shared, arrivals, progress) {
-                        self.send(e, shared, out);
+                        self.send(&e, &shared.metrics, out);
                     }
+                    progress.last_event_ms.store(
+                        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        Ordering::SeqCst,
+                    );
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
@@ -523,11 +546,11 @@ impl Bridge {
     }
 
     /// Queues `e` for the client; a full queue drops it (counted).
-    fn send(&mut self, e: ServerEvent, shared: &Shared, out: &mpsc::Sender<Message>) {
+    fn send(&mut self, e: &ServerEvent, metrics: &Metrics, out: &mpsc::Sender<Message>) {
         self.tell_losses(out);
         if out.try_send(Message::Text(e.to_json().into())).is_err() {
             self.untold[0].1 += 1;
-            shared.metrics.dropped(Edge::Client, 1);
+            metrics.dropped(Edge::Client, 1);
         }
     }
 
@@ -566,6 +589,47 @@ fn ms(d: Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_client_queue_drops_counts_and_then_tells() {
+        let metrics = Metrics::new(1, 2);
+        let (tx, mut rx) = mpsc::channel(2);
+        let mut b = Bridge::new(Instant::now());
+        let ev = |i| ServerEvent::Token {
+            id: 1,
+            t_ms: 0.0,
+            index: i,
+            text: "x".into(),
+        };
+        for i in 0..5 {
+            b.send(&ev(i), &metrics, &tx);
+        }
+        // the first two went, three were dropped and counted
+        assert_eq!(b.untold[0].1, 3);
+        let text = metrics.render(crate::sessions::HubTotals::default(), 1);
+        let m = super::super::metrics::parse_exposition(&text);
+        assert_eq!(
+            super::super::metrics::sample(&m, r#"voxline_dropped_total{edge="client"}"#),
+            3.0
+        );
+        let got = |m: Message| match m {
+            Message::Text(t) => serde_json::from_str::<ServerEvent>(t.as_str()).unwrap(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(got(rx.try_recv().unwrap()), ev(0));
+        assert_eq!(got(rx.try_recv().unwrap()), ev(1));
+        // the client reads again: it hears what it lost, then what comes next
+        b.send(&ev(5), &metrics, &tx);
+        assert_eq!(
+            got(rx.try_recv().unwrap()),
+            ServerEvent::Dropped {
+                edge: "client".into(),
+                count: 3
+            }
+        );
+        assert_eq!(got(rx.try_recv().unwrap()), ev(5));
+        assert_eq!(b.untold[0].1, 0);
+    }
 
     #[test]
     fn arrivals_find_when_a_sample_came_in() {

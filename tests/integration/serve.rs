@@ -408,7 +408,14 @@ fn a_token_is_required_off_localhost_and_checked_on_every_connection() {
     );
 
     let _g = util::engine_lock();
-    let server = Server::start(&["--token", token, "--max-sessions", "2"]);
+    let server = Server::start(&[
+        "--token",
+        token,
+        "--max-sessions",
+        "2",
+        "--idle-timeout-s",
+        "3",
+    ]);
     for wrong in [None, Some("0123456789abcdef-tesT"), Some("short")] {
         match WsClient::connect(&server.url(), wrong, Hello::pcm16k()) {
             Err(ClientError::Http { status, body }) => {
