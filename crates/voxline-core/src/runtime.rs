@@ -23,7 +23,8 @@ use crossbeam_channel as cb;
 
 use crate::clock::Clock;
 use crate::edge::{EdgeReceiver, EdgeSender, EdgeStats, EdgeStatsSnapshot, Envelope};
-use crate::message::{Message, PipelineEvent, TimedEvent, TurnError, UtteranceId};
+use crate::event::{PipelineEvent, TimedEvent};
+use crate::message::{Message, TurnError, UtteranceId};
 use crate::span::{Span, SpanKind};
 use crate::stage::{Emitter, Stage, StageError, StartError, StartStage};
 

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use crate::cpu::{CpuLease, LeaseGuard, Priority};
 use crate::edge::EdgeSender;
-use crate::message::{Message, TimedEvent, UtteranceId};
+use crate::event::{PipelineEvent, TimedEvent};
+use crate::message::{Message, UtteranceId};
 use crate::runtime::EventBus;
 use crate::span::{Span, SpanKind};
 
@@ -374,7 +375,7 @@ impl<'a, T: Message> Emitter<'a, T> {
 
     /// Publishes a control event (not a message) on the event bus, stamped
     /// now; a no-op for an emitter without a bus (e.g. [`drive`]).
-    pub fn publish(&mut self, event: crate::message::PipelineEvent) {
+    pub fn publish(&mut self, event: PipelineEvent) {
         if let Some(bus) = self.bus {
             bus.post(event);
         }
@@ -441,7 +442,20 @@ pub fn drive<S: Stage>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Token;
+
+    /// A test message: a piece of text of one turn.
+    #[derive(Debug, Clone, PartialEq)]
+    struct Token {
+        id: UtteranceId,
+        index: u32,
+        text: String,
+    }
+
+    impl Message for Token {
+        fn utterance_id(&self) -> Option<UtteranceId> {
+            Some(self.id)
+        }
+    }
 
     /// Splits text into word tokens; flushes a count at the end.
     struct Words {

@@ -32,6 +32,9 @@ use llama_cpp_2::TokenToStringError;
 use serde::{Deserialize, Serialize};
 
 pub mod batch;
+pub mod message;
+
+pub use message::{LlmCounters, LlmOut, Stop, Token, TurnComplete};
 
 /// Errors of the language model engine.
 #[derive(Debug, thiserror::Error)]
@@ -55,15 +58,14 @@ pub enum LlmError {
         /// Why.
         detail: String,
     },
-    /// A turn's prompt does not fit in the context even with no history.
-    #[error("the prompt needs {needed} tokens but the context holds {n_ctx} (with {max_tokens} reserved for the answer); shorten the system prompt or raise --ctx")]
+    /// A turn's prompt leaves no room in the context for an answer, even
+    /// with no history.
+    #[error("the prompt needs {needed} tokens but the context holds {n_ctx} with room for the answer; shorten what is said or the system prompt, or raise --ctx")]
     ContextFull {
-        /// Tokens needed.
+        /// Tokens of the prompt.
         needed: usize,
         /// Context size.
         n_ctx: u32,
-        /// Tokens reserved for generation.
-        max_tokens: u32,
     },
     /// The system prompt leaves no room in the context for a turn and its answer.
     #[error("the system prompt needs {prompt_tokens} tokens but only {fit} fit (--ctx {n_ctx} less {max_tokens} reserved for the answer by --max-tokens, less one for what is said); shorten the system prompt, lower --max-tokens or raise --ctx")]
@@ -158,31 +160,6 @@ impl LlmConfig {
     }
 }
 
-/// Why generation stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stop {
-    /// The model produced an end-of-generation token.
-    EndOfGeneration,
-    /// `max_tokens` were generated.
-    MaxTokens,
-    /// The consumer asked to stop.
-    Cancelled,
-    /// The context window filled up before the answer ended.
-    ContextFull,
-}
-
-/// The engine's own token counters for one turn (llama.cpp's perf
-/// context). llama-cpp-2 creates contexts with llama.cpp's perf timers off,
-/// so only the counts are meaningful; times come from voxline's runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct EngineCounters {
-    /// Prompt tokens evaluated in batches (llama.cpp `n_p_eval`).
-    pub n_p_eval: u32,
-    /// Tokens evaluated one at a time (llama.cpp `n_eval`).
-    pub n_eval: u32,
-}
-
 /// The conversation at one moment (see [`LlmEngine::checkpoint`]).
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
@@ -207,8 +184,8 @@ pub struct Response {
     pub stop: Stop,
     /// Turns of history dropped to fit the context.
     pub dropped_turns: u32,
-    /// llama.cpp's counters for this turn.
-    pub engine: EngineCounters,
+    /// llama.cpp's counts for this turn.
+    pub engine: LlmCounters,
 }
 
 fn backend() -> Result<&'static LlamaBackend, LlmError> {
@@ -755,9 +732,16 @@ impl LlmEngine {
     /// Answers `user`, calling `on_token` with each piece of text as it is
     /// decoded; `on_token` returns `false` to stop early.
     ///
+    /// The prompt keeps `max_tokens` of the context free for the answer,
+    /// dropping the oldest turns of history while it does not. A prompt that
+    /// takes more than that even without history is answered in the room
+    /// left, and the answer stops with [`Stop::ContextFull`] when the
+    /// context is full.
+    ///
     /// # Errors
-    /// [`LlmError::ContextFull`] when the prompt cannot fit even without
-    /// history, [`LlmError::Engine`] when evaluation fails.
+    /// [`LlmError::ContextFull`] when the prompt leaves no room for an
+    /// answer even without history, [`LlmError::Engine`] when evaluation
+    /// fails.
     pub fn respond(
         &mut self,
         user: &str,
@@ -778,10 +762,14 @@ impl LlmEngine {
                 break tokens;
             }
             if self.history.is_empty() {
+                // Nothing left to drop: the answer gets the room there is
+                // and stops with `Stop::ContextFull` when the context is full.
+                if fits_with_answer(tokens.len(), config.n_ctx) {
+                    break tokens;
+                }
                 return Err(LlmError::ContextFull {
                     needed: tokens.len(),
                     n_ctx: config.n_ctx,
-                    max_tokens: config.max_tokens,
                 });
             }
             self.history.remove(0);
@@ -853,13 +841,13 @@ impl LlmEngine {
         }
         let t = self.session.with_dependent_mut(|_, c| c.ctx.timings());
         // llama.cpp reports at least 1 for each counter; an idle counter is 0.
-        let engine = EngineCounters {
-            n_p_eval: if n_prefill > 1 {
+        let engine = LlmCounters {
+            n_prefill_tokens: if n_prefill > 1 {
                 u32::try_from(t.n_p_eval()).unwrap_or(0)
             } else {
                 0
             },
-            n_eval: if n_sampled > 1 || n_prefill == 1 {
+            n_decode_tokens: if n_sampled > 1 || n_prefill == 1 {
                 u32::try_from(t.n_eval()).unwrap_or(0)
             } else {
                 0
@@ -880,6 +868,13 @@ impl LlmEngine {
             engine,
         })
     }
+}
+
+/// Whether a prompt of `prompt_tokens` leaves room in a context of `n_ctx`
+/// tokens for an answer of more than one token (the answer stops with
+/// [`Stop::ContextFull`] when the context's last position is taken).
+fn fits_with_answer(prompt_tokens: usize, n_ctx: u32) -> bool {
+    prompt_tokens + 1 < n_ctx as usize
 }
 
 /// The sampler `s` asks for.
@@ -1078,8 +1073,7 @@ impl voxline_core::StartStage for LlmStage {
 
 /// The language-model stage running on its thread: one
 /// [`Transcript`](voxline_core::Transcript) in; its answer streamed out as
-/// [`LlmOut::Token`](voxline_core::LlmOut)s as they decode, then one
-/// [`LlmOut::Done`](voxline_core::LlmOut). An empty transcript is answered
+/// [`LlmOut::Token`]s as they decode, then one [`LlmOut::Done`]. An empty transcript is answered
 /// with nothing (a turn with an empty response); an engine failure becomes a
 /// turn error for that id.
 pub struct RunningLlmStage {
@@ -1135,7 +1129,7 @@ impl RunningLlmStage {
 
 impl voxline_core::Stage for RunningLlmStage {
     type In = voxline_core::Transcript;
-    type Out = voxline_core::LlmOut;
+    type Out = LlmOut;
 
     fn name(&self) -> &str {
         STAGE_NAME
@@ -1161,7 +1155,6 @@ impl voxline_core::Stage for RunningLlmStage {
         t: Self::In,
         out: &mut voxline_core::Emitter<'_, Self::Out>,
     ) -> Result<(), voxline_core::StageError> {
-        use voxline_core::{LlmEngineTimings, LlmOut, StopReason, Token, TurnComplete};
         let id = t.id;
         self.settle()?;
         if self.spec_state(id) == voxline_core::SpecState::Cancelled {
@@ -1183,8 +1176,8 @@ impl voxline_core::Stage for RunningLlmStage {
                 response: String::new(),
                 n_prompt_tokens: 0,
                 n_generated: 0,
-                engine: LlmEngineTimings::default(),
-                stop: StopReason::EndOfGeneration,
+                engine: LlmCounters::default(),
+                stop: Stop::EndOfGeneration,
                 history_dropped: 0,
             }));
             return Ok(());
@@ -1258,16 +1251,8 @@ impl voxline_core::Stage for RunningLlmStage {
             response: r.text,
             n_prompt_tokens: r.n_prompt_tokens,
             n_generated: r.n_sampled,
-            engine: LlmEngineTimings {
-                n_prefill_tokens: r.engine.n_p_eval,
-                n_decode_tokens: r.engine.n_eval,
-            },
-            stop: match r.stop {
-                Stop::EndOfGeneration => StopReason::EndOfGeneration,
-                Stop::MaxTokens => StopReason::MaxTokens,
-                Stop::Cancelled => StopReason::Cancelled,
-                Stop::ContextFull => StopReason::ContextFull,
-            },
+            engine: r.engine,
+            stop: r.stop,
             history_dropped: r.dropped_turns,
         }));
         Ok(())
