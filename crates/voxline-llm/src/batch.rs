@@ -25,10 +25,9 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
-use crate::{
-    backend, fits_with_answer, piece_bytes, render_chat, tokenize_with, LlmConfig, LlmError,
-    LlmModel, Stop, Utf8Stream,
-};
+use crate::engine::fits_with_answer;
+use crate::model::{backend, piece_bytes, render_chat, tokenize_with};
+use crate::{LlmConfig, LlmError, LlmModel, Stop, Utf8Stream};
 
 /// One session of a [`BatchEngine`] (its index, from 0).
 pub type SessionId = usize;
