@@ -93,5 +93,8 @@ pub use runtime::{
 };
 pub use span::{Span, SpanKind, SpanRecord};
 pub use spec::{SpecBoard, SpecGate, SpecState};
-pub use stage::{drive, on_thread, Emitter, OnThread, Stage, StageError, StartError, StartStage};
+pub use stage::{
+    drive, on_thread, Emitter, OnThread, Stage, StageError, StageErrorSource, StartError,
+    StartStage,
+};
 pub use topology::{EdgeId, EdgeSpec, StageId, StageSpec, Topology, TopologyError};

@@ -134,7 +134,7 @@ impl<'m> BatchEngine<'m> {
             .new_context(backend()?, params)
             .map_err(|e| LlmError::Load {
                 path: config.model.clone(),
-                detail: e.to_string(),
+                source: e.into(),
             })?;
         let mut engine = Self {
             model,

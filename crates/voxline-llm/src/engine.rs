@@ -607,6 +607,6 @@ fn new_context<'m>(
         .new_context(backend()?, cparams)
         .map_err(|e| LlmError::Load {
             path: config.model.clone(),
-            detail: e.to_string(),
+            source: e.into(),
         })
 }

@@ -2,6 +2,9 @@
 
 use std::path::PathBuf;
 
+/// An error of llama.cpp's, kept as the source of ours.
+pub type EngineSource = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Errors of the language model engine.
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
@@ -9,20 +12,22 @@ pub enum LlmError {
     #[error(transparent)]
     Model(#[from] voxline_models::ModelError),
     /// llama.cpp could not load the model or create its context.
-    #[error("{path}: llama.cpp could not load this model ({detail}); is it a complete GGUF? Fetch it again, or run with VOXLINE_LOG=llama-cpp-2=info for llama.cpp's reasons")]
+    #[error("{path}: llama.cpp could not load this model ({source}); is it a complete GGUF? Fetch it again, or run with VOXLINE_LOG=llama-cpp-2=info for llama.cpp's reasons")]
     Load {
         /// The model file.
         path: PathBuf,
-        /// The engine's error.
-        detail: String,
+        /// llama.cpp's error (loading the model, or making a context).
+        #[source]
+        source: EngineSource,
     },
     /// The model has no usable chat template.
-    #[error("{path}: the model has no chat template llama.cpp can apply ({detail}); use an instruction-tuned GGUF with a template")]
+    #[error("{path}: the model has no chat template llama.cpp can apply ({source}); use an instruction-tuned GGUF with a template")]
     Template {
         /// The model file.
         path: PathBuf,
-        /// Why.
-        detail: String,
+        /// llama.cpp's error (reading the template, or applying it).
+        #[source]
+        source: EngineSource,
     },
     /// A turn's prompt leaves no room in the context for an answer, even
     /// with no history.

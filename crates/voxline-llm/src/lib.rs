@@ -33,7 +33,7 @@ mod utf8;
 
 pub use config::{LlmConfig, Sampling, DEFAULT_SYSTEM_PROMPT};
 pub use engine::{Checkpoint, LlmEngine, Response};
-pub use error::LlmError;
+pub use error::{EngineSource, LlmError};
 pub use message::{LlmCounters, LlmOut, Stop, Token, TurnComplete};
 pub use model::LlmModel;
 pub use stage::{LlmStage, RunningLlmStage, STAGE, STAGE_NAME};

@@ -7,7 +7,7 @@ use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{AddBos, LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
-use llama_cpp_2::TokenToStringError;
+use llama_cpp_2::{LlamaModelLoadError, TokenToStringError};
 
 use crate::{LlmConfig, LlmError};
 
@@ -81,16 +81,16 @@ impl LlmModel {
         }
         voxline_models::kind::check_llm_model(&config.model)?;
         let backend = backend()?;
-        let load_err = |detail: String| LlmError::Load {
+        let load_err = |e: LlamaModelLoadError| LlmError::Load {
             path: config.model.clone(),
-            detail,
+            source: e.into(),
         };
         let mparams = LlamaModelParams::default().with_n_gpu_layers(config.n_gpu_layers);
-        let model = LlamaModel::load_from_file(backend, &config.model, &mparams)
-            .map_err(|e| load_err(e.to_string()))?;
+        let model =
+            LlamaModel::load_from_file(backend, &config.model, &mparams).map_err(load_err)?;
         let template = model.chat_template(None).map_err(|e| LlmError::Template {
             path: config.model.clone(),
-            detail: e.to_string(),
+            source: e.into(),
         })?;
         // Tokenise the system prompt before the context (and its KV cache) is
         // made: one that cannot fit is the user's to fix, not a failure later.
@@ -155,7 +155,7 @@ pub(crate) fn render_chat(
         .apply_chat_template(template, &chat, user.is_some())
         .map_err(|e| LlmError::Template {
             path: config.model.clone(),
-            detail: e.to_string(),
+            source: e.into(),
         })
 }
 

@@ -142,6 +142,7 @@ impl RunningLlmStage {
                     voxline_core::StageError::fatal(format!(
                         "rolling back cancelled turn {id}: {e}"
                     ))
+                    .caused_by(e)
                 })?;
             }
         }
@@ -223,7 +224,7 @@ impl voxline_core::Stage for RunningLlmStage {
         let (batch, decode) = self
             .engine
             .adapt_threads()
-            .map_err(|e| voxline_core::StageError::turn(id, e.to_string()))?;
+            .map_err(|e| voxline_core::StageError::turn(id, e.to_string()).caused_by(e))?;
         let threads = batch.max(decode);
         let meter = self.meter.clone();
         let mut running = meter.as_ref().map(|m| m.enter(threads));
@@ -272,7 +273,7 @@ impl voxline_core::Stage for RunningLlmStage {
             self.settle()?;
             return Ok(());
         }
-        let r = r.map_err(|e| voxline_core::StageError::turn(id, e.to_string()))?;
+        let r = r.map_err(|e| voxline_core::StageError::turn(id, e.to_string()).caused_by(e))?;
         out.emit(LlmOut::Done(TurnComplete {
             id,
             transcript: t.text,

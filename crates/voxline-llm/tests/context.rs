@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use voxline_llm::{LlmConfig, LlmEngine, LlmError, Stop};
+use voxline_core::{drive, StartStage, Transcript};
+use voxline_llm::{LlmConfig, LlmEngine, LlmError, LlmModel, LlmStage, Stop};
 
 /// The default language model in the repository's models directory
 /// (`VOXLINE_MODELS_DIR` to look elsewhere).
@@ -76,5 +77,34 @@ fn a_prompt_that_leaves_no_room_for_an_answer_is_refused() {
     assert!(
         matches!(err, LlmError::ContextFull { needed, n_ctx: c } if needed == p as usize && c == n_ctx),
         "{err}"
+    );
+}
+
+#[test]
+fn a_refused_turn_is_a_turn_error_that_keeps_the_engine_error_as_its_source() {
+    let p = prompt_tokens();
+    let model = LlmModel::load(config(p, 4)).unwrap();
+    let mut stage = LlmStage::new(model).start().unwrap();
+    let said = Transcript {
+        id: 7,
+        text: COUNT.into(),
+        n_tokens: 0,
+        audio_ms: 0.0,
+        start_sample: 0,
+        end_sample: 0,
+        end_wall: std::time::Instant::now(),
+    };
+    let err = drive(&mut stage, [said]).unwrap_err();
+    assert_eq!(err.utterance, Some(7));
+    assert!(!err.fatal);
+    let source = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<LlmError>());
+    assert!(
+        matches!(source, Some(LlmError::ContextFull { .. })),
+        "{err:?}"
+    );
+    // what the user reads is the engine's own message
+    assert_eq!(
+        err.message,
+        source.map(ToString::to_string).unwrap_or_default()
     );
 }

@@ -64,18 +64,18 @@ impl SttEngine {
         voxline_models::kind::check_whisper_model(&config.model)?;
         let path = config.model.to_str().ok_or_else(|| SttError::Load {
             path: config.model.clone(),
-            detail: "the path is not valid UTF-8; rename it".into(),
+            source: "the path is not valid UTF-8; rename it".into(),
         })?;
         let mut params = WhisperContextParameters::default();
         params.use_gpu(config.use_gpu);
         params.flash_attn(config.flash_attn);
         let ctx = WhisperContext::new_with_params(path, params).map_err(|e| SttError::Load {
             path: config.model.clone(),
-            detail: e.to_string(),
+            source: e.into(),
         })?;
         let state = ctx.create_state().map_err(|e| SttError::Load {
             path: config.model.clone(),
-            detail: e.to_string(),
+            source: e.into(),
         })?;
         Ok(Self {
             state,
@@ -93,7 +93,7 @@ impl SttEngine {
     pub fn share(&self) -> Result<Self, SttError> {
         let state = self.ctx.create_state().map_err(|e| SttError::Load {
             path: self.config.model.clone(),
-            detail: e.to_string(),
+            source: e.into(),
         })?;
         Ok(Self {
             state,
@@ -174,7 +174,7 @@ impl SttEngine {
         timestamps: bool,
     ) -> Result<Transcription, SttError> {
         let audio_ms = samples.len() as f64 * 1000.0 / f64::from(SAMPLE_RATE);
-        let fail = |detail: String| SttError::Transcribe { audio_ms, detail };
+        let fail = |source: whisper_rs::WhisperError| SttError::Transcribe { audio_ms, source };
         // whisper needs at least ~1 s of input; pad short utterances with silence.
         let min = SAMPLE_RATE as usize + SAMPLE_RATE as usize / 10;
         let padded;
@@ -219,12 +219,12 @@ impl SttEngine {
         if abort() {
             return Err(SttError::Aborted);
         }
-        result.map_err(|e| fail(e.to_string()))?;
+        result.map_err(|e| fail(e))?;
         let eot = self.ctx.token_eot();
         let mut text = String::new();
         let mut n_tokens = 0u32;
         for seg in self.state.as_iter() {
-            text.push_str(&seg.to_str_lossy().map_err(|e| fail(e.to_string()))?);
+            text.push_str(&seg.to_str_lossy().map_err(|e| fail(e))?);
             for i in 0..seg.n_tokens() {
                 if let Some(tok) = seg.get_token(i) {
                     if tok.token_id() < eot {

@@ -9,20 +9,22 @@ pub enum SttError {
     #[error(transparent)]
     Model(#[from] voxline_models::ModelError),
     /// whisper.cpp refused to load the model.
-    #[error("{path}: whisper.cpp could not load this model ({detail}); run with VOXLINE_LOG=whisper_rs=info for whisper.cpp's reasons")]
+    #[error("{path}: whisper.cpp could not load this model ({source}); run with VOXLINE_LOG=whisper_rs=info for whisper.cpp's reasons")]
     Load {
         /// The model file.
         path: PathBuf,
-        /// The engine's error.
-        detail: String,
+        /// whisper.cpp's error, or why the path cannot be handed to it.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
     /// Transcription failed inside the engine.
-    #[error("whisper failed to transcribe a {audio_ms:.0} ms utterance: {detail}")]
+    #[error("whisper failed to transcribe a {audio_ms:.0} ms utterance: {source}")]
     Transcribe {
         /// Utterance length.
         audio_ms: f64,
-        /// The engine's error.
-        detail: String,
+        /// whisper.cpp's error.
+        #[source]
+        source: whisper_rs::WhisperError,
     },
     /// The configuration is invalid.
     #[error("{0}")]

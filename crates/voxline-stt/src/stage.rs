@@ -109,7 +109,7 @@ impl voxline_core::Stage for SttStage {
                 if u.forced_split {
                     self.carry = None;
                 }
-                return Err(voxline_core::StageError::turn(u.id, e.to_string()));
+                return Err(voxline_core::StageError::turn(u.id, e.to_string()).caused_by(e));
             }
         };
         if let Some(why) = implausibly_short(&t.text, t.audio_ms / 1000.0) {
