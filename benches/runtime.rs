@@ -11,7 +11,8 @@ mod util;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use voxline_core::{edge, Clock, Emitter, FullPolicy, LlmOut, Pipeline, Stage, StageError, Token};
+use voxline_core::{edge, Clock, Emitter, FullPolicy, Pipeline, Stage, StageError};
+use voxline_llm::{LlmOut, Token};
 
 /// Forwards every message unchanged.
 struct Pass;

@@ -10,9 +10,10 @@ use std::time::Instant;
 
 use voxline_audio::{VadConfig, VadStage, WavSource};
 use voxline_core::{
-    AudioFrame, Clock, FullPolicy, LlmOut, Pipeline, PipelineEvent, RunOutcome, ShutdownHandle,
-    Stage, StageId, StartStage, TimedEvent, Topology, Transcript, Utterance,
+    AudioFrame, Clock, FullPolicy, Pipeline, PipelineEvent, RunOutcome, ShutdownHandle, Stage,
+    StageId, StartStage, TimedEvent, Topology, Transcript, Utterance,
 };
+use voxline_llm::{LlmOut, Token, TurnComplete};
 
 use crate::sidecar::Sidecar;
 use crate::topology::{self, AudioEdge};
@@ -418,18 +419,19 @@ impl EventSink {
                 PipelineEvent::Transcript(t) => {
                     let _ = writeln!(out, "[{}] you: {}", t.id, t.text);
                 }
-                PipelineEvent::Token(t) => {
-                    if t.index == 0 {
-                        let _ = write!(out, "[{}] voxline: ", t.id);
-                    }
-                    let _ = write!(out, "{}", t.text);
-                    let _ = out.flush();
-                }
-                PipelineEvent::TurnComplete(c) => {
-                    if c.n_generated == 0 {
-                        let _ = writeln!(out, "[{}] voxline: (nothing to answer)", c.id);
-                    } else {
-                        let _ = writeln!(out);
+                PipelineEvent::Engine(e) => {
+                    if let Some(t) = e.downcast_ref::<Token>() {
+                        if t.index == 0 {
+                            let _ = write!(out, "[{}] voxline: ", t.id);
+                        }
+                        let _ = write!(out, "{}", t.text);
+                        let _ = out.flush();
+                    } else if let Some(c) = e.downcast_ref::<TurnComplete>() {
+                        if c.n_generated == 0 {
+                            let _ = writeln!(out, "[{}] voxline: (nothing to answer)", c.id);
+                        } else {
+                            let _ = writeln!(out);
+                        }
                     }
                 }
                 PipelineEvent::TurnError(e) => {
@@ -642,10 +644,9 @@ where
                     if let Some(h) = &hook {
                         h(&ev.event);
                     }
-                    if matches!(
-                        ev.event,
-                        PipelineEvent::TurnComplete(_) | PipelineEvent::TurnError(_)
-                    ) {
+                    if matches!(ev.event, PipelineEvent::TurnError(_))
+                        || ev.event.engine::<TurnComplete>().is_some()
+                    {
                         done_counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     sink.handle(ev);

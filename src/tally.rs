@@ -190,8 +190,7 @@ impl Tally {
             }
             PipelineEvent::Utterance(_)
             | PipelineEvent::Transcript(_)
-            | PipelineEvent::Token(_)
-            | PipelineEvent::TurnComplete(_)
+            | PipelineEvent::Engine(_)
             | PipelineEvent::TurnError(_) => {
                 if let Some(id) = ev.event.utterance_id() {
                     self.turn_event(id, ev, now);

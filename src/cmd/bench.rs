@@ -192,8 +192,12 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     let progress = bar.clone();
     let hook: pipeline::EventHook =
         std::sync::Arc::new(move |ev: &voxline_core::PipelineEvent| match ev {
-            voxline_core::PipelineEvent::TurnComplete(_)
-            | voxline_core::PipelineEvent::TurnError(_) => progress.inc(1),
+            voxline_core::PipelineEvent::Engine(e)
+                if e.downcast_ref::<voxline_llm::TurnComplete>().is_some() =>
+            {
+                progress.inc(1)
+            }
+            voxline_core::PipelineEvent::TurnError(_) => progress.inc(1),
             voxline_core::PipelineEvent::Transcript(t) => {
                 progress.set_message(t.text.chars().take(40).collect::<String>())
             }

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use voxline_core::{
-    Clock, EdgeStatsSnapshot, FullPolicy, LlmEngineTimings, PipelineEvent, RunOutcome, Span,
-    SpanKind, StageId, StopReason, TimedEvent, Token, Transcript, TurnComplete, TurnError,
-    UtteranceInfo,
+    Clock, EdgeStatsSnapshot, FullPolicy, PipelineEvent, RunOutcome, Span, SpanKind, StageId,
+    TimedEvent, Transcript, TurnError, UtteranceInfo,
 };
+use voxline_llm::{LlmCounters, Stop, Token, TurnComplete};
 
 use crate::pipeline::{InputSpan, Pace, RunResult};
 use crate::sidecar::{Sidecar, SidecarTurn};
@@ -98,17 +98,17 @@ fn done(id: u64, transcript: &str, response: &str) -> TurnComplete {
         response: response.to_string(),
         n_prompt_tokens: 40,
         n_generated: 5,
-        engine: LlmEngineTimings {
+        engine: LlmCounters {
             n_prefill_tokens: 20,
             n_decode_tokens: 4,
         },
-        stop: StopReason::EndOfGeneration,
+        stop: Stop::EndOfGeneration,
         history_dropped: 0,
     }
 }
 
 fn token(id: u64, index: u32) -> PipelineEvent {
-    PipelineEvent::Token(Token {
+    PipelineEvent::engine_event(Token {
         id,
         index,
         text: format!("t{index}"),
@@ -167,7 +167,7 @@ pub(crate) fn run(pace: Pace, cpu_shared: bool) -> RunResult {
         ev(
             origin,
             3000,
-            PipelineEvent::TurnComplete(done(1, "hello there", "Hi! How are you?")),
+            PipelineEvent::engine_event(done(1, "hello there", "Hi! How are you?")),
         ),
         ev(
             origin,
@@ -204,7 +204,7 @@ pub(crate) fn run(pace: Pace, cpu_shared: bool) -> RunResult {
         ev(
             origin,
             4100,
-            PipelineEvent::TurnComplete(done(3, "what time is it", "It is noon.")),
+            PipelineEvent::engine_event(done(3, "what time is it", "It is noon.")),
         ),
     ];
     let mut spans = vec![

@@ -5,9 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use voxline_core::{
-    Clock, PipelineEvent, Span, TimedEvent, Transcript, TurnComplete, UtteranceInfo,
-};
+use voxline_core::{Clock, PipelineEvent, Span, TimedEvent, Transcript, UtteranceInfo};
+use voxline_llm::{Token, TurnComplete};
 
 use super::clocks;
 use super::schema::{StageWork, TurnReport};
@@ -54,8 +53,13 @@ impl Gathered {
         match &ev.event {
             PipelineEvent::Utterance(u) => self.utt = Some((*u, ev.at)),
             PipelineEvent::Transcript(t) => self.transcript = Some((t.clone(), ev.at)),
-            PipelineEvent::Token(_) => self.tokens.push(ev.at),
-            PipelineEvent::TurnComplete(c) => self.done = Some(c.clone()),
+            PipelineEvent::Engine(e) => {
+                if e.downcast_ref::<Token>().is_some() {
+                    self.tokens.push(ev.at);
+                } else if let Some(c) = e.downcast_ref::<TurnComplete>() {
+                    self.done = Some(c.clone());
+                }
+            }
             PipelineEvent::TurnError(e) => {
                 self.error
                     .get_or_insert(format!("{}: {}", e.stage, e.message));
@@ -331,7 +335,7 @@ mod tests {
         run.outcome.failed = Some("llm: panicked".into());
         // turn 3's answer never came
         run.events
-            .retain(|e| !matches!(&e.event, PipelineEvent::TurnComplete(c) if c.id == 3));
+            .retain(|e| !e.event.engine::<TurnComplete>().is_some_and(|c| c.id == 3));
         let cx = fixture::context(&run);
         let (t, _) = turn_report(1, 3, &fixture::gathered(&run, 3), &cx).unwrap();
         assert_eq!(t.error.as_deref(), Some("not finished: llm: panicked"));

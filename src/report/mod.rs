@@ -86,8 +86,7 @@ pub fn build(
             }
             PipelineEvent::Utterance(_)
             | PipelineEvent::Transcript(_)
-            | PipelineEvent::Token(_)
-            | PipelineEvent::TurnComplete(_)
+            | PipelineEvent::Engine(_)
             | PipelineEvent::TurnError(_) => {
                 if let Some(id) = ev.event.utterance_id() {
                     by_id.entry(id).or_default().event(ev);

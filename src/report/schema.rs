@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Serialize;
-use voxline_core::{EdgeStatsSnapshot, StopReason};
+use voxline_core::EdgeStatsSnapshot;
+use voxline_llm::Stop;
 
 use crate::stats::Percentiles;
 
@@ -85,7 +86,7 @@ pub struct TurnReport {
     /// End of speech → first token.
     pub response_latency_ms: Option<f64>,
     /// Why generation stopped.
-    pub stop: Option<StopReason>,
+    pub stop: Option<Stop>,
     /// Earlier turns of the conversation the LLM dropped from this turn's
     /// prompt to fit its context (0: the whole history was kept).
     pub llm_history_dropped: Option<u32>,

@@ -40,8 +40,8 @@ fn whisper_then_llama_in_one_process() {
     assert_eq!(pieces.concat().trim(), r.text);
     // The engine's own counters agree with ours: every sampled token but the
     // last was evaluated one at a time; the prompt tail was evaluated in a batch.
-    assert_eq!(r.engine.n_eval, r.n_sampled - 1, "{r:?}");
-    assert_eq!(r.engine.n_p_eval, r.n_prefill_tokens, "{r:?}");
+    assert_eq!(r.engine.n_decode_tokens, r.n_sampled - 1, "{r:?}");
+    assert_eq!(r.engine.n_prefill_tokens, r.n_prefill_tokens, "{r:?}");
 }
 
 #[test]

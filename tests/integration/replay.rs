@@ -1,7 +1,8 @@
 //! `voxline replay` end to end on the fixtures, real models, fast pace.
 
 use crate::util;
-use voxline_core::{LlmOut, PipelineEvent, Stage};
+use voxline_core::{PipelineEvent, Stage};
+use voxline_llm::{LlmOut, Token, TurnComplete};
 
 const MAX_WER: f64 = 0.1;
 
@@ -23,10 +24,9 @@ fn single_question_is_transcribed_and_answered() {
     let streamed: String = run
         .events
         .iter()
-        .filter_map(|e| match &e.event {
-            PipelineEvent::Token(tok) if tok.id == t.id => Some(tok.text.clone()),
-            _ => None,
-        })
+        .filter_map(|e| e.event.engine::<Token>())
+        .filter(|tok| tok.id == t.id)
+        .map(|tok| tok.text.clone())
         .collect();
     assert_eq!(streamed.trim(), t.response.as_deref().unwrap());
     // the response latency is the sum of its parts
@@ -73,10 +73,8 @@ fn multi_turn_gives_each_turn_in_order() {
     let done: Vec<u64> = run
         .events
         .iter()
-        .filter_map(|e| match &e.event {
-            PipelineEvent::TurnComplete(c) => Some(c.id),
-            _ => None,
-        })
+        .filter_map(|e| e.event.engine::<TurnComplete>())
+        .map(|c| c.id)
         .collect();
     assert_eq!(done, ids);
 }
@@ -173,9 +171,8 @@ fn a_slow_llm_loses_nothing_and_queues_stay_bounded() {
     assert_eq!(utterances.len(), 6, "3 + 1 + 1 + 1 questions");
     for id in &utterances {
         let ended = run.events.iter().any(|e| match &e.event {
-            PipelineEvent::TurnComplete(c) => c.id == *id,
             PipelineEvent::TurnError(t) => t.id == *id,
-            _ => false,
+            other => other.engine::<TurnComplete>().is_some_and(|c| c.id == *id),
         });
         assert!(
             ended,

@@ -4,10 +4,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::util;
-use voxline_core::{
-    Emitter, LlmEngineTimings, LlmOut, Stage, StageError, StopReason, Token, Transcript,
-    TurnComplete, Utterance,
-};
+use voxline_core::{Emitter, Stage, StageError, Transcript, Utterance};
+use voxline_llm::{LlmCounters, LlmOut, Stop, Token, TurnComplete};
 
 /// Every key path in a JSON value, arrays written as `[]`.
 fn paths(v: &serde_json::Value, prefix: &str, out: &mut BTreeSet<String>) {
@@ -244,11 +242,11 @@ impl Stage for FixedLlm {
             response: "x".repeat(self.tokens as usize),
             n_prompt_tokens: 10,
             n_generated: self.tokens,
-            engine: LlmEngineTimings {
+            engine: LlmCounters {
                 n_prefill_tokens: 10,
                 n_decode_tokens: self.tokens - 1,
             },
-            stop: StopReason::MaxTokens,
+            stop: Stop::MaxTokens,
             history_dropped: 0,
         }));
         Ok(())
@@ -382,7 +380,7 @@ fn the_llm_stage_rate_is_the_decode_rate_of_its_turns() {
     );
     // generated tokens, the end-of-generation token not among them
     assert_eq!(llm.tokens, Some(t.llm_streamed_tokens as u64));
-    if t.stop == Some(StopReason::EndOfGeneration) {
+    if t.stop == Some(Stop::EndOfGeneration) {
         assert_eq!(
             t.llm_streamed_tokens as u32 + 1,
             t.llm_generated_tokens.unwrap()

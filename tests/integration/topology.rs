@@ -1,7 +1,8 @@
 //! A stage added through the public API, in about 40 lines: its row shows
 //! in the report, the timeline and the CSV with no change to their code.
 
-use voxline_core::{Emitter, PipelineEvent, Stage, StageError, Transcript};
+use voxline_core::{Emitter, Stage, StageError, Transcript};
+use voxline_llm::TurnComplete;
 
 use crate::util;
 
@@ -37,10 +38,8 @@ fn an_added_stage_has_its_row_in_the_report_the_timeline_and_the_csv() {
     let report = voxline::report::build(&run, Default::default(), 0.0, None);
     // the LLM answered what the added stage made of the transcript
     let heard: Vec<&str> = (run.events.iter())
-        .filter_map(|e| match &e.event {
-            PipelineEvent::TurnComplete(c) => Some(c.transcript.as_str()),
-            _ => None,
-        })
+        .filter_map(|e| e.event.engine::<TurnComplete>())
+        .map(|c| c.transcript.as_str())
         .collect();
     assert!(
         !heard.is_empty()

@@ -2,8 +2,10 @@
 //! audio devices or models.
 //!
 //! - [`clock`]: the one clock of a session ([`Clock`], [`StreamTime`]);
-//! - [`message`]: what travels between stages and what sinks see
-//!   ([`PipelineEvent`]);
+//! - [`message`]: what travels between stages ([`Message`]) and is shared
+//!   by several of them (audio, utterances, transcripts);
+//! - [`event`]: what sinks and the event log see ([`PipelineEvent`]), with
+//!   room for an engine's own events ([`EngineEvent`]);
 //! - [`cpu`]: the CPU budget: a priority lease, a thread meter, a governor;
 //! - [`mod@edge`]: bounded channels with a declared full-queue policy
 //!   ([`FullPolicy`]) and counters;
@@ -17,31 +19,43 @@
 //! - [`files`]: atomic file writing, with partial files removed on abort.
 //!
 //! ```
-//! use voxline_core::{edge, Clock, Emitter, FullPolicy, Pipeline, Stage, StageError, Token};
+//! use voxline_core::{
+//!     edge, Clock, Emitter, FullPolicy, Message, Pipeline, Stage, StageError, UtteranceId,
+//! };
 //!
-//! /// Upper-cases token text.
+//! /// A message: some text of one turn.
+//! struct Words {
+//!     id: UtteranceId,
+//!     text: String,
+//! }
+//!
+//! impl Message for Words {
+//!     fn utterance_id(&self) -> Option<UtteranceId> { Some(self.id) }
+//! }
+//!
+//! /// Upper-cases the text.
 //! struct Shout;
 //!
 //! impl Stage for Shout {
-//!     type In = Token;
-//!     type Out = Token;
+//!     type In = Words;
+//!     type Out = Words;
 //!     fn name(&self) -> &str { "shout" }
-//!     fn process(&mut self, t: Token, out: &mut Emitter<'_, Token>) -> Result<(), StageError> {
-//!         out.emit(Token { text: t.text.to_uppercase(), ..t });
+//!     fn process(&mut self, w: Words, out: &mut Emitter<'_, Words>) -> Result<(), StageError> {
+//!         out.emit(Words { text: w.text.to_uppercase(), ..w });
 //!         Ok(())
 //!     }
 //! }
 //!
 //! let mut pipeline = Pipeline::new(Clock::start());
-//! let (source, rx) = edge::<Token>("in", 8, FullPolicy::Block);
-//! let (tx, results) = edge::<Token>("out", 8, FullPolicy::Block);
+//! let (source, rx) = edge::<Words>("in", 8, FullPolicy::Block);
+//! let (tx, results) = edge::<Words>("out", 8, FullPolicy::Block);
 //! pipeline.spawn_stage(Shout, rx, tx).unwrap();
 //! let (collected_tx, collected) = std::sync::mpsc::channel();
 //! pipeline.spawn_sink("collect", results, move |env| {
 //!     let _ = collected_tx.send(env.item.text);
 //!     Ok(())
 //! }).unwrap();
-//! source.send(Token { id: 1, index: 0, text: "hi".into() }).unwrap();
+//! source.send(Words { id: 1, text: "hi".into() }).unwrap();
 //! drop(source); // end of input
 //! let outcome = pipeline.join();
 //! assert!(outcome.failed.is_none());
@@ -54,6 +68,7 @@
 pub mod clock;
 pub mod cpu;
 pub mod edge;
+pub mod event;
 pub mod files;
 pub mod message;
 pub mod runtime;
@@ -68,9 +83,9 @@ pub use edge::{
     edge, try_edge, Disconnected, EdgeError, EdgeReceiver, EdgeSender, EdgeStats,
     EdgeStatsSnapshot, Envelope, FullPolicy, RecvTimeoutError, TryRecvError, TrySend,
 };
+pub use event::{AnyEngineEvent, EngineEvent, PipelineEvent, TimedEvent};
 pub use message::{
-    AudioFrame, LlmEngineTimings, LlmOut, Message, PipelineEvent, StopReason, TimedEvent, Token,
-    Transcript, TurnComplete, TurnError, Utterance, UtteranceId, UtteranceInfo,
+    AudioFrame, Message, Transcript, TurnError, Utterance, UtteranceId, UtteranceInfo,
 };
 pub use runtime::{
     CpuLease, EventBus, EventReceiver, Pipeline, PipelineBuilder, RunOutcome, RuntimeError,
@@ -78,5 +93,8 @@ pub use runtime::{
 };
 pub use span::{Span, SpanKind, SpanRecord};
 pub use spec::{SpecBoard, SpecGate, SpecState};
-pub use stage::{drive, on_thread, Emitter, OnThread, Stage, StageError, StartError, StartStage};
+pub use stage::{
+    drive, on_thread, Emitter, OnThread, Stage, StageError, StageErrorSource, StartError,
+    StartStage,
+};
 pub use topology::{EdgeId, EdgeSpec, StageId, StageSpec, Topology, TopologyError};

@@ -18,7 +18,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::message::{PipelineEvent, TimedEvent, UtteranceId};
+use crate::event::{PipelineEvent, TimedEvent};
+use crate::message::UtteranceId;
 
 /// Where a speculative attempt stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,8 +179,28 @@ impl SpecGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{Token, TurnError};
+    use crate::event::EngineEvent;
+    use crate::message::TurnError;
     use std::time::Instant;
+
+    /// An engine's event, as the language model's tokens are.
+    #[derive(Debug, Clone, PartialEq)]
+    struct Token {
+        id: UtteranceId,
+        index: u32,
+    }
+
+    impl EngineEvent for Token {
+        fn kind(&self) -> &'static str {
+            "token"
+        }
+        fn utterance_id(&self) -> Option<UtteranceId> {
+            Some(self.id)
+        }
+        fn fields_json(&self, _: &crate::Clock) -> Result<String, serde_json::Error> {
+            Ok(format!("{{\"index\":{}}}", self.index))
+        }
+    }
 
     fn ev(event: PipelineEvent) -> TimedEvent {
         TimedEvent {
@@ -189,11 +210,7 @@ mod tests {
     }
 
     fn token(id: u64, index: u32) -> TimedEvent {
-        ev(PipelineEvent::Token(Token {
-            id,
-            index,
-            text: format!("t{index}"),
-        }))
+        ev(PipelineEvent::engine_event(Token { id, index }))
     }
 
     fn kinds(evs: &[TimedEvent]) -> Vec<(&'static str, Option<u64>)> {

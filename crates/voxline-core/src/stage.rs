@@ -1,11 +1,13 @@
 //! The stage trait, its error type, and the emitter through which a stage
 //! sends its outputs.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cpu::{CpuLease, LeaseGuard, Priority};
 use crate::edge::EdgeSender;
-use crate::message::{Message, TimedEvent, UtteranceId};
+use crate::event::{PipelineEvent, TimedEvent};
+use crate::message::{Message, UtteranceId};
 use crate::runtime::EventBus;
 use crate::span::{Span, SpanKind};
 
@@ -163,18 +165,53 @@ where
     }
 }
 
+/// The error behind a [`StageError`] (an engine's), kept as its source.
+pub type StageErrorSource = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
 /// A stage's failure to handle an input.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
+///
+/// Two stage errors are equal when they say the same (their sources are
+/// compared by what they say too).
+#[derive(Debug, Clone)]
 pub struct StageError {
     /// The utterance whose turn failed; when `None`, the runtime uses the
     /// input's utterance.
     pub utterance: Option<UtteranceId>,
-    /// What went wrong, for the user.
+    /// What went wrong, for the user (the turn error's message).
     pub message: String,
     /// Whether the stage cannot go on: a fatal error shuts the pipeline down.
     pub fatal: bool,
+    /// The error that caused this one, if any (see [`StageError::caused_by`]).
+    pub source: Option<StageErrorSource>,
 }
+
+impl std::fmt::Display for StageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The source is the error itself, not the `Arc` that shares it, so it
+/// downcasts to the engine's error type.
+impl std::error::Error for StageError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl PartialEq for StageError {
+    fn eq(&self, other: &Self) -> bool {
+        let said = |s: &Option<StageErrorSource>| s.as_ref().map(ToString::to_string);
+        self.utterance == other.utterance
+            && self.message == other.message
+            && self.fatal == other.fatal
+            && said(&self.source) == said(&other.source)
+    }
+}
+
+impl Eq for StageError {}
 
 impl StageError {
     /// A non-fatal error that fails the turn of utterance `id`.
@@ -184,6 +221,7 @@ impl StageError {
             utterance: Some(id),
             message: message.into(),
             fatal: false,
+            source: None,
         }
     }
 
@@ -194,6 +232,7 @@ impl StageError {
             utterance: None,
             message: message.into(),
             fatal: false,
+            source: None,
         }
     }
 
@@ -204,7 +243,17 @@ impl StageError {
             utterance: None,
             message: message.into(),
             fatal: true,
+            source: None,
         }
+    }
+
+    /// The same error, caused by `source` (an engine's error), which it
+    /// keeps as its [`source`](std::error::Error::source); the message says
+    /// what the user reads.
+    #[must_use]
+    pub fn caused_by(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(source));
+        self
     }
 
     /// The same error, attributed to utterance `id`.
@@ -374,7 +423,7 @@ impl<'a, T: Message> Emitter<'a, T> {
 
     /// Publishes a control event (not a message) on the event bus, stamped
     /// now; a no-op for an emitter without a bus (e.g. [`drive`]).
-    pub fn publish(&mut self, event: crate::message::PipelineEvent) {
+    pub fn publish(&mut self, event: PipelineEvent) {
         if let Some(bus) = self.bus {
             bus.post(event);
         }
@@ -441,7 +490,20 @@ pub fn drive<S: Stage>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Token;
+
+    /// A test message: a piece of text of one turn.
+    #[derive(Debug, Clone, PartialEq)]
+    struct Token {
+        id: UtteranceId,
+        index: u32,
+        text: String,
+    }
+
+    impl Message for Token {
+        fn utterance_id(&self) -> Option<UtteranceId> {
+            Some(self.id)
+        }
+    }
 
     /// Splits text into word tokens; flushes a count at the end.
     struct Words {
@@ -526,5 +588,16 @@ mod tests {
         assert_eq!(StageError::turn(4, "bad").utterance, Some(4));
         assert!(StageError::fatal("gone").fatal);
         assert_eq!(StageError::fatal("gone").to_string(), "gone");
+        let io = std::io::Error::other("disk full");
+        let e = StageError::turn(4, "could not write: disk full").caused_by(io);
+        let source = std::error::Error::source(&e);
+        assert_eq!(
+            source.map(ToString::to_string).as_deref(),
+            Some("disk full")
+        );
+        assert!(source.is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some()));
+        assert_eq!(e.to_string(), "could not write: disk full");
+        assert_ne!(e, StageError::turn(4, "could not write: disk full"));
+        assert_eq!(e.clone(), e);
     }
 }

@@ -9,7 +9,7 @@
 //! what they name.
 //!
 //! ```
-//! use voxline_core::{EdgeId, FullPolicy, StageId, Token, Topology};
+//! use voxline_core::{EdgeId, FullPolicy, StageId, Topology, Transcript};
 //!
 //! const WORDS: EdgeId = EdgeId::new("words");
 //! const SHOUT: StageId = StageId::new("shout");
@@ -17,7 +17,7 @@
 //!     .edge(WORDS, 8, FullPolicy::Block)
 //!     .stage(SHOUT, WORDS, None);
 //! assert_eq!(topology.input_of("shout"), Some(&WORDS));
-//! let (_tx, rx) = topology.channel::<Token>(&WORDS).unwrap();
+//! let (_tx, rx) = topology.channel::<Transcript>(&WORDS).unwrap();
 //! assert_eq!(rx.stats().capacity(), 8);
 //! ```
 
@@ -284,7 +284,7 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Token;
+    use crate::message::Transcript;
 
     const A: EdgeId = EdgeId::new("a");
     const B: EdgeId = EdgeId::new("b");
@@ -331,22 +331,22 @@ mod tests {
     #[test]
     fn channels_are_made_as_declared() {
         let t = line();
-        let (tx, rx) = t.channel::<Token>(&B).unwrap();
-        let (_, from_one) = t.channel_from::<Token>("one").unwrap();
+        let (tx, rx) = t.channel::<Transcript>(&B).unwrap();
+        let (_, from_one) = t.channel_from::<Transcript>("one").unwrap();
         assert_eq!(from_one.stats().name(), "b");
         assert!(matches!(
-            t.channel_from::<Token>("end"),
+            t.channel_from::<Transcript>("end"),
             Err(TopologyError::NoOutput(_))
         ));
         assert_eq!(rx.stats().capacity(), 2);
         assert_eq!(tx.stats().name(), "b");
         assert!(matches!(
-            t.channel::<Token>(&EdgeId::new("c")),
+            t.channel::<Transcript>(&EdgeId::new("c")),
             Err(TopologyError::UnknownEdge(_))
         ));
         let zero = Topology::new().edge(A, 0, FullPolicy::Block);
         assert!(matches!(
-            zero.channel::<Token>(&A),
+            zero.channel::<Transcript>(&A),
             Err(TopologyError::Edge(_))
         ));
     }

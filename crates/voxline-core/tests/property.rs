@@ -4,8 +4,20 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use voxline_core::{
-    edge, Clock, Emitter, FullPolicy, Pipeline, PipelineEvent, Stage, StageError, Token,
+    edge, Clock, Emitter, FullPolicy, Message, Pipeline, PipelineEvent, Stage, StageError,
+    UtteranceId,
 };
+
+/// A test message: one turn's payload.
+struct Item {
+    id: UtteranceId,
+}
+
+impl Message for Item {
+    fn utterance_id(&self) -> Option<UtteranceId> {
+        Some(self.id)
+    }
+}
 
 /// Sleeps a per-item delay from a fixed schedule, fails the ids it is told to.
 struct Jittery {
@@ -16,12 +28,12 @@ struct Jittery {
 }
 
 impl Stage for Jittery {
-    type In = Token;
-    type Out = Token;
+    type In = Item;
+    type Out = Item;
     fn name(&self) -> &str {
         self.name
     }
-    fn process(&mut self, t: Token, out: &mut Emitter<'_, Token>) -> Result<(), StageError> {
+    fn process(&mut self, t: Item, out: &mut Emitter<'_, Item>) -> Result<(), StageError> {
         let d = self.delays_us[self.n % self.delays_us.len()];
         self.n += 1;
         std::thread::sleep(Duration::from_micros(d));
@@ -47,16 +59,16 @@ proptest! {
         fail_every in proptest::option::of(2u64..7),
     ) {
         let mut p = Pipeline::builder(Clock::start()).publish_messages(false).build();
-        let (tx, a) = edge::<Token>("in", caps[0], FullPolicy::Block);
-        let (a_out, b) = edge::<Token>("mid", caps[1], FullPolicy::Block);
-        let (b_out, sink_in) = edge::<Token>("out", caps[2], FullPolicy::Block);
+        let (tx, a) = edge::<Item>("in", caps[0], FullPolicy::Block);
+        let (a_out, b) = edge::<Item>("mid", caps[1], FullPolicy::Block);
+        let (b_out, sink_in) = edge::<Item>("out", caps[2], FullPolicy::Block);
         p.spawn_stage(Jittery { name: "a", delays_us: d1, fail_every: None, n: 0 }, a, a_out).unwrap();
         p.spawn_stage(Jittery { name: "b", delays_us: d2, fail_every, n: 0 }, b, b_out).unwrap();
         let (seen_tx, seen_rx) = std::sync::mpsc::channel();
         p.spawn_sink("sink", sink_in, move |e| { let _ = seen_tx.send(e.item.id); Ok(()) }).unwrap();
         let events = p.events();
         for id in 0..n {
-            tx.send(Token { id, index: 0, text: String::new() }).unwrap();
+            tx.send(Item { id }).unwrap();
         }
         drop(tx);
         let outcome = p.join();

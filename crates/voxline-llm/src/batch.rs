@@ -25,10 +25,9 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
-use crate::{
-    backend, piece_bytes, render_chat, tokenize_with, LlmConfig, LlmError, LlmModel, Stop,
-    Utf8Stream,
-};
+use crate::engine::fits_with_answer;
+use crate::model::{backend, piece_bytes, render_chat, tokenize_with};
+use crate::{LlmConfig, LlmError, LlmModel, Stop, Utf8Stream};
 
 /// One session of a [`BatchEngine`] (its index, from 0).
 pub type SessionId = usize;
@@ -135,7 +134,7 @@ impl<'m> BatchEngine<'m> {
             .new_context(backend()?, params)
             .map_err(|e| LlmError::Load {
                 path: config.model.clone(),
-                detail: e.to_string(),
+                source: e.into(),
             })?;
         let mut engine = Self {
             model,
@@ -197,8 +196,8 @@ impl<'m> BatchEngine<'m> {
     ///
     /// # Errors
     /// [`LlmError::Config`] for a session out of range or one already
-    /// answering; [`LlmError::ContextFull`] when the prompt cannot fit even
-    /// without history; [`LlmError::Engine`] when the KV cache refuses.
+    /// answering; [`LlmError::ContextFull`] when the prompt leaves no room
+    /// for an answer even without history; [`LlmError::Engine`] when the KV cache refuses.
     pub fn start(&mut self, session: SessionId, user: &str) -> Result<(), LlmError> {
         let n = self.sessions.len();
         let Some(s) = self.sessions.get_mut(session) else {
@@ -223,10 +222,13 @@ impl<'m> BatchEngine<'m> {
                 break tokens;
             }
             if s.history.is_empty() {
+                // as `LlmEngine::respond`: the answer gets the room there is
+                if fits_with_answer(tokens.len(), self.config.n_ctx) {
+                    break tokens;
+                }
                 return Err(LlmError::ContextFull {
                     needed: tokens.len(),
                     n_ctx: self.config.n_ctx,
-                    max_tokens: self.config.max_tokens,
                 });
             }
             s.history.remove(0);

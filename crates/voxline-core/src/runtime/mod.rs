@@ -10,79 +10,29 @@
 //! [`ShutdownHandle`] is raised so the source stops too. Downstream of the
 //! failure, stages drain what they already have and finish.
 
-use std::any::Any;
+mod bus;
+mod shared;
+mod worker;
+
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
 use crossbeam_channel as cb;
 
+pub use crate::cpu::CpuLease;
+pub use bus::{EventBus, EventReceiver, ShutdownHandle};
+
 use crate::clock::Clock;
 use crate::edge::{EdgeReceiver, EdgeSender, EdgeStats, EdgeStatsSnapshot, Envelope};
-use crate::message::{Message, PipelineEvent, TimedEvent, TurnError, UtteranceId};
-use crate::span::{Span, SpanKind};
-use crate::stage::{Emitter, Stage, StageError, StartError, StartStage};
-
-/// The receiving end of the event bus.
-pub type EventReceiver = cb::Receiver<TimedEvent>;
-
-pub use crate::cpu::CpuLease;
-
-/// Where the runtime (and anyone holding a clone) publishes
-/// [`PipelineEvent`]s. Unbounded, so publishing never blocks a stage.
-#[derive(Debug, Clone)]
-pub struct EventBus {
-    tx: cb::Sender<TimedEvent>,
-}
-
-impl EventBus {
-    fn new() -> (Self, EventReceiver) {
-        let (tx, rx) = cb::unbounded();
-        (Self { tx }, rx)
-    }
-
-    /// Publishes `event`, stamped now.
-    pub fn post(&self, event: PipelineEvent) {
-        self.publish(TimedEvent {
-            at: Instant::now(),
-            event,
-        });
-    }
-
-    /// Publishes an already stamped event. If every reader is gone the event
-    /// is discarded: events are a report, never back-pressure.
-    pub fn publish(&self, event: TimedEvent) {
-        // Only fails when every receiver is gone, which is no error here.
-        let _ = self.tx.send(event);
-    }
-}
-
-/// A flag the source polls to stop early (Ctrl-C, or a failed stage).
-#[derive(Debug, Clone, Default)]
-pub struct ShutdownHandle(Arc<AtomicBool>);
-
-impl ShutdownHandle {
-    /// A new, lowered flag.
-    #[must_use]
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Asks the source to stop.
-    pub fn request(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-
-    /// Whether a stop was asked for.
-    #[must_use]
-    pub fn is_requested(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-}
+use crate::event::{PipelineEvent, TimedEvent};
+use crate::message::Message;
+use crate::span::Span;
+use crate::stage::{Stage, StageError, StartError, StartStage};
+use shared::{lock, Shared, SpanStore};
+use worker::{panic_message, report_drops, run_sink, run_stage, StageContext};
 
 /// The runtime could not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -218,61 +168,6 @@ impl PipelineBuilder {
             edges: Vec::new(),
             startup: std::time::Duration::ZERO,
         }
-    }
-}
-
-/// Where recorded spans go.
-enum SpanStore {
-    /// Kept for the outcome.
-    Keep(Vec<Span>),
-    /// Handed over as they happen.
-    Observe(SpanObserver),
-}
-
-impl Default for SpanStore {
-    fn default() -> Self {
-        Self::Keep(Vec::new())
-    }
-}
-
-impl std::fmt::Debug for SpanStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Keep(v) => write!(f, "Keep({} spans)", v.len()),
-            Self::Observe(_) => f.write_str("Observe"),
-        }
-    }
-}
-
-/// Spans and failure state shared by all stage threads.
-#[derive(Debug, Default)]
-struct Shared {
-    spans: Mutex<SpanStore>,
-    failure: Mutex<Option<String>>,
-    shutdown: ShutdownHandle,
-}
-
-/// Locks a mutex even if a thread panicked holding it: the data here (spans,
-/// a message) stays valid whatever the panic.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-impl Shared {
-    fn record(&self, span: Span) {
-        match &mut *lock(&self.spans) {
-            SpanStore::Keep(v) => v.push(span),
-            SpanStore::Observe(o) => o(span),
-        }
-    }
-
-    fn fail(&self, message: String) {
-        let mut failure = lock(&self.failure);
-        if failure.is_none() {
-            *failure = Some(message);
-        }
-        drop(failure);
-        self.shutdown.request();
     }
 }
 
@@ -532,197 +427,4 @@ impl Pipeline {
             startup: self.startup,
         }
     }
-}
-
-/// Publishes a `Dropped` event for drops on `stats` not reported yet.
-fn report_drops(bus: &EventBus, stats: &EdgeStats) {
-    let count = stats.take_unreported_drops();
-    if count > 0 {
-        bus.post(PipelineEvent::Dropped {
-            edge: stats.name().to_owned(),
-            count,
-        });
-    }
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_owned()
-    }
-}
-
-/// Whether a stage goes on after a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Flow {
-    Continue,
-    Stop,
-}
-
-/// What a stage thread needs besides its stage and edges.
-struct StageContext {
-    name: String,
-    shared: Arc<Shared>,
-    bus: EventBus,
-    publish_messages: bool,
-    lease: Option<CpuLease>,
-    cancel_queued: Option<ShutdownHandle>,
-}
-
-impl StageContext {
-    fn bus_for_messages(&self) -> Option<&EventBus> {
-        self.publish_messages.then_some(&self.bus)
-    }
-
-    /// Turns the result of one call into events and a decision.
-    fn settle(
-        &self,
-        result: thread::Result<Result<(), StageError>>,
-        input_id: Option<UtteranceId>,
-    ) -> Flow {
-        let stage = self.name.clone();
-        match result {
-            Ok(Ok(())) => Flow::Continue,
-            Ok(Err(e)) if !e.fatal => {
-                tracing::warn!(stage = %stage, error = %e.message, "turn failed");
-                let event = match e.utterance.or(input_id) {
-                    Some(id) => PipelineEvent::TurnError(TurnError {
-                        id,
-                        stage,
-                        message: e.message,
-                    }),
-                    None => PipelineEvent::StageError {
-                        stage,
-                        message: e.message,
-                    },
-                };
-                self.bus.post(event);
-                Flow::Continue
-            }
-            Ok(Err(e)) => {
-                tracing::error!(stage = %stage, error = %e.message, "stage failed");
-                self.shared
-                    .fail(format!("stage `{stage}` failed: {}", e.message));
-                self.bus.post(PipelineEvent::StageFailed {
-                    stage,
-                    message: e.message,
-                });
-                Flow::Stop
-            }
-            Err(payload) => {
-                let message = format!("panicked: {}", panic_message(payload.as_ref()));
-                tracing::error!(stage = %stage, error = %message, "stage failed");
-                self.shared.fail(format!("stage `{stage}` {message}"));
-                self.bus.post(PipelineEvent::StageFailed { stage, message });
-                Flow::Stop
-            }
-        }
-    }
-}
-
-/// The loop of one stage thread. Returning drops nothing here; the caller's
-/// closure drops the input receiver and output sender when it ends.
-fn run_stage<S: Stage>(
-    mut stage: S,
-    input: &EdgeReceiver<S::In>,
-    output: &EdgeSender<S::Out>,
-    ctx: &StageContext,
-) {
-    let bus = ctx.bus_for_messages();
-    while let Ok(envelope) = input.recv() {
-        if ctx
-            .cancel_queued
-            .as_ref()
-            .is_some_and(ShutdownHandle::is_requested)
-        {
-            if let Some(id) = envelope.item.utterance_id() {
-                ctx.bus.post(PipelineEvent::TurnError(TurnError {
-                    id,
-                    stage: ctx.name.clone(),
-                    message: "cancelled: the run was stopped before this turn was done".into(),
-                }));
-            }
-            continue;
-        }
-        let depth = input.len();
-        let mut out = Emitter::to_edge(output, bus);
-        if let Some(lease) = &ctx.lease {
-            out = out.with_lease(lease, stage.priority(&envelope.item));
-        }
-        let started = Instant::now();
-        report_drops(&ctx.bus, &input.stats());
-        let id = envelope.item.utterance_id();
-        let result = catch_unwind(AssertUnwindSafe(|| stage.process(envelope.item, &mut out)));
-        let finished = Instant::now();
-        out.release_lease();
-        ctx.shared.record(out.span(
-            &ctx.name,
-            id,
-            SpanKind::Process,
-            envelope.enqueued,
-            started,
-            finished,
-            depth,
-        ));
-        let closed = out.is_closed();
-        if ctx.settle(result, id) == Flow::Stop {
-            return;
-        }
-        if closed {
-            tracing::debug!(stage = %ctx.name, "downstream gone; stopping");
-            return;
-        }
-    }
-    report_drops(&ctx.bus, &input.stats());
-    let started = Instant::now();
-    let mut out = Emitter::to_edge(output, bus);
-    let result = catch_unwind(AssertUnwindSafe(|| stage.finish(&mut out)));
-    let finished = Instant::now();
-    ctx.shared.record(out.span(
-        &ctx.name,
-        None,
-        SpanKind::Finish,
-        started,
-        started,
-        finished,
-        0,
-    ));
-    ctx.settle(result, None);
-    tracing::debug!(stage = %ctx.name, "finished");
-}
-
-fn run_sink<T, F>(mut sink: F, input: &EdgeReceiver<T>, ctx: &StageContext)
-where
-    T: Message,
-    F: FnMut(Envelope<T>) -> Result<(), StageError>,
-{
-    while let Ok(envelope) = input.recv() {
-        let started = Instant::now();
-        let depth = input.len();
-        report_drops(&ctx.bus, &input.stats());
-        let id = envelope.item.utterance_id();
-        let enqueued = envelope.enqueued;
-        let result = catch_unwind(AssertUnwindSafe(|| sink(envelope)));
-        let finished = Instant::now();
-        ctx.shared.record(Span {
-            stage: ctx.name.clone(),
-            utterance: id,
-            kind: SpanKind::Process,
-            enqueued,
-            started,
-            finished,
-            emitted: 0,
-            first_emit: None,
-            last_emit: None,
-            emit_blocked: std::time::Duration::ZERO,
-            queue_depth_at_start: depth,
-        });
-        if ctx.settle(result, id) == Flow::Stop {
-            return;
-        }
-    }
-    report_drops(&ctx.bus, &input.stats());
 }

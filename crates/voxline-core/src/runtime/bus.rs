@@ -1,0 +1,64 @@
+//! Where events are published, and the flag that stops the source.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel as cb;
+
+use crate::event::{PipelineEvent, TimedEvent};
+
+/// The receiving end of the event bus.
+pub type EventReceiver = cb::Receiver<TimedEvent>;
+
+/// Where the runtime (and anyone holding a clone) publishes
+/// [`PipelineEvent`]s. Unbounded, so publishing never blocks a stage.
+#[derive(Debug, Clone)]
+pub struct EventBus {
+    tx: cb::Sender<TimedEvent>,
+}
+
+impl EventBus {
+    pub(super) fn new() -> (Self, EventReceiver) {
+        let (tx, rx) = cb::unbounded();
+        (Self { tx }, rx)
+    }
+
+    /// Publishes `event`, stamped now.
+    pub fn post(&self, event: PipelineEvent) {
+        self.publish(TimedEvent {
+            at: Instant::now(),
+            event,
+        });
+    }
+
+    /// Publishes an already stamped event. If every reader is gone the event
+    /// is discarded: events are a report, never back-pressure.
+    pub fn publish(&self, event: TimedEvent) {
+        // Only fails when every receiver is gone, which is no error here.
+        let _ = self.tx.send(event);
+    }
+}
+
+/// A flag the source polls to stop early (Ctrl-C, or a failed stage).
+#[derive(Debug, Clone, Default)]
+pub struct ShutdownHandle(Arc<AtomicBool>);
+
+impl ShutdownHandle {
+    /// A new, lowered flag.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks the source to stop.
+    pub fn request(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether a stop was asked for.
+    #[must_use]
+    pub fn is_requested(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}

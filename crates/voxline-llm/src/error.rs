@@ -1,0 +1,59 @@
+//! The engine's errors.
+
+use std::path::PathBuf;
+
+/// An error of llama.cpp's, kept as the source of ours.
+pub type EngineSource = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Errors of the language model engine.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// The model file is missing, of the wrong kind or incomplete.
+    #[error(transparent)]
+    Model(#[from] voxline_models::ModelError),
+    /// llama.cpp could not load the model or create its context.
+    #[error("{path}: llama.cpp could not load this model ({source}); is it a complete GGUF? Fetch it again, or run with VOXLINE_LOG=llama-cpp-2=info for llama.cpp's reasons")]
+    Load {
+        /// The model file.
+        path: PathBuf,
+        /// llama.cpp's error (loading the model, or making a context).
+        #[source]
+        source: EngineSource,
+    },
+    /// The model has no usable chat template.
+    #[error("{path}: the model has no chat template llama.cpp can apply ({source}); use an instruction-tuned GGUF with a template")]
+    Template {
+        /// The model file.
+        path: PathBuf,
+        /// llama.cpp's error (reading the template, or applying it).
+        #[source]
+        source: EngineSource,
+    },
+    /// A turn's prompt leaves no room in the context for an answer, even
+    /// with no history.
+    #[error("the prompt needs {needed} tokens but the context holds {n_ctx} with room for the answer; shorten what is said or the system prompt, or raise --ctx")]
+    ContextFull {
+        /// Tokens of the prompt.
+        needed: usize,
+        /// Context size.
+        n_ctx: u32,
+    },
+    /// The system prompt leaves no room in the context for a turn and its answer.
+    #[error("the system prompt needs {prompt_tokens} tokens but only {fit} fit (--ctx {n_ctx} less {max_tokens} reserved for the answer by --max-tokens, less one for what is said); shorten the system prompt, lower --max-tokens or raise --ctx")]
+    SystemPromptTooLong {
+        /// Tokens of the rendered system prompt.
+        prompt_tokens: usize,
+        /// Prompt tokens that fit.
+        fit: usize,
+        /// Context size.
+        n_ctx: u32,
+        /// Tokens reserved for generation.
+        max_tokens: u32,
+    },
+    /// Evaluation or sampling failed.
+    #[error("the language model failed: {0}")]
+    Engine(String),
+    /// The configuration is invalid.
+    #[error("{0}")]
+    Config(String),
+}

@@ -1,0 +1,35 @@
+//! The engine's errors.
+
+use std::path::PathBuf;
+
+/// Errors of the speech-to-text engine.
+#[derive(Debug, thiserror::Error)]
+pub enum SttError {
+    /// The model file is missing, of the wrong kind or incomplete.
+    #[error(transparent)]
+    Model(#[from] voxline_models::ModelError),
+    /// whisper.cpp refused to load the model.
+    #[error("{path}: whisper.cpp could not load this model ({source}); run with VOXLINE_LOG=whisper_rs=info for whisper.cpp's reasons")]
+    Load {
+        /// The model file.
+        path: PathBuf,
+        /// whisper.cpp's error, or why the path cannot be handed to it.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// Transcription failed inside the engine.
+    #[error("whisper failed to transcribe a {audio_ms:.0} ms utterance: {source}")]
+    Transcribe {
+        /// Utterance length.
+        audio_ms: f64,
+        /// whisper.cpp's error.
+        #[source]
+        source: whisper_rs::WhisperError,
+    },
+    /// The configuration is invalid.
+    #[error("{0}")]
+    Config(String),
+    /// The caller's abort check stopped the transcription.
+    #[error("transcription aborted")]
+    Aborted,
+}
