@@ -477,6 +477,38 @@ fn ctrl_c_lets_the_answer_in_flight_finish_then_stops() {
     );
 }
 
+#[test]
+fn a_second_ctrl_c_cancels_the_answer_in_flight() {
+    let _g = util::engine_lock();
+    let server = Server::start(&["--max-sessions", "1", "--max-tokens", "400"]);
+    let mut client = WsClient::connect(&server.url(), None, Hello::pcm16k()).unwrap();
+    send_all(&mut client, &util::read_16k(&util::fixture("q_story.wav")));
+    loop {
+        match client.next_event(Duration::from_secs(60)).unwrap() {
+            Some((ServerEvent::Token { .. }, _)) => break,
+            Some(_) => {}
+            None => panic!("no answer: {:?}", client.close_reason()),
+        }
+    }
+    server.interrupt();
+    std::thread::sleep(Duration::from_millis(200));
+    server.interrupt();
+    let mut completed = false;
+    while let Some((e, _)) = client.next_event(Duration::from_secs(30)).unwrap() {
+        completed |= matches!(e, ServerEvent::TurnComplete { .. });
+    }
+    let (code, reason) = client.close_reason().unwrap();
+    assert_eq!(code, 1001);
+    assert!(reason.contains("cancelled") && !completed, "{reason}");
+    let (status, said) = server.wait(Duration::from_secs(30));
+    assert_eq!(status, Some(0), "{said:?}");
+    assert!(
+        said.iter()
+            .any(|l| l.contains("answers in flight cancelled")),
+        "{said:?}"
+    );
+}
+
 /// Plays `script` as one user over the socket; the response latencies (ms).
 fn latencies(url: &str, script: &Script) -> Vec<f64> {
     let user = Remote::connect(url, None).unwrap();
