@@ -201,6 +201,31 @@ pub fn scrape(url: &str, token: Option<&str>) -> Result<String, ClientError> {
     Ok(body.to_string())
 }
 
+/// Waits until the server has no sessions (the users of the previous
+/// count have left: a leaving session frees its slot once the engines have
+/// let it go); its `/metrics` then.
+///
+/// # Errors
+/// [`ClientError::Busy`] when sessions stay connected (other clients), or
+/// as [`scrape`].
+fn wait_for_no_sessions(url: &str, token: Option<&str>) -> Result<String, ClientError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = scrape(url, token)?;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let connected = sample(&parse_exposition(&text), "voxline_sessions") as usize;
+        if connected == 0 {
+            return Ok(text);
+        }
+        if Instant::now() >= deadline {
+            return Err(ClientError::Busy {
+                sessions: connected,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// The engines' totals as `/metrics` counts them.
 #[must_use]
 pub fn totals_of(exposition: &str) -> HubTotals {
@@ -252,7 +277,7 @@ pub fn run_via(
     let mut threads = 0;
     for &n in &opts.sessions {
         progress(&format!("{n} session(s) via {url}: connecting"));
-        let exposition = scrape(url, token)?;
+        let exposition = wait_for_no_sessions(url, token)?;
         let before = totals_of(&exposition);
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         {

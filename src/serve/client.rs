@@ -49,6 +49,12 @@ pub enum ClientError {
         /// The server's reason.
         reason: String,
     },
+    /// The server kept serving other clients (a capacity run needs it to itself).
+    #[error("the server still has {sessions} session(s) of other clients after 30 s; measure capacity on a server no one else uses")]
+    Busy {
+        /// Sessions connected.
+        sessions: usize,
+    },
     /// The WebSocket failed.
     #[error("WebSocket: {0}")]
     Socket(#[from] tungstenite::Error),
