@@ -68,6 +68,9 @@ pub enum HubError {
     /// The VAD settings are invalid.
     #[error(transparent)]
     Audio(#[from] AudioError),
+    /// The operating system would not start a thread (the LLM worker or a session's).
+    #[error("cannot start a thread: {0}")]
+    Thread(#[source] std::io::Error),
     /// The LLM worker thread has stopped (it failed or the hub is shutting down).
     #[error("the language-model worker has stopped")]
     Stopped,
@@ -264,7 +267,7 @@ impl Hub {
         let worker = std::thread::Builder::new()
             .name("llm-batch".into())
             .spawn(move || llm_worker(&worker_shared, llm_config, max_sessions, &rx, &ready_tx))
-            .map_err(|e| LlmError::Engine(format!("cannot start the LLM worker: {e}")))?;
+            .map_err(HubError::Thread)?;
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(Hub {
                 shared,
@@ -345,9 +348,7 @@ impl Hub {
             Ok(t) => t,
             Err(e) => {
                 self.free(slot);
-                return Err(HubError::Llm(LlmError::Engine(format!(
-                    "cannot start a session thread: {e}"
-                ))));
+                return Err(HubError::Thread(e));
             }
         };
         Ok(Session {

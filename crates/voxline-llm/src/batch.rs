@@ -152,13 +152,13 @@ impl<'m> BatchEngine<'m> {
             engine
                 .batch
                 .add(t, pos(i), &[0], i == last)
-                .map_err(|e| LlmError::Engine(e.to_string()))?;
+                .map_err(|e| LlmError::engine("system prompt batch", e))?;
         }
         if !engine.system.is_empty() {
             engine
                 .ctx
                 .decode(&mut engine.batch)
-                .map_err(|e| LlmError::Engine(format!("system prompt: {e}")))?;
+                .map_err(|e| LlmError::engine("system prompt", e))?;
         }
         Ok(engine)
     }
@@ -237,7 +237,7 @@ impl<'m> BatchEngine<'m> {
         if s.cached.is_empty() && !self.system.is_empty() {
             self.ctx
                 .copy_kv_cache_seq(0, seq, None, None)
-                .map_err(|e| LlmError::Engine(e.to_string()))?;
+                .map_err(|e| LlmError::engine("copying the system prompt's KV cache", e))?;
             s.cached.clone_from(&self.system);
         }
         let keep = s
@@ -250,7 +250,7 @@ impl<'m> BatchEngine<'m> {
         if keep < s.cached.len() {
             self.ctx
                 .clear_kv_cache_seq(Some(seq.unsigned_abs()), Some(pos_u(keep)), None)
-                .map_err(|e| LlmError::Engine(e.to_string()))?;
+                .map_err(|e| LlmError::engine("trimming the KV cache", e))?;
             s.cached.truncate(keep);
         }
         let sampler = sampler(&self.config, session);
@@ -283,7 +283,7 @@ impl<'m> BatchEngine<'m> {
                     Some(pos_u(turn.start_len)),
                     None,
                 )
-                .map_err(|e| LlmError::Engine(e.to_string()))?;
+                .map_err(|e| LlmError::engine("dropping a turn from the KV cache", e))?;
             s.cached.truncate(turn.start_len);
         }
         Ok(())
@@ -304,7 +304,7 @@ impl<'m> BatchEngine<'m> {
         s.cached.clear();
         self.ctx
             .clear_kv_cache_seq(Some(seq_of(session).unsigned_abs()), None, None)
-            .map_err(|e| LlmError::Engine(e.to_string()))?;
+            .map_err(|e| LlmError::engine("clearing a session's KV cache", e))?;
         Ok(())
     }
 
@@ -350,7 +350,7 @@ impl<'m> BatchEngine<'m> {
                 }
                 self.batch
                     .add(t, pos(s.cached.len()), &seq, true)
-                    .map_err(|e| LlmError::Engine(e.to_string()))?;
+                    .map_err(|e| LlmError::engine("batching a token", e))?;
                 s.cached.push(t);
                 turn.last = None;
                 room -= 1;
@@ -365,7 +365,7 @@ impl<'m> BatchEngine<'m> {
                     let logits = whole && k + 1 == take;
                     self.batch
                         .add(t, pos(s.cached.len()), &seq, logits)
-                        .map_err(|e| LlmError::Engine(e.to_string()))?;
+                        .map_err(|e| LlmError::engine("batching a prompt", e))?;
                     s.cached.push(t);
                 }
                 room -= take;
@@ -385,7 +385,7 @@ impl<'m> BatchEngine<'m> {
             for i in 0..self.sessions.len() {
                 self.cancel(i)?;
             }
-            return Err(LlmError::Engine(format!("batched decode: {e}")));
+            return Err(LlmError::engine("batched decode", e));
         }
         let mut events = Vec::new();
         for (i, at) in sampling {

@@ -178,7 +178,7 @@ impl LlmEngine {
         #[allow(unsafe_code)]
         let written = unsafe { self.ctx().copy_state_data(state.as_mut_ptr()) };
         if written > size {
-            return Err(LlmError::Engine(format!(
+            return Err(LlmError::Failed(format!(
                 "moving the context: {written} bytes of state written into {size}"
             )));
         }
@@ -199,7 +199,7 @@ impl LlmEngine {
             #[allow(unsafe_code)]
             let read = unsafe { ctx.set_state_data(&state) };
             if read != written {
-                return Err(LlmError::Engine(format!(
+                return Err(LlmError::Failed(format!(
                     "moving the context: {read} of {written} bytes of state read back"
                 )));
             }
@@ -352,11 +352,10 @@ impl LlmEngine {
             return Ok(());
         }
         let pos = |p: usize| u32::try_from(p).unwrap_or(u32::MAX);
-        let engine = |e: &dyn std::fmt::Display| LlmError::Engine(format!("context shift: {e}"));
         self.session.with_dependent_mut(|_, c| {
             c.ctx
                 .clear_kv_cache_seq(Some(0), Some(pos(at)), Some(pos(at + d)))
-                .map_err(|e| engine(&e))?;
+                .map_err(|e| LlmError::engine("context shift", e))?;
             c.ctx
                 .kv_cache_seq_add(
                     0,
@@ -364,7 +363,7 @@ impl LlmEngine {
                     None,
                     -i32::try_from(d).unwrap_or(i32::MAX),
                 )
-                .map_err(|e| engine(&e))
+                .map_err(|e| LlmError::engine("context shift", e))
         })?;
         self.cached.drain(at..at + d);
         Ok(())
@@ -376,7 +375,7 @@ impl LlmEngine {
             let p0 = u32::try_from(keep).unwrap_or(u32::MAX);
             self.session
                 .with_dependent_mut(|_, c| c.ctx.clear_kv_cache_seq(Some(0), Some(p0), None))
-                .map_err(|e| LlmError::Engine(e.to_string()))?;
+                .map_err(|e| LlmError::engine("trimming the KV cache", e))?;
             self.cached.truncate(keep);
         }
         Ok(())
@@ -398,11 +397,11 @@ impl LlmEngine {
     }
 
     /// Evaluates the batch as it is now.
-    fn decode_batch(&mut self, what: &str) -> Result<(), LlmError> {
+    fn decode_batch(&mut self, what: &'static str) -> Result<(), LlmError> {
         let batch = &mut self.batch;
         self.session
             .with_dependent_mut(|_, c| c.ctx.decode(batch))
-            .map_err(|e| LlmError::Engine(format!("{what}: {e}")))
+            .map_err(|e| LlmError::engine(what, e))
     }
 
     /// Evaluates `tokens` after what is cached, in batches; logits for the last one.
@@ -415,7 +414,7 @@ impl LlmEngine {
                 let last = c * 512 + i + 1 == n;
                 self.batch
                     .add(t, pos, &[0], last)
-                    .map_err(|e| LlmError::Engine(e.to_string()))?;
+                    .map_err(|e| LlmError::engine("batching a prompt", e))?;
                 self.cached.push(t);
             }
             self.decode_batch("prefill")?;
@@ -528,7 +527,7 @@ impl LlmEngine {
             let pos = i32::try_from(self.cached.len()).unwrap_or(i32::MAX);
             self.batch
                 .add(token, pos, &[0], true)
-                .map_err(|e| LlmError::Engine(e.to_string()))?;
+                .map_err(|e| LlmError::engine("batching a token", e))?;
             self.decode_batch("decode")?;
             self.cached.push(token);
             logits_at = 0;

@@ -5,6 +5,19 @@ use std::path::PathBuf;
 /// An error of llama.cpp's, kept as the source of ours.
 pub type EngineSource = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+impl LlmError {
+    /// llama.cpp's error `source` while doing `what`.
+    pub fn engine(
+        what: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        LlmError::Engine {
+            what,
+            source: Box::new(source),
+        }
+    }
+}
+
 /// Errors of the language model engine.
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
@@ -50,9 +63,19 @@ pub enum LlmError {
         /// Tokens reserved for generation.
         max_tokens: u32,
     },
-    /// Evaluation or sampling failed.
+    /// llama.cpp failed while evaluating, sampling or managing the KV cache.
+    #[error("the language model failed: {what}: {source}")]
+    Engine {
+        /// What it was doing.
+        what: &'static str,
+        /// llama.cpp's error.
+        #[source]
+        source: EngineSource,
+    },
+    /// llama.cpp failed and left only a message (its backend could not
+    /// start, or its state did not round-trip).
     #[error("the language model failed: {0}")]
-    Engine(String),
+    Failed(String),
     /// The configuration is invalid.
     #[error("{0}")]
     Config(String),

@@ -20,7 +20,7 @@ pub(crate) fn backend() -> Result<&'static LlamaBackend, LlmError> {
             LlamaBackend::init().map_err(|e| e.to_string())
         })
         .as_ref()
-        .map_err(|e| LlmError::Engine(format!("llama.cpp backend: {e}")))
+        .map_err(|e| LlmError::Failed(format!("llama.cpp backend: {e}")))
 }
 
 /// A loaded language model: the weights, its chat template, the settings
@@ -135,7 +135,7 @@ pub(crate) fn render_chat(
 ) -> Result<String, LlmError> {
     let msg = |role: &str, content: &str| {
         LlamaChatMessage::new(role.into(), content.into())
-            .map_err(|e| LlmError::Engine(format!("chat message: {e}")))
+            .map_err(|e| LlmError::engine("chat message", e))
     };
     let mut chat = Vec::with_capacity(2 + 2 * history.len());
     if !config.system_prompt.is_empty() {
@@ -169,7 +169,7 @@ pub(crate) fn render_chat(
 pub(crate) fn piece_bytes(model: &LlamaModel, token: LlamaToken) -> Result<Vec<u8>, LlmError> {
     const FIRST_TRY: usize = 64;
     let decode = |size: usize| model.token_to_piece_bytes(token, size, false, None);
-    let failed = |e: TokenToStringError| LlmError::Engine(format!("token {}: {e}", token.0));
+    let failed = |e: TokenToStringError| LlmError::engine("turning a token into text", e);
     match decode(FIRST_TRY) {
         Ok(bytes) => Ok(bytes),
         Err(TokenToStringError::InsufficientBufferSpace(needed)) => {
@@ -186,7 +186,7 @@ pub(crate) fn tokenize_with(model: &LlamaModel, text: &str) -> Result<Vec<LlamaT
     // Chat templates carry their own BOS where the model wants one.
     model
         .str_to_token(text, AddBos::Never)
-        .map_err(|e| LlmError::Engine(format!("tokenize: {e}")))
+        .map_err(|e| LlmError::engine("tokenize", e))
 }
 
 #[cfg(test)]

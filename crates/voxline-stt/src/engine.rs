@@ -219,12 +219,12 @@ impl SttEngine {
         if abort() {
             return Err(SttError::Aborted);
         }
-        result.map_err(|e| fail(e))?;
+        result.map_err(fail)?;
         let eot = self.ctx.token_eot();
         let mut text = String::new();
         let mut n_tokens = 0u32;
         for seg in self.state.as_iter() {
-            text.push_str(&seg.to_str_lossy().map_err(|e| fail(e))?);
+            text.push_str(&seg.to_str_lossy().map_err(fail)?);
             for i in 0..seg.n_tokens() {
                 if let Some(tok) = seg.get_token(i) {
                     if tok.token_id() < eot {
