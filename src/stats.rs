@@ -35,6 +35,12 @@ impl Percentiles {
     }
 }
 
+/// A table cell in the Markdown reports: `v` with `decimals` decimals, or
+/// `–` when there is no value.
+pub(crate) fn cell(v: Option<f64>, decimals: usize) -> String {
+    v.map_or_else(|| "–".to_owned(), |x| format!("{x:.decimals$}"))
+}
+
 /// A stream of millisecond values summarised in constant memory: an
 /// hdrhistogram (1 µs to 1 hour, 3 significant digits), their exact sum and
 /// count. [`Series::percentiles`] equals [`Percentiles::of`] over the same

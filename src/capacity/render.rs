@@ -3,7 +3,7 @@
 use plotters::prelude::*;
 
 use super::CapacityReport;
-use crate::stats::Percentiles;
+use crate::stats::cell;
 
 /// The report as Markdown.
 #[must_use]
@@ -23,9 +23,6 @@ pub fn to_markdown(r: &CapacityReport) -> String {
         "| sessions | turns | errors | response p50 / p95 ms | STT p50 ms | STT queue p50 ms | LLM first token p50 ms | session decode tok/s p50 | aggregate decode tok/s | prefill tok/s | STT / LLM utilisation | saturating | within budget |"
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    let p = |x: &Option<Percentiles>, f: fn(&Percentiles) -> f64| {
-        x.as_ref().map_or("–".into(), |p| format!("{:.0}", f(p)))
-    };
     for row in &r.rows {
         let _ = writeln!(
             s,
@@ -33,15 +30,14 @@ pub fn to_markdown(r: &CapacityReport) -> String {
             row.sessions,
             row.turns,
             row.errors,
-            p(&row.response_latency_ms, |p| p.p50),
-            p(&row.response_latency_ms, |p| p.p95),
-            p(&row.stt_ms, |p| p.p50),
-            p(&row.stt_queue_ms, |p| p.p50),
-            p(&row.llm_first_token_ms, |p| p.p50),
-            p(&row.session_decode_tps, |p| p.p50),
-            row.aggregate_decode_tps
-                .map_or("–".into(), |v| format!("{v:.0}")),
-            row.prefill_tps.map_or("–".into(), |v| format!("{v:.0}")),
+            cell(row.response_latency_ms.map(|p| p.p50), 0),
+            cell(row.response_latency_ms.map(|p| p.p95), 0),
+            cell(row.stt_ms.map(|p| p.p50), 0),
+            cell(row.stt_queue_ms.map(|p| p.p50), 0),
+            cell(row.llm_first_token_ms.map(|p| p.p50), 0),
+            cell(row.session_decode_tps.map(|p| p.p50), 0),
+            cell(row.aggregate_decode_tps, 0),
+            cell(row.prefill_tps, 0),
             row.stt_utilisation,
             row.llm_utilisation,
             row.saturating_stage,

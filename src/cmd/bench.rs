@@ -1,7 +1,14 @@
 //! `voxline bench`: the pipeline on the fixtures, or (`--sessions`) the capacity of shared engines.
 
-#[allow(clippy::wildcard_imports)]
-use crate::*;
+use std::path::{Path, PathBuf};
+
+use voxline::pipeline::{self, Source};
+use voxline::report;
+use voxline::BadInput;
+
+use super::session::{finish_report, outcome_of, write_output, Run, Session};
+use crate::cli::BenchArgs;
+use crate::Outcome;
 
 /// Makes `--out`, a directory for the bench's report files.
 pub(crate) fn make_out_dir(out: &Path) -> Result<(), BadInput> {
@@ -32,9 +39,7 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
     if let Some(url) = &args.via {
         voxline::serve::client::check_url(url).map_err(BadInput::from_display)?;
     }
-    let (settings, warnings) = args.engine.settings()?;
-    let vad = args.vad.config()?;
-    let budget = args.budget.as_deref().map(Budget::load).transpose()?;
+    let session = Session::new(&args.engine, &args.vad, args.budget.as_deref())?;
     let files = collect_wavs(&args.fixtures)?;
     let think = std::time::Duration::from_millis(args.think_ms);
     let script = capacity::Script::load(&files, think)?;
@@ -56,24 +61,23 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
         .iter()
         .map(|n| args.out.join(n))
         .collect();
-    let planned = plan_outputs(
+    let planned = session.plan_outputs(
         &[
             ("--out", Some(outs[0].as_path())),
             ("--out", Some(outs[1].as_path())),
             ("--out", Some(outs[2].as_path())),
         ],
-        &settings,
         &files,
-        &[args.budget.as_deref()],
+        &[],
     )?;
-    for w in &warnings {
+    for w in &session.warnings {
         eprintln!("voxline: warning: {w}");
     }
     let opts = capacity::CapacityOptions {
         sessions: args.sessions.clone(),
         stagger: std::time::Duration::from_millis(args.stagger_ms),
         think,
-        spec_silence_ms: args.vad.speculation(),
+        spec_silence_ms: session.speculation(),
     };
     let say = |m: &str| eprintln!("voxline: {m}");
     let report = match &args.via {
@@ -83,7 +87,7 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
             &script,
             &files,
             &opts,
-            budget.as_ref(),
+            session.budget.as_ref(),
             &say,
         )
         .map_err(|e| match e {
@@ -94,12 +98,12 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
             other => other.into(),
         })?,
         None => capacity::run(
-            &settings,
-            &vad,
+            &session.settings,
+            &session.vad,
             &script,
             &files,
             &opts,
-            budget.as_ref(),
+            session.budget.as_ref(),
             &say,
         )?,
     };
@@ -113,7 +117,7 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
         }
     }
     print!("{md}");
-    Ok(match (&budget, report.capacity) {
+    Ok(match (&session.budget, report.capacity) {
         (Some(_), None) => Outcome::BudgetBroken,
         _ => Outcome::Ok,
     })
@@ -123,10 +127,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     if !args.sessions.is_empty() {
         return bench_sessions(&args);
     }
-    let pace = args.pace;
-    let (settings, warnings) = args.engine.settings()?;
-    let vad = args.vad.config()?;
-    let budget = args.budget.as_deref().map(Budget::load).transpose()?;
+    let session = Session::new(&args.engine, &args.vad, args.budget.as_deref())?;
     if args.repeat == 0 {
         return Err(BadInput("--repeat 0: play the fixtures at least once".into()).into());
     }
@@ -149,46 +150,25 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     make_out_dir(&args.out)?;
     let names = ["report.json", "report.md", "report.csv", "timeline.svg"];
     let in_out: Vec<PathBuf> = names.iter().map(|n| args.out.join(n)).collect();
-    let mut planned = plan_outputs(
-        &[
-            ("--out", Some(in_out[0].as_path())),
-            ("--out", Some(in_out[1].as_path())),
-            ("--out", Some(in_out[2].as_path())),
-            ("--out", Some(in_out[3].as_path())),
-            ("--trace", args.trace.as_deref()),
-            ("--events", args.events.as_deref()),
-        ],
-        &settings,
-        &files,
-        &[args.budget.as_deref(), args.baseline.as_deref()],
-    )?
-    .into_iter();
+    let mut planned = session
+        .plan_outputs(
+            &[
+                ("--out", Some(in_out[0].as_path())),
+                ("--out", Some(in_out[1].as_path())),
+                ("--out", Some(in_out[2].as_path())),
+                ("--out", Some(in_out[3].as_path())),
+                ("--trace", args.trace.as_deref()),
+                ("--events", args.events.as_deref()),
+            ],
+            &files,
+            &[args.baseline.as_deref()],
+        )?
+        .into_iter();
     let mut next = || planned.next().flatten();
     let (json_out, md_out, csv_out, svg_out, trace_out, events_out) =
         (next(), next(), next(), next(), next(), next());
-    let shutdown = ShutdownHandle::new();
-    install_signal_handler(shutdown.clone());
 
-    for w in &warnings {
-        eprintln!("voxline: warning: {w}");
-    }
     let bar = indicatif::ProgressBar::new(expected_turns as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} loading models {elapsed}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-    );
-    bar.enable_steady_tick(std::time::Duration::from_millis(120));
-    let (stt, llm, model_load_ms) = load_engines(&settings, &[], true)?;
-    if shutdown.is_requested() {
-        bar.finish_and_clear();
-        return Ok(Outcome::Interrupted);
-    }
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} {bar:40} {pos}/{len} turns {elapsed} (eta {eta}) {msg}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
     let progress = bar.clone();
     let hook: pipeline::EventHook =
         std::sync::Arc::new(move |ev: &voxline_core::PipelineEvent| match ev {
@@ -203,35 +183,37 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
             }
             _ => {}
         });
-    let board = voxline_core::SpecBoard::new();
-    let opts = RunOptions {
-        pace,
-        vad,
+    let ran = session.run(Run {
+        source: Source::Replay(inputs),
+        pace: args.pace,
+        files: files.clone(),
+        warmup: args.warmup,
         events: events_out,
         console: false,
         on_event: Some(hook),
-        cpu_shared: settings.threads.shared,
-        speculation: args.vad.speculation().map(|ms| (board.clone(), ms)),
-        ..RunOptions::default()
-    };
-    let (stt, llm) = engine_stages(
-        stt,
-        voxline_llm::LlmStage::new(llm),
-        &fault,
-        &opts,
-        &settings.threads,
-    );
-    let result = pipeline::run(inputs, stt, llm, &opts, Some(shutdown))?;
+        fault,
+        cancel_on_stop: false,
+        before_load: &|| {
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} loading models {elapsed}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+            );
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        },
+        after_load: &|| {
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} {bar:40} {pos}/{len} turns {elapsed} (eta {eta}) {msg}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+        },
+    })?;
     bar.finish_and_clear();
-    let mut config =
-        RunConfig::from_settings(&settings, pace_name(pace), files.clone(), args.warmup);
-    args.vad.record(&mut config);
-    let mut rep = report::build(
-        &result,
-        config,
-        model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0,
-        budget.as_ref(),
-    );
+    let Some(ran) = ran else {
+        return Ok(Outcome::Interrupted);
+    };
+    let (result, mut rep) = (ran.result, ran.report);
     if let Some((path, base)) = &baseline {
         let (metrics, verdict) = voxline::bench::compare_values(&serde_json::to_value(&rep)?, base);
         rep.baseline = Some(report::BaselineResult {
@@ -270,4 +252,36 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         args.out.display()
     );
     Ok(outcome_of(&rep))
+}
+
+/// The WAV files named or contained in `items`, sorted per directory.
+pub(crate) fn collect_wavs(items: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
+    let mut out = Vec::new();
+    for item in items {
+        if item.is_dir() {
+            let rd = std::fs::read_dir(item).map_err(|e| {
+                BadInput(format!(
+                    "{}: cannot list the directory ({}); check its permissions",
+                    item.display(),
+                    voxline::io_reason(&e)
+                ))
+            })?;
+            let mut wavs: Vec<PathBuf> = rd
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("wav")))
+                .collect();
+            wavs.sort();
+            if wavs.is_empty() {
+                return Err(BadInput(format!(
+                    "{}: no .wav files in this directory",
+                    item.display()
+                )));
+            }
+            out.extend(wavs);
+        } else {
+            out.push(item.clone());
+        }
+    }
+    Ok(out)
 }

@@ -1,7 +1,12 @@
 //! `voxline live` and `voxline devices`: the microphone.
 
-#[allow(clippy::wildcard_imports)]
-use crate::*;
+use voxline::output::Output;
+use voxline::pipeline::{LiveOptions, Pace, Source};
+use voxline::BadInput;
+
+use super::session::{finish_report, outcome_of, Run, Session};
+use crate::cli::{DevicesArgs, LiveArgs};
+use crate::Outcome;
 
 pub(crate) fn devices(args: &DevicesArgs) -> anyhow::Result<Outcome> {
     use std::io::Write as _;
@@ -87,9 +92,7 @@ pub(crate) fn devices(args: &DevicesArgs) -> anyhow::Result<Outcome> {
 }
 
 pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
-    let (settings, warnings) = args.engine.settings()?;
-    let vad = args.vad.config()?;
-    let budget = args.out.budget.as_deref().map(Budget::load).transpose()?;
+    let session = Session::new(&args.engine, &args.vad, args.out.budget.as_deref())?;
     let max_duration = args
         .max_duration
         .as_deref()
@@ -115,42 +118,20 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         ))
         .into());
     }
-    let [report_out, events_out] = <[Option<Output>; 2]>::try_from(plan_outputs(
+    let [report_out, events_out] = <[Option<Output>; 2]>::try_from(session.plan_outputs(
         &[
             ("--report-json", args.out.report_json.as_deref()),
             ("--events", args.out.events.as_deref()),
         ],
-        &settings,
         &[],
-        &[args.out.budget.as_deref()],
+        &[],
     )?)
     .map_err(|_| anyhow::anyhow!("internal: two outputs planned"))?;
     // A missing or unusable device is refused before the models load (and
     // before "listening" is printed); the capture itself opens in run_source.
     voxline_audio::check_input_device(args.device.as_deref())?;
-    let shutdown = ShutdownHandle::new();
-    install_signal_handler(shutdown.clone());
-    let (stt, llm, model_load_ms) = load_engines(&settings, &warnings, args.out.quiet)?;
-    if shutdown.is_requested() {
-        // stopped before listening: no session happened
-        return Ok(Outcome::Interrupted);
-    }
-    let mut llm = voxline_llm::LlmStage::new(llm);
-    if args.cancel_on_stop {
-        llm = llm.cancel_on(shutdown.clone());
-    }
-    let board = voxline_core::SpecBoard::new();
-    let opts = RunOptions {
-        pace: Pace::Realtime,
-        vad,
-        events: events_out,
-        console: !args.out.quiet,
-        cpu_shared: settings.threads.shared,
-        speculation: args.vad.speculation().map(|ms| (board.clone(), ms)),
-        ..RunOptions::default()
-    };
-    let (stt, llm) = engine_stages(stt, llm, &fault, &opts, &settings.threads);
-    let source = pipeline::Source::Live(pipeline::LiveOptions {
+    let quiet = args.out.quiet;
+    let source = Source::Live(LiveOptions {
         device: args.device.clone(),
         max_turns: args.max_turns,
         max_duration,
@@ -159,23 +140,37 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         capture_buffer_ms: args.capture_buffer_ms,
         warmup: args.out.warmup,
     });
-    if !args.out.quiet {
-        eprintln!(
-            "voxline: listening{} — speak; Ctrl-C to stop",
-            args.device
-                .as_deref()
-                .map_or(String::new(), |d| format!(" on {d}"))
-        );
-    }
-    let result = pipeline::run_source(source, stt, llm, &opts, Some(shutdown))?;
-    let mut config = RunConfig::from_settings(&settings, "live", Vec::new(), args.out.warmup);
-    args.vad.record(&mut config);
-    let rep = report::build(
-        &result,
-        config,
-        model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0,
-        budget.as_ref(),
-    );
+    let Some(ran) = session.run(Run {
+        source,
+        pace: Pace::Realtime,
+        files: Vec::new(),
+        warmup: args.out.warmup,
+        events: events_out,
+        console: !quiet,
+        on_event: None,
+        fault,
+        cancel_on_stop: args.cancel_on_stop,
+        before_load: &|| {
+            if !quiet {
+                eprintln!("voxline: loading models");
+            }
+        },
+        after_load: &|| {
+            if !quiet {
+                eprintln!(
+                    "voxline: listening{} — speak; Ctrl-C to stop",
+                    args.device
+                        .as_deref()
+                        .map_or(String::new(), |d| format!(" on {d}"))
+                );
+            }
+        },
+    })?
+    else {
+        // stopped before listening: no session happened
+        return Ok(Outcome::Interrupted);
+    };
+    let rep = ran.report;
     if let Some(l) = &rep.live {
         if l.frames_dropped_in_ring > 0 {
             eprintln!(

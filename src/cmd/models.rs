@@ -1,7 +1,12 @@
 //! `voxline models`: install, list and verify the models.
 
-#[allow(clippy::wildcard_imports)]
-use crate::*;
+use voxline::BadInput;
+use voxline_models::fetch::{self, FetchEvent, FetchOptions, FileState};
+use voxline_models::location::{self, ModelsDir, ModelsDirSource};
+use voxline_models::registry;
+
+use crate::cli::ModelsCommand;
+use crate::Outcome;
 
 pub(crate) fn models(command: ModelsCommand) -> anyhow::Result<Outcome> {
     match command {

@@ -1,64 +1,47 @@
 //! `voxline replay`: recorded audio through the whole pipeline.
 
-#[allow(clippy::wildcard_imports)]
-use crate::*;
+use voxline::output::Output;
+use voxline::pipeline::{self, Source};
+
+use super::session::{finish_report, outcome_of, Run, Session};
+use crate::cli::ReplayArgs;
+use crate::Outcome;
 
 pub(crate) fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     // Everything the user gave is checked before any model loads.
-    let pace = args.pace;
-    let (settings, warnings) = args.engine.settings()?;
-    let vad = args.vad.config()?;
-    let budget = args.out.budget.as_deref().map(Budget::load).transpose()?;
-    let [report_out, events_out] = <[Option<Output>; 2]>::try_from(plan_outputs(
+    let session = Session::new(&args.engine, &args.vad, args.out.budget.as_deref())?;
+    let [report_out, events_out] = <[Option<Output>; 2]>::try_from(session.plan_outputs(
         &[
             ("--report-json", args.out.report_json.as_deref()),
             ("--events", args.out.events.as_deref()),
         ],
-        &settings,
         &args.files,
-        &[args.out.budget.as_deref()],
+        &[],
     )?)
     .map_err(|_| anyhow::anyhow!("internal: two outputs planned"))?;
     let inputs = pipeline::open_inputs(&args.files)?;
     let fault = voxline::fault::Fault::from_env()?;
-    let shutdown = ShutdownHandle::new();
-    install_signal_handler(shutdown.clone());
-
-    let (stt, llm, model_load_ms) = load_engines(&settings, &warnings, args.out.quiet)?;
-    if shutdown.is_requested() {
-        return Ok(Outcome::Interrupted);
-    }
-    let board = voxline_core::SpecBoard::new();
-    let opts = RunOptions {
-        pace,
-        vad,
+    let quiet = args.out.quiet;
+    let Some(ran) = session.run(Run {
+        source: Source::Replay(inputs),
+        pace: args.pace,
+        files: args.files.clone(),
+        warmup: args.out.warmup,
         events: events_out,
-        console: !args.out.quiet,
-        cpu_shared: settings.threads.shared,
-        speculation: args.vad.speculation().map(|ms| (board.clone(), ms)),
-        ..RunOptions::default()
+        console: !quiet,
+        on_event: None,
+        fault,
+        cancel_on_stop: false,
+        before_load: &|| {
+            if !quiet {
+                eprintln!("voxline: loading models");
+            }
+        },
+        after_load: &|| {},
+    })?
+    else {
+        return Ok(Outcome::Interrupted);
     };
-    let (stt, llm) = engine_stages(
-        stt,
-        voxline_llm::LlmStage::new(llm),
-        &fault,
-        &opts,
-        &settings.threads,
-    );
-    let result = pipeline::run(inputs, stt, llm, &opts, Some(shutdown))?;
-    let mut config = RunConfig::from_settings(
-        &settings,
-        pace_name(pace),
-        args.files.clone(),
-        args.out.warmup,
-    );
-    args.vad.record(&mut config);
-    let rep = report::build(
-        &result,
-        config,
-        model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0,
-        budget.as_ref(),
-    );
-    finish_report(&rep, report_out.as_ref(), args.out.quiet)?;
-    Ok(outcome_of(&rep))
+    finish_report(&ran.report, report_out.as_ref(), quiet)?;
+    Ok(outcome_of(&ran.report))
 }

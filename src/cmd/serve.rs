@@ -1,7 +1,9 @@
 //! `voxline serve`: the assistant over WebSocket (see `voxline::serve`).
 
-#[allow(clippy::wildcard_imports)]
-use crate::*;
+use voxline::BadInput;
+
+use crate::cli::ServeArgs;
+use crate::Outcome;
 
 pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
     use std::time::Duration;

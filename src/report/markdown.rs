@@ -1,13 +1,14 @@
 //! The report as Markdown (`report.md`).
 
 use super::schema::Report;
+use crate::stats::cell;
 
 /// The report as Markdown: bottlenecks and budget first, then the tables.
 #[must_use]
 pub fn to_markdown(r: &Report) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
-    let f = |v: Option<f64>| v.map_or("–".to_string(), |x| format!("{x:.1}"));
+    let f = |v: Option<f64>| cell(v, 1);
     let _ = writeln!(s, "# voxline report\n");
     let _ = writeln!(
         s,

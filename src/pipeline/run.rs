@@ -1,0 +1,446 @@
+//! The run: the pipeline built from its topology, the source fed on the
+//! calling thread, everything joined into a [`RunResult`].
+
+use std::time::Instant;
+
+use voxline_audio::VadStage;
+use voxline_core::{
+    AudioFrame, Clock, Pipeline, PipelineEvent, RunOutcome, ShutdownHandle, Stage, StartStage,
+    TimedEvent, Topology, Transcript, Utterance,
+};
+use voxline_llm::{LlmOut, TurnComplete};
+
+use super::live::live_source;
+use super::sink::{lock_tally, EventSink, SharedTally};
+use super::{Extras, Input, InputSpan, LiveReport, Pace, RunOptions, Source};
+use crate::topology::{self, AudioEdge};
+use crate::BadInput;
+
+/// Errors of a run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Something the user gave is wrong.
+    #[error(transparent)]
+    BadInput(#[from] BadInput),
+    /// The runtime could not start a stage (its thread, or its start-up).
+    #[error("could not start the pipeline: {0}")]
+    Runtime(#[from] voxline_core::RuntimeError),
+    /// A thread of the session itself could not start.
+    #[error("could not start the pipeline: {0}")]
+    Thread(#[source] std::io::Error),
+    /// The pipeline's topology does not hold together (an edge undeclared).
+    #[error("could not build the pipeline: {0}")]
+    Topology(#[from] voxline_core::TopologyError),
+    /// The input device could not be opened.
+    #[error(transparent)]
+    Capture(voxline_audio::AudioError),
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct RunResult {
+    /// The pipeline's stages and edges, as it was built.
+    pub topology: Topology,
+    /// The session clock (origin = start of replay).
+    pub clock: Clock,
+    /// The pacing used.
+    pub pace: Pace,
+    /// Spans, edge statistics, failure.
+    pub outcome: RunOutcome,
+    /// Every event, in the order the sinks saw them.
+    pub events: Vec<TimedEvent>,
+    /// Where each file sits in the stream.
+    pub inputs: Vec<InputSpan>,
+    /// Problems reading the input (a truncated file, say), one line each.
+    pub input_errors: Vec<String>,
+    /// Things about the input worth knowing that are no error (a header
+    /// that lies, a near-silent recording), one line each.
+    pub input_warnings: Vec<String>,
+    /// Whether the run was interrupted (Ctrl-C).
+    pub interrupted: bool,
+    /// Audio replayed, in 16 kHz samples.
+    pub audio_samples: u64,
+    /// Whether the engines shared the cores under one lease.
+    pub cpu_shared: bool,
+    /// The most engine threads that computed at once.
+    pub engine_threads_peak: usize,
+    /// The live capture's figures, for a live session.
+    pub live: Option<LiveReport>,
+    /// A live session's measurements, taken as they happened (its
+    /// `outcome.spans` and `events` are then empty: a session of weeks
+    /// keeps only bounded totals and the last turns; see [`crate::tally`]).
+    pub tally: Option<crate::tally::Tally>,
+}
+
+/// Replays `inputs` through VAD → `stt` → `llm`, returning every event and span.
+///
+/// `stt` and `llm` are normally [`voxline_stt::SttStage`] and
+/// [`voxline_llm::LlmStage`] (any [`StartStage`]: a stage, or what builds
+/// one on its own thread); tests may wrap them (e.g. to slow one down).
+/// Every stage has started before any audio is fed: one that cannot start
+/// is an error here.
+/// `shutdown` stops the source early (Ctrl-C); turns in flight finish.
+///
+/// # Errors
+/// [`RunError::BadInput`] for an invalid VAD configuration or an unwritable
+/// event log, [`RunError::Runtime`] when a stage cannot start.
+pub fn run<S, L>(
+    inputs: Vec<Input>,
+    stt: S,
+    llm: L,
+    opts: &RunOptions,
+    shutdown: Option<ShutdownHandle>,
+) -> Result<RunResult, RunError>
+where
+    S: StartStage<Stage: Stage<In = Utterance, Out = Transcript>>,
+    L: StartStage<Stage: Stage<In = Transcript, Out = LlmOut>>,
+{
+    run_source(Source::Replay(inputs), stt, llm, opts, shutdown)
+}
+
+/// Like [`run`], with `extras` added to the pipeline.
+///
+/// # Errors
+/// As [`run`]; [`RunError::BadInput`] when an added stage's name is taken.
+pub fn run_with<S, L>(
+    inputs: Vec<Input>,
+    stt: S,
+    llm: L,
+    extras: Extras,
+    opts: &RunOptions,
+    shutdown: Option<ShutdownHandle>,
+) -> Result<RunResult, RunError>
+where
+    S: StartStage<Stage: Stage<In = Utterance, Out = Transcript>>,
+    L: StartStage<Stage: Stage<In = Transcript, Out = LlmOut>>,
+{
+    run_source_with(Source::Replay(inputs), stt, llm, extras, opts, shutdown)
+}
+
+/// Runs the pipeline from any [`Source`]; see [`run`].
+///
+/// A live source captures until `shutdown` is requested, `max_turns` turns
+/// completed or `max_duration` passed; turns in flight then finish. Its
+/// audio edge drops the oldest frames when full (the audio callback must
+/// never wait) and counts them; a stage falling behind real time is named in
+/// a warning line on stderr.
+///
+/// # Errors
+/// As [`run`], plus [`RunError::Capture`] when the device cannot be opened
+/// (checked before anything else starts, so nothing is written).
+pub fn run_source<S, L>(
+    source: Source,
+    stt: S,
+    llm: L,
+    opts: &RunOptions,
+    shutdown: Option<ShutdownHandle>,
+) -> Result<RunResult, RunError>
+where
+    S: StartStage<Stage: Stage<In = Utterance, Out = Transcript>>,
+    L: StartStage<Stage: Stage<In = Transcript, Out = LlmOut>>,
+{
+    run_source_with(source, stt, llm, Extras::default(), opts, shutdown)
+}
+
+/// [`run_source`] with `extras` added to the pipeline; the pipeline is
+/// built from its [`Topology`] ([`crate::topology`]).
+///
+/// # Errors
+/// As [`run_source`]; [`RunError::BadInput`] when an added stage's name is
+/// taken.
+#[allow(clippy::too_many_lines)]
+pub fn run_source_with<S, L>(
+    source: Source,
+    stt: S,
+    llm: L,
+    extras: Extras,
+    opts: &RunOptions,
+    shutdown: Option<ShutdownHandle>,
+) -> Result<RunResult, RunError>
+where
+    S: StartStage<Stage: Stage<In = Utterance, Out = Transcript>>,
+    L: StartStage<Stage: Stage<In = Transcript, Out = LlmOut>>,
+{
+    let mut vad = VadStage::new(opts.vad.clone()).map_err(BadInput::from_display)?;
+    if let Some((board, silence_ms)) = &opts.speculation {
+        vad = vad.with_speculation(board.clone(), *silence_ms);
+    }
+    let clock = Clock::start();
+    let audio = match &source {
+        Source::Replay(_) => AudioEdge::Replay,
+        Source::Live(l) => AudioEdge::Live(l.audio_queue_frames),
+    };
+    let topology = extras.topology(audio, opts.queue_capacity)?;
+    let (audio_tx, audio_rx) = topology.channel::<AudioFrame>(&topology::AUDIO)?;
+    // drops are counted in 16 kHz frames, like the capture ring's
+    let audio_tx = audio_tx.measure_drops(|f| f.samples.len() as u64);
+    // live: spans and events are tallied as they happen, not kept
+    let tally: Option<SharedTally> = match &source {
+        Source::Live(l) => Some(std::sync::Arc::new(std::sync::Mutex::new(
+            crate::tally::Tally::new(clock, l.warmup),
+        ))),
+        Source::Replay(_) => None,
+    };
+    // Open the device first: if it cannot be opened nothing else starts (and nothing is written).
+    let replaying = matches!(source, Source::Replay(_));
+    let (inputs, live) = match source {
+        Source::Live(l) => {
+            let capture = voxline_audio::Capture::start_with(
+                l.device.as_deref(),
+                &voxline_audio::CaptureOptions {
+                    buffer_ms: l.capture_buffer_ms,
+                },
+                audio_tx.clone(),
+                clock,
+            )
+            .map_err(RunError::Capture)?;
+            (Vec::new(), Some((l, capture)))
+        }
+        Source::Replay(inputs) => (inputs, None),
+    };
+    let mut sink = EventSink::new(clock, opts.console, opts.events.as_ref())?;
+    let mut builder = Pipeline::builder(clock);
+    if let Some(t) = &tally {
+        let spans = t.clone();
+        builder = builder.observe_spans(move |s| lock_tally(&spans).span(&s));
+        sink.tally = Some(t.clone());
+    }
+    if let (true, Some(stop)) = (replaying, &shutdown) {
+        // Ctrl-C during replay: stop feeding, cancel what is queued, finish what runs.
+        builder = builder.cancel_queued_on(stop.clone());
+    }
+    let mut p = builder.build();
+    // every edge as the topology declares it: the one each stage writes
+    let (utt_tx, utt_rx) = topology.channel_from::<Utterance>(topology::VAD.as_str())?;
+    let (tr_tx, mut tr_rx) = topology.channel_from::<Transcript>(topology::STT.as_str())?;
+    for stage in extras.after_stt {
+        let (tx, rx) = topology.channel_from::<Transcript>(stage.name())?;
+        p.spawn_stage(stage, tr_rx, tx)?;
+        tr_rx = rx;
+    }
+    let (out_tx, out_rx) = topology.channel_from::<LlmOut>(topology::LLM.as_str())?;
+    p.spawn_stage(vad, audio_rx, utt_tx)?;
+    if opts.cpu_shared {
+        // fast replay measures service times: no call is interrupted by a yield
+        let lease = if opts.pace == Pace::Fast && replaying {
+            voxline_core::CpuLease::non_preemptive()
+        } else {
+            voxline_core::CpuLease::new()
+        };
+        p.spawn_stage_leased(stt, utt_rx, tr_tx, lease.clone())?;
+        p.spawn_stage_leased(llm, tr_rx, out_tx, lease)?;
+    } else {
+        p.spawn_stage(stt, utt_rx, tr_tx)?;
+        p.spawn_stage(llm, tr_rx, out_tx)?;
+    }
+    p.spawn_sink(topology::SINK.as_str(), out_rx, |_| Ok(()))?;
+    let events = p.events();
+    let hook = opts.on_event.clone();
+    let internal_stop = p.shutdown_handle();
+    let turns_done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let done_counter = turns_done.clone();
+    // the queues in front of the engines: growing ones mean a stage falls behind real time
+    let watched: Vec<_> = topology::watched(&topology)
+        .into_iter()
+        .map(|(stage, input)| (stage, p.edge_stats(input.as_str())))
+        .collect();
+    let sink_thread = std::thread::Builder::new()
+        .name("events".into())
+        .spawn(move || {
+            // nothing of a speculative attempt is shown before its commit
+            let mut gate = voxline_core::SpecGate::new();
+            for ev in events.iter() {
+                for ev in gate.push(ev) {
+                    if let Some(h) = &hook {
+                        h(&ev.event);
+                    }
+                    if matches!(ev.event, PipelineEvent::TurnError(_))
+                        || ev.event.engine::<TurnComplete>().is_some()
+                    {
+                        done_counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    sink.handle(ev);
+                }
+            }
+            sink.finish()
+        })
+        .map_err(RunError::Thread)?;
+
+    // The source runs on this thread.
+    let stop = |s: &Option<ShutdownHandle>| {
+        s.as_ref().is_some_and(ShutdownHandle::is_requested) || internal_stop.is_requested()
+    };
+    if let Some((live, capture)) = live {
+        drop(audio_tx); // the capture thread holds its own sender
+        let ((report, samples), stopped) =
+            live_source(&live, capture, &turns_done, &watched, &|| stop(&shutdown));
+        let mut run = finish_run(
+            topology,
+            p,
+            sink_thread,
+            clock,
+            opts,
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            stopped,
+            shutdown.as_ref(),
+            samples,
+            Some(report),
+        );
+        if let Some(t) = tally {
+            // every thread is joined: nothing else holds the tally now
+            let mut t = std::mem::replace(&mut *lock_tally(&t), crate::tally::Tally::new(clock, 0));
+            t.close(run.outcome.failed.as_deref());
+            run.tally = Some(t);
+        }
+        return Ok(run);
+    }
+    let mut pos: u64 = 0;
+    let mut spans = Vec::new();
+    let mut input_errors = Vec::new();
+    let mut input_warnings = Vec::new();
+    let mut interrupted = false;
+    let send = |frame_samples: Vec<f32>, pos: u64, new_recording: bool| -> bool {
+        let captured = match opts.pace {
+            Pace::Realtime => {
+                let due = clock.sample_due(pos);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                due
+            }
+            Pace::Fast => Instant::now(),
+        };
+        audio_tx
+            .send(AudioFrame {
+                start_sample: pos,
+                samples: frame_samples,
+                captured,
+                new_recording,
+            })
+            .is_ok()
+    };
+    let gap = u64::from(opts.gap_ms) * 16;
+    'files: for (i, mut input) in inputs.into_iter().enumerate() {
+        if i > 0 {
+            let mut left = gap;
+            while left > 0 {
+                let n = left.min(320);
+                if stop(&shutdown) || !send(vec![0.0; n as usize], pos, false) {
+                    interrupted = true;
+                    break 'files;
+                }
+                pos += n;
+                left -= n;
+            }
+        }
+        let start = pos;
+        loop {
+            if stop(&shutdown) {
+                interrupted = true;
+                spans.push(InputSpan {
+                    path: input.path.clone(),
+                    sidecar: input.sidecar.take(),
+                    start,
+                    end: pos,
+                });
+                break 'files;
+            }
+            match input.source.next_chunk() {
+                Ok(Some(chunk)) => {
+                    let n = chunk.len() as u64;
+                    // the file's first chunk: the pre-roll stops at it
+                    if !send(chunk, pos, pos == start) {
+                        interrupted = true;
+                        break 'files;
+                    }
+                    pos += n;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    input_errors.push(e.to_string());
+                    break;
+                }
+            }
+        }
+        let shown = input.path.display().to_string();
+        for w in input.source.warnings() {
+            input_warnings.push(format!("{shown}: {w}"));
+        }
+        let level = input.source.level();
+        if level.samples > 0 && level.is_near_silent() {
+            input_warnings.push(format!(
+                "{shown}: near-silent ({level}); speech this quiet is not detected — check the recording level"
+            ));
+        }
+        spans.push(InputSpan {
+            path: input.path,
+            sidecar: input.sidecar,
+            start,
+            end: pos,
+        });
+    }
+    drop(audio_tx);
+    let interrupted = interrupted || shutdown.is_some();
+    Ok(finish_run(
+        topology,
+        p,
+        sink_thread,
+        clock,
+        opts,
+        spans,
+        input_errors,
+        input_warnings,
+        interrupted,
+        shutdown.as_ref(),
+        pos,
+        None,
+    ))
+}
+
+type SinkThread = std::thread::JoinHandle<(Vec<TimedEvent>, Option<String>)>;
+
+/// Joins the pipeline and the event sink and gathers the result.
+#[allow(clippy::too_many_arguments)]
+fn finish_run(
+    topology: Topology,
+    p: Pipeline,
+    sink_thread: SinkThread,
+    clock: Clock,
+    opts: &RunOptions,
+    inputs: Vec<InputSpan>,
+    mut input_errors: Vec<String>,
+    input_warnings: Vec<String>,
+    interrupted: bool,
+    stop_requested: Option<&ShutdownHandle>,
+    audio_samples: u64,
+    live: Option<LiveReport>,
+) -> RunResult {
+    let outcome = p.join();
+    // a stop asked for at any moment of the run (even after the last audio was fed) interrupted it
+    let interrupted = interrupted && stop_requested.is_some_and(ShutdownHandle::is_requested);
+    let (events, write_error) = sink_thread
+        .join()
+        .unwrap_or_else(|_| (Vec::new(), Some("the event sink panicked".into())));
+    if let Some(e) = write_error {
+        input_errors.push(format!("event log: {e}"));
+    }
+    RunResult {
+        topology,
+        clock,
+        pace: opts.pace,
+        outcome,
+        events,
+        inputs,
+        input_errors,
+        input_warnings,
+        interrupted,
+        audio_samples,
+        cpu_shared: opts.cpu_shared,
+        engine_threads_peak: opts.meter.peak(),
+        live,
+        tally: None,
+    }
+}

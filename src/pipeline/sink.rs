@@ -1,0 +1,115 @@
+//! The event sink: every event to the console, the event log (JSON lines)
+//! and the run's result, or a live session's tally.
+
+use std::io::Write;
+
+use voxline_core::{Clock, PipelineEvent, TimedEvent};
+use voxline_llm::{Token, TurnComplete};
+
+use crate::BadInput;
+
+/// A live session's tally, shared by the stage threads (spans) and the
+/// event thread (events).
+pub(super) type SharedTally = std::sync::Arc<std::sync::Mutex<crate::tally::Tally>>;
+
+pub(super) fn lock_tally(t: &SharedTally) -> std::sync::MutexGuard<'_, crate::tally::Tally> {
+    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Writes events to the console and an optional JSONL output (a regular
+/// file is written under a partial name and moved into place at the end).
+pub(super) struct EventSink {
+    clock: Clock,
+    console: bool,
+    file: Option<(crate::output::Output, crate::output::Writer)>,
+    /// Every event, for the report (replay: a file ends).
+    events: Vec<TimedEvent>,
+    /// Live: events go into the tally instead and are not kept.
+    pub(super) tally: Option<SharedTally>,
+    write_error: Option<String>,
+}
+
+impl EventSink {
+    pub(super) fn new(
+        clock: Clock,
+        console: bool,
+        output: Option<&crate::output::Output>,
+    ) -> Result<Self, BadInput> {
+        let file = match output {
+            None => None,
+            Some(o) => {
+                let w = o.open().map_err(|e| {
+                    BadInput(format!(
+                        "{}; choose a writable path for --events",
+                        o.describe(&e)
+                    ))
+                })?;
+                Some((o.clone(), w))
+            }
+        };
+        Ok(Self {
+            clock,
+            // the event log on standard output must not be interleaved with the console
+            console: console && !output.is_some_and(crate::output::Output::is_stdout),
+            file,
+            events: Vec::new(),
+            tally: None,
+            write_error: None,
+        })
+    }
+
+    pub(super) fn handle(&mut self, ev: TimedEvent) {
+        if let Some((o, w)) = &mut self.file {
+            let line = ev.to_json_line(&self.clock).unwrap_or_default();
+            if let Err(e) = writeln!(w, "{line}") {
+                self.write_error.get_or_insert(o.describe(&e));
+            }
+        }
+        if self.console {
+            let mut out = std::io::stdout().lock();
+            match &ev.event {
+                PipelineEvent::Transcript(t) => {
+                    let _ = writeln!(out, "[{}] you: {}", t.id, t.text);
+                }
+                PipelineEvent::Engine(e) => {
+                    if let Some(t) = e.downcast_ref::<Token>() {
+                        if t.index == 0 {
+                            let _ = write!(out, "[{}] voxline: ", t.id);
+                        }
+                        let _ = write!(out, "{}", t.text);
+                        let _ = out.flush();
+                    } else if let Some(c) = e.downcast_ref::<TurnComplete>() {
+                        if c.n_generated == 0 {
+                            let _ = writeln!(out, "[{}] voxline: (nothing to answer)", c.id);
+                        } else {
+                            let _ = writeln!(out);
+                        }
+                    }
+                }
+                PipelineEvent::TurnError(e) => {
+                    let _ = writeln!(out);
+                    eprintln!("[{}] error in {}: {}", e.id, e.stage, e.message);
+                }
+                PipelineEvent::StageFailed { stage, message } => {
+                    eprintln!("stage {stage} failed: {message}")
+                }
+                PipelineEvent::StageError { stage, message } => eprintln!("{stage}: {message}"),
+                _ => {}
+            }
+        }
+        match &self.tally {
+            Some(t) => lock_tally(t).event(&ev),
+            None => self.events.push(ev),
+        }
+    }
+
+    /// Finishes the event log; returns the events and any write error.
+    pub(super) fn finish(mut self) -> (Vec<TimedEvent>, Option<String>) {
+        if let Some((o, w)) = self.file.take() {
+            if let Err(e) = w.finish() {
+                self.write_error.get_or_insert(o.describe(&e));
+            }
+        }
+        (self.events, self.write_error)
+    }
+}
