@@ -1,7 +1,6 @@
 //! One WebSocket connection: hello, join, audio in, events out, leave.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -10,10 +9,11 @@ use futures_util::{SinkExt as _, StreamExt as _};
 use tokio::sync::mpsc;
 use voxline_core::SAMPLE_RATE;
 
-use super::metrics::{bottleneck, Edge, Metrics, Outcome};
-use super::protocol::{close_reason, Control, Decoder, Hello, Latency, ServerEvent};
+use super::bridge::{Arrivals, Bridge, Progress, TICK};
+use super::metrics::Outcome;
+use super::protocol::{close_reason, Control, Decoder, Hello, ServerEvent};
 use super::{Phase, Shared};
-use crate::sessions::{HubError, Session, SessionEvent};
+use crate::sessions::{HubError, Session};
 
 /// Close codes (RFC 6455 §7.4.1).
 mod code {
@@ -26,10 +26,6 @@ mod code {
     pub const TRY_LATER: u16 = 1013;
 }
 
-/// How often the bridge thread looks up from the session's events.
-const TICK: Duration = Duration::from_millis(100);
-/// How often a client hears the server's load.
-const STATS_EVERY: Duration = Duration::from_secs(1);
 /// How long a closing connection waits for its last frames to go out.
 const FLUSH: Duration = Duration::from_secs(2);
 
@@ -55,42 +51,6 @@ fn close(code: u16, reason: &str) -> Message {
         code,
         reason: close_reason(reason).into(),
     }))
-}
-
-/// When each stretch of the stream arrived: `(samples received so far, when)`.
-#[derive(Default)]
-struct Arrivals(VecDeque<(u64, Instant)>);
-
-impl Arrivals {
-    /// About ten minutes of 20 ms frames.
-    const KEEP: usize = 30_000;
-
-    fn record(&mut self, total: u64, at: Instant) {
-        if self.0.len() == Self::KEEP {
-            self.0.pop_front();
-        }
-        self.0.push_back((total, at));
-    }
-
-    /// When sample `n` had arrived.
-    fn when(&self, n: u64) -> Option<Instant> {
-        let i = self.0.partition_point(|(total, _)| *total < n);
-        self.0.get(i).map(|a| a.1)
-    }
-}
-
-/// What the bridge thread tells the connection.
-#[derive(Default)]
-struct Progress {
-    /// Transcribed turns not yet answered or failed.
-    open: AtomicUsize,
-    /// The session has transcribed everything up to the client's `end`.
-    stream_ended: AtomicBool,
-    /// The connection is ending: the bridge stops.
-    stop: AtomicBool,
-    /// When the server last sent the client an event (not the load), ms
-    /// since the session started.
-    last_event_ms: std::sync::atomic::AtomicU64,
 }
 
 /// Runs one connection to its end.
@@ -346,301 +306,7 @@ async fn drain(
     }
 }
 
-/// A turn between its transcript and its end.
-struct TurnState {
-    turn: u32,
-    transcript: String,
-    end_sample: u64,
-    stt: Duration,
-    stt_wait: Duration,
-    tokens: u32,
-    first: Option<Instant>,
-}
-
 /// Returns once the server's phase satisfies `f` (or the server is gone).
 async fn until(phase: &mut tokio::sync::watch::Receiver<Phase>, f: impl Fn(Phase) -> bool) {
     let _ = phase.wait_for(|p| f(*p)).await;
-}
-
-/// Carries one session's events to its client's queue.
-struct Bridge {
-    origin: Instant,
-    /// The turns transcribed and not yet ended.
-    turns: Vec<TurnState>,
-    /// Lost on each edge and not yet told to the client.
-    untold: [(Edge, u64); 3],
-    seen_events: u64,
-    seen_audio: u64,
-    last_stats: Instant,
-}
-
-impl Bridge {
-    fn new(origin: Instant) -> Self {
-        Bridge {
-            origin,
-            turns: Vec::new(),
-            untold: [(Edge::Client, 0), (Edge::Events, 0), (Edge::Audio, 0)],
-            seen_events: 0,
-            seen_audio: 0,
-            last_stats: origin,
-        }
-    }
-
-    fn run(
-        mut self,
-        session: &Session,
-        shared: &Shared,
-        arrivals: &Mutex<Arrivals>,
-        progress: &Progress,
-        out: &mpsc::Sender<Message>,
-    ) {
-        while !progress.stop.load(Ordering::SeqCst) {
-            match session.events().recv_timeout(TICK) {
-                Ok(ev) => {
-                    for e in self.convert(ev, shared, arrivals, progress) {
-                        self.send(&e, &shared.metrics, out);
-                    }
-                    progress.last_event_ms.store(
-                        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX),
-                        Ordering::SeqCst,
-                    );
-                }
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-            }
-            self.losses(session, shared);
-            self.tell_losses(out);
-            if self.last_stats.elapsed() >= STATS_EVERY {
-                self.last_stats = Instant::now();
-                let (stt, llm) = shared.load.utilisation(shared.hub.totals(), STATS_EVERY);
-                let stats = ServerEvent::Stats {
-                    sessions: shared.hub.sessions(),
-                    stt_utilisation: stt,
-                    llm_utilisation: llm,
-                    bottleneck: if stt + llm < 0.01 {
-                        "idle"
-                    } else {
-                        bottleneck(stt, llm)
-                    }
-                    .into(),
-                };
-                // the load is news only while fresh: never counted as lost
-                let _ = out.try_send(Message::Text(stats.to_json().into()));
-            }
-        }
-    }
-
-    fn ms_since_origin(&self, at: Instant) -> f64 {
-        at.saturating_duration_since(self.origin).as_secs_f64() * 1e3
-    }
-
-    fn convert(
-        &mut self,
-        ev: SessionEvent,
-        shared: &Shared,
-        arrivals: &Mutex<Arrivals>,
-        progress: &Progress,
-    ) -> Vec<ServerEvent> {
-        let now = Instant::now();
-        match ev {
-            SessionEvent::Transcript {
-                turn,
-                text,
-                end_sample,
-                stt_wait,
-                stt,
-            } => {
-                progress.open.fetch_add(1, Ordering::SeqCst);
-                self.turns.push(TurnState {
-                    turn,
-                    transcript: text.clone(),
-                    end_sample,
-                    stt,
-                    stt_wait,
-                    tokens: 0,
-                    first: None,
-                });
-                vec![ServerEvent::Transcript {
-                    id: turn,
-                    sample: end_sample,
-                    t_ms: self.ms_since_origin(now),
-                    text,
-                    stt_ms: ms(stt),
-                    stt_wait_ms: ms(stt_wait),
-                }]
-            }
-            SessionEvent::Token { turn, piece, at } => {
-                let index = match self.turns.iter_mut().find(|t| t.turn == turn) {
-                    Some(t) => {
-                        t.first.get_or_insert(at);
-                        t.tokens += 1;
-                        t.tokens - 1
-                    }
-                    None => 0,
-                };
-                vec![ServerEvent::Token {
-                    id: turn,
-                    t_ms: self.ms_since_origin(at),
-                    index,
-                    text: piece,
-                }]
-            }
-            SessionEvent::TurnDone {
-                turn,
-                text,
-                tokens,
-                stop,
-                first_token,
-                decode,
-            } => {
-                progress.open.fetch_sub(1, Ordering::SeqCst);
-                let state = self
-                    .turns
-                    .iter()
-                    .position(|t| t.turn == turn)
-                    .map(|i| self.turns.remove(i));
-                let response = state.as_ref().and_then(|t| {
-                    let arrived = arrivals
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .when(t.end_sample)?;
-                    Some(t.first?.saturating_duration_since(arrived))
-                });
-                shared.metrics.turn(response, first_token);
-                let (transcript, stt, stt_wait) = state
-                    .map(|t| (t.transcript, t.stt, t.stt_wait))
-                    .unwrap_or_default();
-                vec![ServerEvent::TurnComplete {
-                    id: turn,
-                    t_ms: self.ms_since_origin(now),
-                    transcript,
-                    response: text,
-                    n_generated: tokens,
-                    stop,
-                    latency: Latency {
-                        response_ms: response.map(ms),
-                        stt_ms: ms(stt),
-                        stt_wait_ms: ms(stt_wait),
-                        first_token_ms: first_token.map(ms),
-                        decode_ms: decode.map(ms),
-                    },
-                }]
-            }
-            SessionEvent::TurnError { turn, message } => {
-                progress.open.fetch_sub(1, Ordering::SeqCst);
-                self.turns.retain(|t| t.turn != turn);
-                shared.metrics.turn_error();
-                vec![ServerEvent::TurnError {
-                    id: turn,
-                    t_ms: self.ms_since_origin(now),
-                    message,
-                }]
-            }
-            SessionEvent::StreamEnd => {
-                progress.stream_ended.store(true, Ordering::SeqCst);
-                vec![ServerEvent::StreamEnd {
-                    t_ms: self.ms_since_origin(now),
-                }]
-            }
-        }
-    }
-
-    /// Queues `e` for the client; a full queue drops it (counted).
-    fn send(&mut self, e: &ServerEvent, metrics: &Metrics, out: &mpsc::Sender<Message>) {
-        self.tell_losses(out);
-        if out.try_send(Message::Text(e.to_json().into())).is_err() {
-            self.untold[0].1 += 1;
-            metrics.dropped(Edge::Client, 1);
-        }
-    }
-
-    /// The session's own losses since the last look.
-    fn losses(&mut self, session: &Session, shared: &Shared) {
-        let events = session.dropped_events();
-        let audio = session.refused_blocks();
-        let (de, da) = (events - self.seen_events, audio - self.seen_audio);
-        (self.seen_events, self.seen_audio) = (events, audio);
-        shared.metrics.dropped(Edge::Events, de);
-        shared.metrics.dropped(Edge::Audio, da);
-        self.untold[1].1 += de;
-        self.untold[2].1 += da;
-    }
-
-    /// Tells the client what it lost, once its queue has room.
-    fn tell_losses(&mut self, out: &mpsc::Sender<Message>) {
-        for (edge, n) in &mut self.untold {
-            if *n > 0 {
-                let e = ServerEvent::Dropped {
-                    edge: edge.label().into(),
-                    count: *n,
-                };
-                if out.try_send(Message::Text(e.to_json().into())).is_ok() {
-                    *n = 0;
-                }
-            }
-        }
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_full_client_queue_drops_counts_and_then_tells() {
-        let metrics = Metrics::new(1, 2);
-        let (tx, mut rx) = mpsc::channel(2);
-        let mut b = Bridge::new(Instant::now());
-        let ev = |i| ServerEvent::Token {
-            id: 1,
-            t_ms: 0.0,
-            index: i,
-            text: "x".into(),
-        };
-        for i in 0..5 {
-            b.send(&ev(i), &metrics, &tx);
-        }
-        // the first two went, three were dropped and counted
-        assert_eq!(b.untold[0].1, 3);
-        let text = metrics.render(crate::sessions::HubTotals::default(), 1);
-        let m = super::super::metrics::parse_exposition(&text);
-        assert_eq!(
-            super::super::metrics::sample(&m, r#"voxline_dropped_total{edge="client"}"#),
-            3.0
-        );
-        let got = |m: Message| match m {
-            Message::Text(t) => serde_json::from_str::<ServerEvent>(t.as_str()).unwrap(),
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(got(rx.try_recv().unwrap()), ev(0));
-        assert_eq!(got(rx.try_recv().unwrap()), ev(1));
-        // the client reads again: it hears what it lost, then what comes next
-        b.send(&ev(5), &metrics, &tx);
-        assert_eq!(
-            got(rx.try_recv().unwrap()),
-            ServerEvent::Dropped {
-                edge: "client".into(),
-                count: 3
-            }
-        );
-        assert_eq!(got(rx.try_recv().unwrap()), ev(5));
-        assert_eq!(b.untold[0].1, 0);
-    }
-
-    #[test]
-    fn arrivals_find_when_a_sample_came_in() {
-        let t0 = Instant::now();
-        let mut a = Arrivals::default();
-        for k in 1..=5u64 {
-            a.record(k * 320, t0 + Duration::from_millis(20 * k));
-        }
-        assert_eq!(a.when(1), Some(t0 + Duration::from_millis(20)));
-        assert_eq!(a.when(640), Some(t0 + Duration::from_millis(40)));
-        assert_eq!(a.when(641), Some(t0 + Duration::from_millis(60)));
-        assert_eq!(a.when(5 * 320 + 1), None);
-    }
 }

@@ -34,6 +34,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::sessions::Hub;
 
+mod bridge;
 pub mod client;
 mod conn;
 pub mod metrics;
