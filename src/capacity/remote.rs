@@ -158,6 +158,16 @@ fn from_ms(ms: f64) -> Duration {
 /// # Errors
 /// [`ClientError`] when the server cannot be reached or refuses.
 pub fn scrape(url: &str, token: Option<&str>) -> Result<String, ClientError> {
+    get(url, "/metrics", token)
+}
+
+/// `GET path` of the server behind `url` (`ws://HOST:PORT[/ws]`): the body
+/// of a 200 answer.
+///
+/// # Errors
+/// [`ClientError::Http`] for another status; [`ClientError::Connect`] or
+/// [`ClientError::Url`] when the server cannot be reached.
+pub fn get(url: &str, path: &str, token: Option<&str>) -> Result<String, ClientError> {
     let bad = |why: &str| ClientError::Url {
         url: url.to_string(),
         why: why.to_string(),
@@ -181,7 +191,7 @@ pub fn scrape(url: &str, token: Option<&str>) -> Result<String, ClientError> {
         .unwrap_or_default();
     write!(
         tcp,
-        "GET /metrics HTTP/1.1\r\nHost: {authority}\r\n{auth}Connection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\n{auth}Connection: close\r\n\r\n"
     )
     .map_err(connect)?;
     let mut text = String::new();

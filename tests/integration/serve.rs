@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use voxline::capacity::remote::{scrape, Remote};
+use voxline::capacity::remote::{get, scrape, Remote};
 use voxline::capacity::{play, Script, TurnSeen};
 use voxline::serve::client::{ClientError, WsClient};
 use voxline::serve::metrics::{parse_exposition, sample};
@@ -429,14 +429,42 @@ fn a_token_is_required_off_localhost_and_checked_on_every_connection() {
         scrape(&server.url(), None),
         Err(ClientError::Http { status: 401, .. })
     ));
+    // health needs no token; the page and its worklet are served
+    let health: serde_json::Value =
+        serde_json::from_str(&get(&server.url(), "/healthz", None).unwrap()).unwrap();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["max_sessions"], 2);
+    assert!(get(&server.url(), "/", None)
+        .unwrap()
+        .contains("voxline-tap"));
+    assert!(get(&server.url(), "/worklet.js", None)
+        .unwrap()
+        .contains("registerProcessor"));
     let mut ok = WsClient::connect(&server.url(), Some(token), Hello::pcm16k()).unwrap();
     send_all(&mut ok, &util::read_16k(&util::fixture("q_capital.wav")));
     let log = collect(&mut ok, Duration::from_secs(120));
     assert_eq!(transcripts(&log).len(), 1);
+    // answered, and then nothing more from either side: idle after 3 s
+    let quiet = Instant::now();
+    while let Some((e, _)) = ok.next_event(Duration::from_secs(30)).unwrap() {
+        assert!(matches!(e, ServerEvent::Stats { .. }), "{e:?}");
+    }
+    let (code, reason) = ok.close_reason().unwrap();
+    assert_eq!(code, 1000, "{reason}");
+    assert!(reason.contains("idle"), "{reason}");
+    assert!(
+        quiet.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        quiet.elapsed()
+    );
     let m = server.metrics(Some(token));
     assert_eq!(
         sample(&m, r#"voxline_connections_total{outcome="bad_token"}"#),
         3.0
+    );
+    assert_eq!(
+        sample(&m, r#"voxline_connections_total{outcome="idle"}"#),
+        1.0
     );
 }
 
