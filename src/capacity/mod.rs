@@ -182,21 +182,48 @@ pub fn run(
     budget: Option<&Budget>,
     progress: &dyn Fn(&str),
 ) -> Result<CapacityReport, CapacityError> {
-    let mut rows = Vec::new();
-    let mut threads = 0;
-    for &n in &opts.sessions {
+    measure(fixtures, opts, budget, None, |n| {
         progress(&format!("{n} session(s): loading"));
         let hub = Hub::start(engine, vad.clone(), opts.spec_silence_ms, n)?;
-        threads = hub.threads();
         let sessions: Vec<Session> = (0..n).map(|_| hub.join()).collect::<Result<_, _>>()?;
         progress(&format!("{n} session(s): playing"));
         let (seen, wall) = play_all(sessions.iter().collect(), script, opts.stagger);
         let totals = hub.totals();
-        drop(sessions);
-        drop(hub);
-        rows.push(row(n, &seen, totals, wall, budget));
+        Ok(Count {
+            seen,
+            wall,
+            totals,
+            threads: hub.threads(),
+        })
+    })
+}
+
+/// One session count as measured: each user's turns and losses, the wall
+/// time, the engines' totals over the run, their threads.
+pub(crate) struct Count {
+    pub(crate) seen: Vec<(Vec<TurnSeen>, u64)>,
+    pub(crate) wall: Duration,
+    pub(crate) totals: HubTotals,
+    pub(crate) threads: usize,
+}
+
+/// Measures every session count in `opts` with `one_count` (in this process
+/// or over the network, `via`) into the report.
+pub(crate) fn measure(
+    fixtures: &[PathBuf],
+    opts: &CapacityOptions,
+    budget: Option<&Budget>,
+    via: Option<String>,
+    mut one_count: impl FnMut(usize) -> Result<Count, CapacityError>,
+) -> Result<CapacityReport, CapacityError> {
+    let mut rows = Vec::new();
+    let mut threads = 0;
+    for &n in &opts.sessions {
+        let c = one_count(n)?;
+        threads = c.threads;
+        rows.push(row(n, &c.seen, c.totals, c.wall, budget));
     }
-    Ok(report(rows, threads, fixtures, opts, None))
+    Ok(report(rows, threads, fixtures, opts, via))
 }
 
 /// Plays `script` into every conversation at once, user `i` starting
@@ -231,7 +258,7 @@ pub(crate) fn play_all<C: Conversation + Send>(
 }
 
 /// The report of `rows`: the capacity and the limiting stage.
-pub(crate) fn report(
+fn report(
     rows: Vec<SessionsRow>,
     threads: usize,
     fixtures: &[PathBuf],

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::{
-    play_all, report, row, CapacityError, CapacityOptions, CapacityReport, Conversation, Script,
+    measure, play_all, CapacityError, CapacityOptions, CapacityReport, Conversation, Count, Script,
 };
 use crate::budget::Budget;
 use crate::serve::client::{ClientError, WsClient};
@@ -283,16 +283,12 @@ pub fn run_via(
     budget: Option<&Budget>,
     progress: &dyn Fn(&str),
 ) -> Result<CapacityReport, CapacityError> {
-    let mut rows = Vec::new();
-    let mut threads = 0;
-    for &n in &opts.sessions {
+    measure(fixtures, opts, budget, Some(url.to_string()), |n| {
         progress(&format!("{n} session(s) via {url}: connecting"));
         let exposition = wait_for_no_sessions(url, token)?;
         let before = totals_of(&exposition);
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        {
-            threads = sample(&parse_exposition(&exposition), "voxline_threads") as usize;
-        }
+        let threads = sample(&parse_exposition(&exposition), "voxline_threads") as usize;
         let users: Vec<Remote> = (0..n)
             .map(|_| Remote::connect(url, token))
             .collect::<Result<_, _>>()?;
@@ -300,9 +296,13 @@ pub fn run_via(
         let (seen, wall) = play_all(users, script, opts.stagger);
         // the users have left (their sockets closed): the server's counters are final
         let after = totals_of(&scrape(url, token)?);
-        rows.push(row(n, &seen, delta(before, after), wall, budget));
-    }
-    Ok(report(rows, threads, fixtures, opts, Some(url.to_string())))
+        Ok(Count {
+            seen,
+            wall,
+            totals: delta(before, after),
+            threads,
+        })
+    })
 }
 
 #[cfg(test)]
