@@ -78,7 +78,7 @@ pub mod stage;
 pub mod topology;
 
 pub use clock::{Clock, StreamTime, SAMPLE_RATE};
-pub use cpu::{CpuGovernor, LeaseGuard, Priority, ThreadMeter};
+pub use cpu::{CpuGovernor, LeaseGuard, MeterGuard, Priority, ThreadMeter};
 pub use edge::{
     edge, try_edge, Disconnected, EdgeError, EdgeReceiver, EdgeSender, EdgeStats,
     EdgeStatsSnapshot, Envelope, FullPolicy, RecvTimeoutError, TryRecvError, TrySend,
@@ -94,7 +94,7 @@ pub use runtime::{
 pub use span::{Span, SpanKind, SpanRecord};
 pub use spec::{SpecBoard, SpecGate, SpecState};
 pub use stage::{
-    drive, on_thread, Emitter, OnThread, Stage, StageError, StageErrorSource, StartError,
-    StartStage,
+    drive, on_thread, CancelProbe, Emitter, OnThread, Stage, StageError, StageErrorSource,
+    StartError, StartStage,
 };
 pub use topology::{EdgeId, EdgeSpec, StageId, StageSpec, Topology, TopologyError};

@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cpu::{CpuLease, LeaseGuard, Priority};
+use crate::cpu::{CpuLease, LeaseGuard, MeterGuard, Priority, ThreadMeter};
 use crate::edge::EdgeSender;
 use crate::event::{PipelineEvent, TimedEvent};
 use crate::message::{Message, UtteranceId};
-use crate::runtime::EventBus;
+use crate::runtime::{EventBus, ShutdownHandle};
 use crate::span::{Span, SpanKind};
+use crate::spec::{SpecBoard, SpecState};
 
 /// One step of the pipeline, run on its own thread by the
 /// [`Pipeline`](crate::Pipeline).
@@ -57,6 +58,50 @@ pub trait Stage: 'static {
         let _ = out;
         Ok(())
     }
+
+    /// Engine threads the next call computes with, counted on the
+    /// pipeline's [`ThreadMeter`] while it computes (not while it waits for
+    /// room downstream or yields the cores). The runtime asks just before
+    /// each call, so a stage whose engine follows the load adapts here.
+    /// Default: 0 (no engine).
+    fn threads(&mut self) -> usize {
+        0
+    }
+
+    /// Speculation: the runtime is about to hand this stage the input of
+    /// attempt `id`, whose turn is not confirmed yet. A stage with state
+    /// that outlives a call (a conversation) remembers here what to return
+    /// to. Default: nothing.
+    fn speculate(&mut self, id: UtteranceId) {
+        let _ = id;
+    }
+
+    /// Speculation: attempt `id`, which this stage handled, was cancelled;
+    /// its state returns to what it was at [`Stage::speculate`]. Called by
+    /// the runtime before the stage's next input (and at the end).
+    ///
+    /// # Errors
+    ///
+    /// As [`Stage::process`]; a failure to return is normally fatal.
+    fn rollback(&mut self, id: UtteranceId) -> Result<(), StageError> {
+        let _ = id;
+        Ok(())
+    }
+
+    /// Speculation: attempt `id`, which this stage handled, was committed;
+    /// what [`Stage::speculate`] kept may go.
+    fn commit(&mut self, id: UtteranceId) {
+        let _ = id;
+    }
+
+    /// Whether the stage takes committed input only: a stage with side
+    /// effects (speech synthesis, playback) declares it, and the runtime
+    /// holds each input of a pending attempt on the stage's input edge (a
+    /// commit gate) until the attempt is committed (then hands it over) or
+    /// cancelled (then drops it). Default: `false`.
+    fn committed_only(&self) -> bool {
+        false
+    }
 }
 
 /// A boxed stage is a stage: lets a pipeline hold added stages of one
@@ -79,6 +124,26 @@ impl<I: Message, O: Message> Stage for Box<dyn Stage<In = I, Out = O> + Send> {
 
     fn finish(&mut self, out: &mut Emitter<'_, O>) -> Result<(), StageError> {
         (**self).finish(out)
+    }
+
+    fn threads(&mut self) -> usize {
+        (**self).threads()
+    }
+
+    fn speculate(&mut self, id: UtteranceId) {
+        (**self).speculate(id);
+    }
+
+    fn rollback(&mut self, id: UtteranceId) -> Result<(), StageError> {
+        (**self).rollback(id)
+    }
+
+    fn commit(&mut self, id: UtteranceId) {
+        (**self).commit(id);
+    }
+
+    fn committed_only(&self) -> bool {
+        (**self).committed_only()
     }
 }
 
@@ -283,6 +348,52 @@ pub struct Emitter<'a, T> {
     /// The CPU lease this call holds, if the stage is leased (`None` inside
     /// while it is let go around a blocked send).
     lease: Option<(&'a CpuLease, Option<LeaseGuard>, Priority)>,
+    /// The engine threads this call computes with, counted while it computes
+    /// (`None` inside while it waits).
+    meter: Option<(&'a ThreadMeter, usize, Option<MeterGuard>)>,
+    /// Whether the input of this call was cancelled.
+    probe: CancelProbe,
+}
+
+/// Asks whether the input a call is working on was cancelled: its
+/// speculative attempt was thrown away, or the run is being stopped and
+/// calls in flight are cancelled. Cheap to clone; can be polled from an
+/// engine's abort callback on any thread.
+#[derive(Debug, Clone, Default)]
+pub struct CancelProbe {
+    board: Option<SpecBoard>,
+    id: Option<UtteranceId>,
+    stop: Option<ShutdownHandle>,
+}
+
+impl CancelProbe {
+    /// A probe for input `id` of a pipeline with speculation on `board`
+    /// whose calls in flight are cancelled when `stop` is requested.
+    #[must_use]
+    pub fn new(
+        board: Option<SpecBoard>,
+        id: Option<UtteranceId>,
+        stop: Option<ShutdownHandle>,
+    ) -> Self {
+        Self { board, id, stop }
+    }
+
+    /// Whether the work should stop now.
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.stop.as_ref().is_some_and(ShutdownHandle::is_requested)
+            || self.spec_state() == SpecState::Cancelled
+    }
+
+    /// Where the input's speculative attempt stands ([`SpecState::Final`]
+    /// for an ordinary input).
+    #[must_use]
+    pub fn spec_state(&self) -> SpecState {
+        match (&self.board, self.id) {
+            (Some(b), Some(id)) => b.state(id),
+            _ => SpecState::Final,
+        }
+    }
 }
 
 impl<'a, T: Message> Emitter<'a, T> {
@@ -311,6 +422,52 @@ impl<'a, T: Message> Emitter<'a, T> {
             blocked: Duration::ZERO,
             closed: false,
             lease: None,
+            meter: None,
+            probe: CancelProbe::default(),
+        }
+    }
+
+    /// Counts `threads` engine threads on `meter` while the call computes.
+    pub(crate) fn with_meter(mut self, meter: &'a ThreadMeter, threads: usize) -> Self {
+        if threads > 0 {
+            self.meter = Some((meter, threads, Some(meter.enter(threads))));
+        }
+        self
+    }
+
+    /// The call's cancellation probe.
+    pub(crate) fn with_probe(mut self, probe: CancelProbe) -> Self {
+        self.probe = probe;
+        self
+    }
+
+    /// Whether the input of this call was cancelled (its attempt thrown
+    /// away, or the run stopped with calls in flight cancelled): a long call
+    /// stops at its next step when it was.
+    #[must_use]
+    pub fn input_cancelled(&self) -> bool {
+        self.probe.is_cancelled()
+    }
+
+    /// A probe an engine's abort callback can poll (see [`CancelProbe`]).
+    #[must_use]
+    pub fn cancel_probe(&self) -> CancelProbe {
+        self.probe.clone()
+    }
+
+    /// Stops counting the call's engine threads (it waits).
+    fn pause_meter(&mut self) {
+        if let Some((_, _, guard)) = &mut self.meter {
+            *guard = None;
+        }
+    }
+
+    /// Counts the call's engine threads again (it computes).
+    fn resume_meter(&mut self) {
+        if let Some((meter, threads, guard)) = &mut self.meter {
+            if guard.is_none() {
+                *guard = Some(meter.enter(*threads));
+            }
         }
     }
 
@@ -354,14 +511,34 @@ impl<'a, T: Message> Emitter<'a, T> {
     /// At a step boundary of long work (a token): if more urgent work waits
     /// for the cores, lets it run first. The wait is not counted as busy.
     pub fn yield_cpu(&mut self) {
+        if !self.cpu_wanted() {
+            return;
+        }
+        self.pause_meter();
         if let Some((_, Some(g), _)) = &mut self.lease {
             self.blocked += g.yield_to_urgent();
         }
+        self.resume_meter();
     }
 
-    /// Lets go of the lease (the call is over).
+    /// Lets go of the lease and the meter (the call is over).
     pub(crate) fn release_lease(&mut self) {
         self.lease = None;
+        self.meter = None;
+    }
+
+    /// After a call's first output it streams: a call that was on a turn's
+    /// first output goes on at [`Priority::Streaming`], one on a speculative
+    /// attempt that was committed meanwhile too.
+    fn after_output(&mut self) {
+        let now = match self.lease.as_ref().map(|l| l.2) {
+            Some(Priority::FirstToken) => Priority::Streaming,
+            Some(Priority::Speculative) if self.probe.spec_state() != SpecState::Pending => {
+                Priority::Streaming
+            }
+            _ => return,
+        };
+        self.set_priority(now);
     }
 
     /// Sends `item` downstream and records the instant.
@@ -388,6 +565,10 @@ impl<'a, T: Message> Emitter<'a, T> {
                     Ok(()) => Ok(()),
                     Err(crate::edge::TrySend::Disconnected) => Err(crate::edge::Disconnected),
                     Err(crate::edge::TrySend::Full(item)) => {
+                        // not computing while waiting for room downstream
+                        if let Some((_, _, guard)) = &mut self.meter {
+                            *guard = None;
+                        }
                         let lease = match &mut self.lease {
                             Some((lease, guard, p)) => {
                                 *guard = None;
@@ -398,6 +579,9 @@ impl<'a, T: Message> Emitter<'a, T> {
                         let sent = tx.send_stamped(item, at);
                         if let (Some((lease, p)), Some((_, guard, _))) = (lease, &mut self.lease) {
                             *guard = Some(lease.acquire(p));
+                        }
+                        if let Some((meter, threads, guard)) = &mut self.meter {
+                            *guard = Some(meter.enter(*threads));
                         }
                         sent
                     }
@@ -419,6 +603,7 @@ impl<'a, T: Message> Emitter<'a, T> {
         if let (Some(bus), Some(event)) = (self.bus, event) {
             bus.publish(TimedEvent { at, event });
         }
+        self.after_output();
     }
 
     /// Publishes a control event (not a message) on the event bus, stamped

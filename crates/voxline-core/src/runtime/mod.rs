@@ -26,10 +26,12 @@ pub use crate::cpu::CpuLease;
 pub use bus::{EventBus, EventReceiver, ShutdownHandle};
 
 use crate::clock::Clock;
+use crate::cpu::ThreadMeter;
 use crate::edge::{EdgeReceiver, EdgeSender, EdgeStats, EdgeStatsSnapshot, Envelope};
 use crate::event::{PipelineEvent, TimedEvent};
 use crate::message::Message;
 use crate::span::Span;
+use crate::spec::SpecBoard;
 use crate::stage::{Stage, StageError, StartError, StartStage};
 use shared::{lock, Shared, SpanStore};
 use worker::{panic_message, report_drops, run_sink, run_stage, StageContext};
@@ -100,6 +102,9 @@ pub struct PipelineBuilder {
     clock: Clock,
     publish_messages: bool,
     cancel_queued: Option<ShutdownHandle>,
+    cancel_calls: Option<ShutdownHandle>,
+    board: Option<SpecBoard>,
+    meter: ThreadMeter,
     observer: Option<SpanObserver>,
 }
 
@@ -109,6 +114,8 @@ impl std::fmt::Debug for PipelineBuilder {
             .field("clock", &self.clock)
             .field("publish_messages", &self.publish_messages)
             .field("cancel_queued", &self.cancel_queued)
+            .field("cancel_calls", &self.cancel_calls)
+            .field("speculation", &self.board.is_some())
             .field("observe_spans", &self.observer.is_some())
             .finish()
     }
@@ -132,6 +139,37 @@ impl PipelineBuilder {
     #[must_use]
     pub fn cancel_queued_on(mut self, stop: ShutdownHandle) -> Self {
         self.cancel_queued = Some(stop);
+        self
+    }
+
+    /// Once `stop` is requested, the calls in flight are told their input
+    /// was cancelled ([`Emitter::input_cancelled`](crate::Emitter::input_cancelled)):
+    /// an answer streaming stops at its next token.
+    #[must_use]
+    pub fn cancel_calls_on(mut self, stop: ShutdownHandle) -> Self {
+        self.cancel_calls = Some(stop);
+        self
+    }
+
+    /// Speculative turns on `board` (see [`crate::spec`]), handled by the
+    /// runtime for every stage: the input of a cancelled attempt is skipped;
+    /// a pending attempt's call holds the CPU lease at
+    /// [`Priority::Speculative`](crate::Priority::Speculative) and can ask
+    /// whether it was cancelled meanwhile; what a stage did for an attempt
+    /// is rolled back ([`Stage::rollback`]) or committed ([`Stage::commit`])
+    /// once the endpointer decides; and a stage that takes committed input
+    /// only ([`Stage::committed_only`]) never sees a pending attempt's input.
+    #[must_use]
+    pub fn speculation(mut self, board: SpecBoard) -> Self {
+        self.board = Some(board);
+        self
+    }
+
+    /// Counts every stage's engine threads ([`Stage::threads`]) on `meter`
+    /// while its calls compute (by default, a meter of the pipeline's own).
+    #[must_use]
+    pub fn meter(mut self, meter: ThreadMeter) -> Self {
+        self.meter = meter;
         self
     }
 
@@ -164,6 +202,9 @@ impl PipelineBuilder {
             events_taken: false,
             publish_messages: self.publish_messages,
             cancel_queued: self.cancel_queued,
+            cancel_calls: self.cancel_calls,
+            board: self.board,
+            meter: self.meter,
             threads: Vec::new(),
             edges: Vec::new(),
             startup: std::time::Duration::ZERO,
@@ -187,6 +228,9 @@ pub struct Pipeline {
     events_taken: bool,
     publish_messages: bool,
     cancel_queued: Option<ShutdownHandle>,
+    cancel_calls: Option<ShutdownHandle>,
+    board: Option<SpecBoard>,
+    meter: ThreadMeter,
     threads: Vec<(String, JoinHandle<()>)>,
     edges: Vec<Arc<EdgeStats>>,
     startup: std::time::Duration,
@@ -200,6 +244,9 @@ impl Pipeline {
             clock,
             publish_messages: true,
             cancel_queued: None,
+            cancel_calls: None,
+            board: None,
+            meter: ThreadMeter::new(),
             observer: None,
         }
     }
@@ -214,6 +261,12 @@ impl Pipeline {
     #[must_use]
     pub fn clock(&self) -> Clock {
         self.clock
+    }
+
+    /// The meter the stages' engine threads are counted on.
+    #[must_use]
+    pub fn meter(&self) -> ThreadMeter {
+        self.meter.clone()
     }
 
     /// The flag the source must poll; raised when a stage fails, and by
@@ -257,6 +310,9 @@ impl Pipeline {
             publish_messages: self.publish_messages,
             lease: None,
             cancel_queued: self.cancel_queued.clone(),
+            cancel_calls: self.cancel_calls.clone(),
+            board: self.board.clone(),
+            meter: self.meter.clone(),
         }
     }
 

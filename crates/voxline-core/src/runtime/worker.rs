@@ -9,11 +9,16 @@ use std::time::Instant;
 
 use super::shared::Shared;
 use super::{CpuLease, EventBus, ShutdownHandle};
-use crate::edge::{EdgeReceiver, EdgeSender, EdgeStats, Envelope};
+use crate::cpu::{Priority, ThreadMeter};
+use crate::edge::{EdgeReceiver, EdgeSender, EdgeStats, Envelope, RecvTimeoutError};
 use crate::event::PipelineEvent;
 use crate::message::{Message, TurnError, UtteranceId};
 use crate::span::{Span, SpanKind};
-use crate::stage::{Emitter, Stage, StageError};
+use crate::spec::{SpecBoard, SpecState};
+use crate::stage::{CancelProbe, Emitter, Stage, StageError};
+
+/// How often a commit gate holding an input looks at the board again.
+const GATE_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Publishes a `Dropped` event for drops on `stats` not reported yet.
 pub(super) fn report_drops(bus: &EventBus, stats: &EdgeStats) {
@@ -51,6 +56,12 @@ pub(super) struct StageContext {
     pub(super) publish_messages: bool,
     pub(super) lease: Option<CpuLease>,
     pub(super) cancel_queued: Option<ShutdownHandle>,
+    /// Calls in flight stop (their probe reads cancelled) once this is requested.
+    pub(super) cancel_calls: Option<ShutdownHandle>,
+    /// Speculative attempts: skipped when cancelled, settled after.
+    pub(super) board: Option<SpecBoard>,
+    /// Engine threads computing now.
+    pub(super) meter: ThreadMeter,
 }
 
 impl StageContext {
@@ -104,8 +115,41 @@ impl StageContext {
     }
 }
 
+/// The speculative attempts a stage handled whose fate is not known yet.
+#[derive(Default)]
+struct Unsettled(Vec<UtteranceId>);
+
+impl Unsettled {
+    /// Rolls back the stage's cancelled attempts and commits its confirmed
+    /// ones; pending ones stay.
+    fn settle<S: Stage>(&mut self, stage: &mut S, board: &SpecBoard) -> Result<(), StageError> {
+        let mut result = Ok(());
+        self.0.retain(|&id| match board.state(id) {
+            SpecState::Pending => true,
+            SpecState::Cancelled => {
+                if result.is_ok() {
+                    result = stage.rollback(id);
+                }
+                false
+            }
+            SpecState::Committed | SpecState::Final => {
+                stage.commit(id);
+                false
+            }
+        });
+        result
+    }
+}
+
 /// The loop of one stage thread. Returning drops nothing here; the caller's
 /// closure drops the input receiver and output sender when it ends.
+///
+/// Around each call the runtime does what no stage does for itself: it
+/// skips the input of a cancelled attempt, holds a pending one back from a
+/// stage that takes committed input only, takes the CPU lease (a pending
+/// attempt at [`Priority::Speculative`]), counts the engine's threads, times
+/// the call, and afterwards rolls back or commits what the stage did for an
+/// attempt.
 pub(super) fn run_stage<S: Stage>(
     mut stage: S,
     input: &EdgeReceiver<S::In>,
@@ -113,13 +157,44 @@ pub(super) fn run_stage<S: Stage>(
     ctx: &StageContext,
 ) {
     let bus = ctx.bus_for_messages();
-    while let Ok(envelope) = input.recv() {
+    let gated = ctx.board.is_some() && stage.committed_only();
+    let mut unsettled = Unsettled::default();
+    // inputs held by the commit gate, in order
+    let mut held: std::collections::VecDeque<Envelope<S::In>> = std::collections::VecDeque::new();
+    let mut upstream_done = false;
+    loop {
+        let envelope = match next_input(input, &mut held, ctx.board.as_ref(), gated, upstream_done)
+        {
+            Next::Item(e) => e,
+            Next::Wait => continue,
+            Next::UpstreamDone => {
+                upstream_done = true;
+                continue;
+            }
+            Next::End => break,
+        };
+        if let Some(board) = &ctx.board {
+            if let Err(e) = unsettled.settle(&mut stage, board) {
+                if ctx.settle(Ok(Err(e)), None) == Flow::Stop {
+                    return;
+                }
+            }
+        }
+        let id = envelope.item.utterance_id();
+        let state = match (&ctx.board, id) {
+            (Some(b), Some(id)) => b.state(id),
+            _ => SpecState::Final,
+        };
+        if state == SpecState::Cancelled {
+            // a thrown-away attempt: nothing of it is computed any more
+            continue;
+        }
         if ctx
             .cancel_queued
             .as_ref()
             .is_some_and(ShutdownHandle::is_requested)
         {
-            if let Some(id) = envelope.item.utterance_id() {
+            if let Some(id) = id {
                 ctx.bus.post(PipelineEvent::TurnError(TurnError {
                     id,
                     stage: ctx.name.clone(),
@@ -128,14 +203,26 @@ pub(super) fn run_stage<S: Stage>(
             }
             continue;
         }
-        let depth = input.len();
-        let mut out = Emitter::to_edge(output, bus);
-        if let Some(lease) = &ctx.lease {
-            out = out.with_lease(lease, stage.priority(&envelope.item));
+        let pending = state == SpecState::Pending;
+        if let (true, Some(id)) = (pending, id) {
+            stage.speculate(id);
+            unsettled.0.push(id);
         }
+        let depth = input.len();
+        let threads = stage.threads();
+        let probe = CancelProbe::new(ctx.board.clone(), id, ctx.cancel_calls.clone());
+        let mut out = Emitter::to_edge(output, bus).with_probe(probe);
+        if let Some(lease) = &ctx.lease {
+            let priority = if pending {
+                Priority::Speculative
+            } else {
+                stage.priority(&envelope.item)
+            };
+            out = out.with_lease(lease, priority);
+        }
+        let mut out = out.with_meter(&ctx.meter, threads);
         let started = Instant::now();
         report_drops(&ctx.bus, &input.stats());
-        let id = envelope.item.utterance_id();
         let result = catch_unwind(AssertUnwindSafe(|| stage.process(envelope.item, &mut out)));
         let finished = Instant::now();
         out.release_lease();
@@ -149,8 +236,24 @@ pub(super) fn run_stage<S: Stage>(
             depth,
         ));
         let closed = out.is_closed();
+        // an attempt cancelled while it ran: of no use, whatever it returned
+        let cancelled = pending
+            && id
+                .zip(ctx.board.as_ref())
+                .is_some_and(|(id, b)| b.is_cancelled(id));
+        let result = match result {
+            Ok(Err(e)) if cancelled && !e.fatal => Ok(Ok(())),
+            other => other,
+        };
         if ctx.settle(result, id) == Flow::Stop {
             return;
+        }
+        if let Some(board) = &ctx.board {
+            if let Err(e) = unsettled.settle(&mut stage, board) {
+                if ctx.settle(Ok(Err(e)), None) == Flow::Stop {
+                    return;
+                }
+            }
         }
         if closed {
             tracing::debug!(stage = %ctx.name, "downstream gone; stopping");
@@ -158,6 +261,11 @@ pub(super) fn run_stage<S: Stage>(
         }
     }
     report_drops(&ctx.bus, &input.stats());
+    if let Some(board) = &ctx.board {
+        if let Err(e) = unsettled.settle(&mut stage, board) {
+            ctx.settle(Ok(Err(e)), None);
+        }
+    }
     let started = Instant::now();
     let mut out = Emitter::to_edge(output, bus);
     let result = catch_unwind(AssertUnwindSafe(|| stage.finish(&mut out)));
@@ -173,6 +281,69 @@ pub(super) fn run_stage<S: Stage>(
     ));
     ctx.settle(result, None);
     tracing::debug!(stage = %ctx.name, "finished");
+}
+
+/// What the stage loop does next.
+enum Next<T> {
+    /// Handle this input.
+    Item(Envelope<T>),
+    /// The commit gate holds inputs of a pending attempt: look again.
+    Wait,
+    /// Upstream is gone; held inputs may still be released.
+    UpstreamDone,
+    /// Nothing more will come.
+    End,
+}
+
+/// The next input: straight from the edge, or (for a stage that takes
+/// committed input only) through the commit gate, which hands inputs over
+/// in order once their attempt is decided and drops a cancelled one's.
+fn next_input<T: Message>(
+    input: &EdgeReceiver<T>,
+    held: &mut std::collections::VecDeque<Envelope<T>>,
+    board: Option<&SpecBoard>,
+    gated: bool,
+    upstream_done: bool,
+) -> Next<T> {
+    let (Some(board), true) = (board, gated) else {
+        return input.recv().map_or(Next::End, Next::Item);
+    };
+    // release what is decided, in order
+    while let Some(head) = held.front() {
+        match head.item.utterance_id().map(|id| board.state(id)) {
+            // upstream is gone: an attempt it never decided is not a turn
+            Some(SpecState::Pending) if upstream_done => {
+                held.pop_front();
+            }
+            Some(SpecState::Pending) => break,
+            Some(SpecState::Cancelled) => {
+                held.pop_front();
+            }
+            _ => return held.pop_front().map_or(Next::Wait, Next::Item),
+        }
+    }
+    if upstream_done {
+        return Next::End;
+    }
+    let got = if held.is_empty() {
+        input.recv().map_err(|_| RecvTimeoutError::Disconnected)
+    } else {
+        input.recv_timeout(GATE_POLL)
+    };
+    match got {
+        Ok(e) => {
+            let pending =
+                e.item.utterance_id().map(|id| board.state(id)) == Some(SpecState::Pending);
+            if held.is_empty() && !pending {
+                Next::Item(e)
+            } else {
+                held.push_back(e);
+                Next::Wait
+            }
+        }
+        Err(RecvTimeoutError::Timeout) => Next::Wait,
+        Err(RecvTimeoutError::Disconnected) => Next::UpstreamDone,
+    }
 }
 
 pub(super) fn run_sink<T, F>(mut sink: F, input: &EdgeReceiver<T>, ctx: &StageContext)
