@@ -62,6 +62,7 @@ fn attempts(
         samples: c.to_vec(),
         captured: clock.sample_due((i * 320) as u64),
         new_recording: i == 0,
+        end_of_stream: false,
     });
     let out = voxline_core::drive(&mut stage, frames).unwrap();
     let spec: Vec<_> = out

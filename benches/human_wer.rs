@@ -112,11 +112,10 @@ fn main() {
 
     // the pipeline, as `voxline bench --fixtures DIR` runs it
     let board = voxline_core::SpecBoard::new();
-    let stt = voxline_stt::SttStage::new(SttEngine::load(settings.stt_config()).unwrap())
-        .with_speculation(board.clone());
+    // the runtime settles the attempts on `board` (RunOptions::speculation)
+    let stt = voxline_stt::SttStage::new(SttEngine::load(settings.stt_config()).unwrap());
     let llm =
-        voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(settings.llm_config()).unwrap())
-            .with_speculation(board.clone());
+        voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(settings.llm_config()).unwrap());
     let opts = RunOptions {
         pace: Pace::Fast,
         vad: VadConfig {

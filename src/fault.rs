@@ -95,4 +95,28 @@ impl<S: Stage> Stage for Faulty<S> {
     fn priority(&self, input: &S::In) -> voxline_core::Priority {
         self.inner.priority(input)
     }
+
+    fn threads(&mut self) -> usize {
+        self.inner.threads()
+    }
+
+    fn leased(&self) -> bool {
+        self.inner.leased()
+    }
+
+    fn speculate(&mut self, id: voxline_core::UtteranceId) {
+        self.inner.speculate(id);
+    }
+
+    fn rollback(&mut self, id: voxline_core::UtteranceId) -> Result<(), StageError> {
+        self.inner.rollback(id)
+    }
+
+    fn commit(&mut self, id: voxline_core::UtteranceId) {
+        self.inner.commit(id);
+    }
+
+    fn committed_only(&self) -> bool {
+        self.inner.committed_only()
+    }
 }

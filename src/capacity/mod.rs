@@ -8,6 +8,7 @@
 //! true end of speech (the sidecar) → the answer's first token, on the wall
 //! clock: what that user felt. Each user's first turn is warm-up.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use serde::Serialize;
 use voxline_audio::{VadConfig, WavSource};
 
 use crate::budget::Budget;
+use crate::serve::metrics::bottleneck;
 use crate::sessions::{Hub, HubError, HubTotals, Session};
 use crate::settings::EngineSettings;
 use crate::sidecar::Sidecar;
@@ -25,7 +27,7 @@ mod play;
 pub mod remote;
 mod render;
 
-pub use play::{play, Conversation, TurnSeen};
+pub use play::{play, Conversation, Heard, Local, TurnSeen};
 pub use render::{plot_svg, to_markdown};
 
 /// What a capacity run measures.
@@ -116,12 +118,11 @@ pub struct SessionsRow {
     /// Prompt tokens per second of the steps that evaluated them (those
     /// steps also decode other sessions' tokens).
     pub prefill_tps: Option<f64>,
-    /// Share of the run whisper computed.
-    pub stt_utilisation: f64,
-    /// Share of the run the LLM computed.
-    pub llm_utilisation: f64,
-    /// The stage with the larger share of the one CPU budget.
-    pub saturating_stage: &'static str,
+    /// Each stage's share of the run (every stage of the pipeline, added
+    /// ones included; the LLM's is the batching worker's compute).
+    pub utilisation: BTreeMap<String, f64>,
+    /// The stage with the largest share of the run.
+    pub saturating_stage: String,
     /// Most engine threads that ran at once (never above the budget).
     pub peak_threads: usize,
     /// The run's wall time, s.
@@ -155,7 +156,7 @@ pub struct CapacityReport {
     pub capacity: Option<usize>,
     /// The stage that saturates at the first count past the capacity (or at
     /// the largest count measured).
-    pub limiting_stage: Option<&'static str>,
+    pub limiting_stage: Option<String>,
 }
 
 /// Why a capacity run failed.
@@ -182,12 +183,38 @@ pub fn run(
     budget: Option<&Budget>,
     progress: &dyn Fn(&str),
 ) -> Result<CapacityReport, CapacityError> {
+    run_with(engine, vad, script, fixtures, opts, budget, None, progress)
+}
+
+/// Makes the stages each session adds to the standard pipeline.
+pub type StagesFn = std::sync::Arc<dyn Fn() -> crate::pipeline::Extras + Send + Sync>;
+
+/// [`run`], each session's pipeline with the stages `stages` makes.
+///
+/// # Errors
+/// As [`run`].
+#[allow(clippy::too_many_arguments)]
+pub fn run_with(
+    engine: &EngineSettings,
+    vad: &VadConfig,
+    script: &Script,
+    fixtures: &[PathBuf],
+    opts: &CapacityOptions,
+    budget: Option<&Budget>,
+    stages: Option<StagesFn>,
+    progress: &dyn Fn(&str),
+) -> Result<CapacityReport, CapacityError> {
     measure(fixtures, opts, budget, None, |n| {
         progress(&format!("{n} session(s): loading"));
         let hub = Hub::start(engine, vad.clone(), opts.spec_silence_ms, n)?;
+        let hub = match stages.clone() {
+            Some(s) => hub.with_stages(move || s()),
+            None => hub,
+        };
         let sessions: Vec<Session> = (0..n).map(|_| hub.join()).collect::<Result<_, _>>()?;
         progress(&format!("{n} session(s): playing"));
-        let (seen, wall) = play_all(sessions.iter().collect(), script, opts.stagger);
+        let users = sessions.iter().map(Local::new).collect();
+        let (seen, wall) = play_all(users, script, opts.stagger);
         let totals = hub.totals();
         Ok(Count {
             seen,
@@ -221,7 +248,7 @@ pub(crate) fn measure(
     for &n in &opts.sessions {
         let c = one_count(n)?;
         threads = c.threads;
-        rows.push(row(n, &c.seen, c.totals, c.wall, budget));
+        rows.push(row(n, &c.seen, &c.totals, c.wall, budget));
     }
     Ok(report(rows, threads, fixtures, opts, via))
 }
@@ -274,7 +301,7 @@ fn report(
         .iter()
         .find(|r| r.within_budget == Some(false))
         .or(rows.last())
-        .map(|r| r.saturating_stage);
+        .map(|r| r.saturating_stage.clone());
     CapacityReport {
         threads,
         via,
@@ -290,7 +317,7 @@ fn report(
 fn row(
     n: usize,
     seen: &[(Vec<TurnSeen>, u64)],
-    totals: HubTotals,
+    totals: &HubTotals,
     wall: Duration,
     budget: Option<&Budget>,
 ) -> SessionsRow {
@@ -303,8 +330,12 @@ fn row(
     };
     let response = of(&|t| t.response_ms);
     let wall_s = wall.as_secs_f64();
-    let stt_util = totals.stt_busy.as_secs_f64() / wall_s;
-    let llm_util = totals.llm_busy.as_secs_f64() / wall_s;
+    let utilisation: BTreeMap<String, f64> = totals
+        .stages
+        .iter()
+        .map(|st| (st.stage.clone(), st.busy.as_secs_f64() / wall_s))
+        .collect();
+    let llm = &totals.llm;
     let within_budget = budget.map(|b| {
         let limits = b.response_latency_ms.as_ref();
         let ok = |limit: Option<f64>, value: Option<f64>| match (limit, value) {
@@ -325,20 +356,19 @@ fn row(
         stt_queue_ms: of(&|t| Some(t.stt_wait_ms)),
         llm_first_token_ms: of(&|t| t.first_token_ms),
         session_decode_tps: of(&|t| t.decode_tps),
-        aggregate_decode_tps: (!totals.llm_busy.is_zero())
-            .then(|| totals.tokens as f64 / totals.llm_busy.as_secs_f64()),
-        tokens_per_wall_s: totals.tokens as f64 / wall_s,
-        tokens: totals.tokens,
+        aggregate_decode_tps: (!llm.busy.is_zero())
+            .then(|| llm.tokens as f64 / llm.busy.as_secs_f64()),
+        tokens_per_wall_s: llm.tokens as f64 / wall_s,
+        tokens: llm.tokens,
         tokens_received: seen
             .iter()
             .flat_map(|(t, _)| t.iter())
             .map(|t| u64::from(t.received))
             .sum(),
-        prefill_tps: (!totals.prefill_busy.is_zero())
-            .then(|| totals.prefill_tokens as f64 / totals.prefill_busy.as_secs_f64()),
-        stt_utilisation: stt_util,
-        llm_utilisation: llm_util,
-        saturating_stage: if stt_util >= llm_util { "stt" } else { "llm" },
+        prefill_tps: (!llm.prefill_busy.is_zero())
+            .then(|| llm.prefill_tokens as f64 / llm.prefill_busy.as_secs_f64()),
+        saturating_stage: bottleneck(&utilisation).unwrap_or("idle").to_owned(),
+        utilisation,
         peak_threads: totals.peak_threads,
         wall_s,
         dropped: seen.iter().map(|s| s.1).sum(),
@@ -380,28 +410,42 @@ mod tests {
     fn rows_skip_each_users_first_turn_and_judge_the_budget() {
         let budget = Budget::parse("[response_latency_ms]\np50 = 1500\np95 = 2500\n").unwrap();
         let totals = HubTotals {
-            stt_busy: Duration::from_secs(6),
-            llm_busy: Duration::from_secs(2),
-            tokens: 100,
-            ..HubTotals::default()
+            stages: vec![
+                crate::sessions::StageBusy {
+                    stage: "stt".into(),
+                    busy: Duration::from_secs(6),
+                    calls: 5,
+                },
+                crate::sessions::StageBusy {
+                    stage: "llm".into(),
+                    busy: Duration::from_secs(2),
+                    calls: 5,
+                },
+            ],
+            llm: voxline_llm::serving::ServingTotals {
+                busy: Duration::from_secs(2),
+                tokens: 100,
+                ..Default::default()
+            },
+            peak_threads: 2,
         };
         // warm-up turns of 9 s are not counted
         let users = vec![
             (seen(&[9_000.0, 1_000.0, 1_200.0]), 0),
             (seen(&[9_000.0, 1_400.0]), 2),
         ];
-        let r = row(2, &users, totals, Duration::from_secs(10), Some(&budget));
+        let r = row(2, &users, &totals, Duration::from_secs(10), Some(&budget));
         assert_eq!((r.turns, r.errors, r.dropped), (3, 0, 2));
         assert!(r.response_latency_ms.unwrap().max < 1_500.0);
         assert_eq!(r.within_budget, Some(true));
         assert_eq!(r.saturating_stage, "stt");
-        assert!((r.stt_utilisation - 0.6).abs() < 1e-9);
+        assert!((r.utilisation["stt"] - 0.6).abs() < 1e-9);
         assert!((r.aggregate_decode_tps.unwrap() - 50.0).abs() < 1e-9);
         let slow = vec![(seen(&[0.0, 3_000.0, 3_000.0]), 0)];
-        let r2 = row(4, &slow, totals, Duration::from_secs(10), Some(&budget));
+        let r2 = row(4, &slow, &totals, Duration::from_secs(10), Some(&budget));
         assert_eq!(r2.within_budget, Some(false));
         assert_eq!(
-            row(1, &slow, totals, Duration::from_secs(10), None).within_budget,
+            row(1, &slow, &totals, Duration::from_secs(10), None).within_budget,
             None
         );
         let report = CapacityReport {
@@ -412,7 +456,7 @@ mod tests {
             fixtures: vec!["q.wav".into()],
             rows: vec![r, r2],
             capacity: Some(2),
-            limiting_stage: Some("stt"),
+            limiting_stage: Some("stt".into()),
         };
         let md = to_markdown(&report);
         assert!(md.contains("| 2 | 3 | 0 |"), "{md}");

@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use super::Script;
-use crate::sessions::{due, Session, SessionEvent};
+use crate::serve::protocol::ServerEvent;
+use crate::serve::turns::Turns;
+use crate::sessions::{due, Session};
 
 /// Samples per pushed block: 20 ms, a typical capture period.
 const BLOCK: usize = 320;
@@ -39,20 +41,24 @@ pub struct TurnSeen {
 }
 
 /// One simulated user's line to the assistant: a [`Session`] in this
-/// process, or a WebSocket connection to `voxline serve`
-/// ([`remote::Remote`](super::remote::Remote)).
+/// process ([`Local`]), or a WebSocket connection to `voxline serve`
+/// ([`remote::Remote`](super::remote::Remote)). Either way the user hears
+/// the protocol's events, each with when it reached them.
 pub trait Conversation {
     /// Sends one block of 16 kHz mono samples.
     fn push(&mut self, block: &[f32]);
     /// The speaker is done.
     fn end_of_stream(&mut self);
     /// The events already arrived, without waiting.
-    fn take_events(&mut self) -> Vec<SessionEvent>;
-    /// The next event, waiting up to `timeout`.
-    fn wait_event(&mut self, timeout: Duration) -> Option<SessionEvent>;
+    fn take_events(&mut self) -> Vec<Heard>;
+    /// The next events, waiting up to `timeout` for one.
+    fn wait_event(&mut self, timeout: Duration) -> Vec<Heard>;
     /// Events and audio lost on the way.
     fn lost(&self) -> u64;
 }
+
+/// An event as a user heard it, and when.
+pub type Heard = (ServerEvent, Instant);
 
 impl<C: Conversation + ?Sized> Conversation for &mut C {
     fn push(&mut self, block: &[f32]) {
@@ -61,10 +67,10 @@ impl<C: Conversation + ?Sized> Conversation for &mut C {
     fn end_of_stream(&mut self) {
         (**self).end_of_stream();
     }
-    fn take_events(&mut self) -> Vec<SessionEvent> {
+    fn take_events(&mut self) -> Vec<Heard> {
         (**self).take_events()
     }
-    fn wait_event(&mut self, timeout: Duration) -> Option<SessionEvent> {
+    fn wait_event(&mut self, timeout: Duration) -> Vec<Heard> {
         (**self).wait_event(timeout)
     }
     fn lost(&self) -> u64 {
@@ -72,21 +78,77 @@ impl<C: Conversation + ?Sized> Conversation for &mut C {
     }
 }
 
-impl Conversation for &Session {
+/// A conversation with a [`Session`] in this process: its pipeline's
+/// events read as the server's bridge reads them ([`Turns`]).
+pub struct Local<'s> {
+    session: &'s Session,
+    turns: Turns,
+    origin: Instant,
+}
+
+impl<'s> Local<'s> {
+    /// A user of `session`.
+    #[must_use]
+    pub fn new(session: &'s Session) -> Self {
+        let origin = Instant::now();
+        Self {
+            session,
+            turns: Turns::new(origin),
+            origin,
+        }
+    }
+
+    fn heard(&self, told: Vec<ServerEvent>) -> Vec<Heard> {
+        told.into_iter()
+            .map(|e| {
+                // tokens reached the user when the pipeline emitted them
+                let at = match &e {
+                    ServerEvent::Token { t_ms, .. } => {
+                        self.origin + Duration::from_secs_f64(t_ms.max(0.0) / 1e3)
+                    }
+                    _ => Instant::now(),
+                };
+                (e, at)
+            })
+            .collect()
+    }
+}
+
+impl Conversation for Local<'_> {
     fn push(&mut self, block: &[f32]) {
-        Session::push(self, block.to_vec());
+        self.session.push(block.to_vec());
     }
     fn end_of_stream(&mut self) {
-        Session::end_of_stream(self);
+        self.session.end_of_stream();
     }
-    fn take_events(&mut self) -> Vec<SessionEvent> {
-        self.events().try_iter().collect()
+    fn take_events(&mut self) -> Vec<Heard> {
+        let mut told = Vec::new();
+        while let Ok(item) = self.session.events().try_recv() {
+            told.extend(self.turns.push(item, &|_| None));
+        }
+        told.extend(self.turns.poll(&|_| None));
+        self.heard(told)
     }
-    fn wait_event(&mut self, timeout: Duration) -> Option<SessionEvent> {
-        self.events().recv_timeout(timeout).ok()
+    fn wait_event(&mut self, timeout: Duration) -> Vec<Heard> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let told = match self
+                .session
+                .events()
+                .recv_timeout(left.min(Duration::from_millis(100)))
+            {
+                Ok(item) => self.turns.push(item, &|_| None),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => self.turns.poll(&|_| None),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Vec::new(),
+            };
+            if !told.is_empty() || left.is_zero() {
+                return self.heard(told);
+            }
+        }
     }
     fn lost(&self) -> u64 {
-        self.dropped_events() + self.refused_blocks()
+        self.session.dropped_events() + self.session.refused_blocks()
     }
 }
 
@@ -111,7 +173,9 @@ pub fn play(
     conversation.end_of_stream();
     let deadline = Instant::now() + settle;
     loop {
-        let ended = log.iter().any(|e| matches!(e, SessionEvent::StreamEnd));
+        let ended = log
+            .iter()
+            .any(|(e, _)| matches!(e, ServerEvent::StreamEnd { .. }));
         if ended && open_turns(&log) == 0 {
             break;
         }
@@ -119,26 +183,28 @@ pub fn play(
         if left.is_zero() {
             break;
         }
-        match conversation.wait_event(left) {
-            Some(ev) => log.push(ev),
-            None => break,
+        let heard = conversation.wait_event(left);
+        if heard.is_empty() && Instant::now() < deadline {
+            // the conversation is gone
+            break;
         }
+        log.extend(heard);
     }
     turns_of(&log, script, origin)
 }
 
 /// Transcribed turns not yet answered or failed.
-fn open_turns(log: &[SessionEvent]) -> usize {
+fn open_turns(log: &[Heard]) -> usize {
     let heard = log
         .iter()
-        .filter(|e| matches!(e, SessionEvent::Transcript { .. }))
+        .filter(|(e, _)| matches!(e, ServerEvent::Transcript { .. }))
         .count();
     let ended = log
         .iter()
-        .filter(|e| {
+        .filter(|(e, _)| {
             matches!(
                 e,
-                SessionEvent::TurnDone { .. } | SessionEvent::TurnError { .. }
+                ServerEvent::TurnComplete { .. } | ServerEvent::TurnError { .. }
             )
         })
         .count();
@@ -146,28 +212,29 @@ fn open_turns(log: &[SessionEvent]) -> usize {
 }
 
 /// The turns in `log`, with each one's latency from its labelled true end
-/// (the label nearest the utterance's end).
-fn turns_of(log: &[SessionEvent], script: &Script, origin: Instant) -> Vec<TurnSeen> {
+/// (the label nearest the utterance's end) to its first token reaching the user.
+fn turns_of(log: &[Heard], script: &Script, origin: Instant) -> Vec<TurnSeen> {
     let mut turns: Vec<TurnSeen> = Vec::new();
     let mut first_at: Vec<(u32, Instant)> = Vec::new();
     let mut ends: Vec<(u32, u64)> = Vec::new();
-    for ev in log {
+    for (ev, at) in log {
         match ev {
-            SessionEvent::Transcript {
-                turn,
+            ServerEvent::Transcript {
+                id,
                 text,
-                end_sample,
-                stt_wait,
-                stt,
+                sample,
+                stt_ms,
+                stt_wait_ms,
+                ..
             } => {
-                ends.push((*turn, *end_sample));
+                ends.push((*id, *sample));
                 turns.push(TurnSeen {
-                    turn: *turn,
+                    turn: *id,
                     transcript: text.clone(),
                     answer: String::new(),
                     response_ms: None,
-                    stt_ms: ms(*stt),
-                    stt_wait_ms: ms(*stt_wait),
+                    stt_ms: *stt_ms,
+                    stt_wait_ms: *stt_wait_ms,
                     first_token_ms: None,
                     decode_tps: None,
                     tokens: 0,
@@ -175,37 +242,37 @@ fn turns_of(log: &[SessionEvent], script: &Script, origin: Instant) -> Vec<TurnS
                     error: None,
                 });
             }
-            SessionEvent::Token { turn, at, .. } => {
-                if let Some(t) = turns.iter_mut().find(|t| t.turn == *turn) {
+            ServerEvent::Token { id, .. } => {
+                if let Some(t) = turns.iter_mut().find(|t| t.turn == *id) {
                     t.received += 1;
                 }
-                if !first_at.iter().any(|(t, _)| t == turn) {
-                    first_at.push((*turn, *at));
+                if !first_at.iter().any(|(t, _)| t == id) {
+                    first_at.push((*id, *at));
                 }
             }
-            SessionEvent::TurnDone {
-                turn,
-                text,
-                tokens,
-                first_token,
-                decode,
+            ServerEvent::TurnComplete {
+                id,
+                response,
+                n_generated,
+                latency,
                 ..
             } => {
-                if let Some(t) = turns.iter_mut().find(|t| t.turn == *turn) {
-                    t.answer.clone_from(text);
-                    t.tokens = *tokens;
-                    t.first_token_ms = first_token.map(ms);
-                    t.decode_tps = decode
-                        .filter(|d| !d.is_zero() && *tokens > 1)
-                        .map(|d| f64::from(*tokens - 1) / d.as_secs_f64());
+                if let Some(t) = turns.iter_mut().find(|t| t.turn == *id) {
+                    t.answer.clone_from(response);
+                    t.tokens = *n_generated;
+                    t.first_token_ms = latency.first_token_ms;
+                    t.decode_tps = latency
+                        .decode_ms
+                        .filter(|d| *d > 0.0 && *n_generated > 1)
+                        .map(|d| f64::from(*n_generated - 1) / (d / 1e3));
                 }
             }
-            SessionEvent::TurnError { turn, message } => {
-                if let Some(t) = turns.iter_mut().find(|t| t.turn == *turn) {
+            ServerEvent::TurnError { id, message, .. } => {
+                if let Some(t) = turns.iter_mut().find(|t| t.turn == *id) {
                     t.error = Some(message.clone());
                 }
             }
-            SessionEvent::StreamEnd => {}
+            _ => {}
         }
     }
     for t in &mut turns {
@@ -237,26 +304,35 @@ fn ms(d: Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::serve::protocol::Latency;
     use voxline_llm::Stop;
 
-    fn transcript(turn: u32, end_sample: u64) -> SessionEvent {
-        SessionEvent::Transcript {
-            turn,
-            text: format!("question {turn}"),
-            end_sample,
-            stt_wait: Duration::from_millis(10),
-            stt: Duration::from_millis(900),
+    fn transcript(id: u32, sample: u64) -> ServerEvent {
+        ServerEvent::Transcript {
+            id,
+            sample,
+            t_ms: 0.0,
+            text: format!("question {id}"),
+            stt_ms: 900.0,
+            stt_wait_ms: 10.0,
         }
     }
 
-    fn done(turn: u32) -> SessionEvent {
-        SessionEvent::TurnDone {
-            turn,
-            text: format!("answer {turn}"),
-            tokens: 11,
+    fn done(id: u32) -> ServerEvent {
+        ServerEvent::TurnComplete {
+            id,
+            t_ms: 0.0,
+            transcript: format!("question {id}"),
+            response: format!("answer {id}"),
+            n_generated: 11,
             stop: Stop::EndOfGeneration,
-            first_token: Some(Duration::from_millis(100)),
-            decode: Some(Duration::from_millis(200)),
+            latency: Latency {
+                response_ms: None,
+                stt_ms: 900.0,
+                stt_wait_ms: 10.0,
+                first_token_ms: Some(100.0),
+                decode_ms: Some(200.0),
+            },
         }
     }
 
@@ -267,22 +343,33 @@ mod tests {
             samples: vec![0.0; 160_000],
             true_ends: vec![16_000, 96_000],
         };
-        let token = |turn, ms| SessionEvent::Token {
-            turn,
-            piece: "x".into(),
-            at: origin + Duration::from_millis(ms),
+        let at = |ms| origin + Duration::from_millis(ms);
+        let token = |id, ms| {
+            (
+                ServerEvent::Token {
+                    id,
+                    t_ms: 0.0,
+                    index: 0,
+                    text: "x".into(),
+                },
+                at(ms),
+            )
         };
         // the VAD's ends lie ~100 ms after the labels
         let log = vec![
-            transcript(1, 17_600),
+            (transcript(1, 17_600), at(2_000)),
             token(1, 2_200),
             token(1, 2_300),
-            done(1),
-            transcript(2, 97_600),
-            SessionEvent::TurnError {
-                turn: 2,
-                message: "boom".into(),
-            },
+            (done(1), at(2_400)),
+            (transcript(2, 97_600), at(7_000)),
+            (
+                ServerEvent::TurnError {
+                    id: 2,
+                    t_ms: 0.0,
+                    message: "boom".into(),
+                },
+                at(7_100),
+            ),
         ];
         let turns = turns_of(&log, &script, origin);
         assert_eq!(turns.len(), 2);
@@ -294,6 +381,7 @@ mod tests {
             (t.decode_tps.unwrap() - 50.0).abs() < 1e-9,
             "10 tokens in 200 ms"
         );
+        assert_eq!(t.received, 2);
         assert_eq!(turns[1].error.as_deref(), Some("boom"));
         assert_eq!(turns[1].response_ms, None);
         assert_eq!(open_turns(&log), 0);

@@ -14,7 +14,10 @@ use crate::budget::Budget;
 use crate::serve::client::{ClientError, WsClient};
 use crate::serve::metrics::{parse_exposition, sample};
 use crate::serve::protocol::{Hello, ServerEvent};
-use crate::sessions::{HubTotals, SessionEvent};
+use super::play::Heard;
+use crate::sessions::{HubTotals, StageBusy};
+use crate::topology;
+use voxline_llm::serving::ServingTotals;
 
 /// One simulated user's WebSocket connection.
 #[derive(Debug)]
@@ -43,53 +46,18 @@ impl Remote {
         self.failed.as_deref()
     }
 
-    fn event(&mut self, ev: ServerEvent, at: Instant) -> Option<SessionEvent> {
-        Some(match ev {
-            ServerEvent::Transcript {
-                id,
-                sample,
-                text,
-                stt_ms,
-                stt_wait_ms,
-                ..
-            } => SessionEvent::Transcript {
-                turn: id,
-                text,
-                end_sample: sample,
-                stt_wait: from_ms(stt_wait_ms),
-                stt: from_ms(stt_ms),
-            },
-            // when the user received it: what they felt
-            ServerEvent::Token { id, text, .. } => SessionEvent::Token {
-                turn: id,
-                piece: text,
-                at,
-            },
-            ServerEvent::TurnComplete {
-                id,
-                response,
-                n_generated,
-                stop,
-                latency,
-                ..
-            } => SessionEvent::TurnDone {
-                turn: id,
-                text: response,
-                tokens: n_generated,
-                stop,
-                first_token: latency.first_token_ms.map(from_ms),
-                decode: latency.decode_ms.map(from_ms),
-            },
-            ServerEvent::TurnError { id, message, .. } => {
-                SessionEvent::TurnError { turn: id, message }
-            }
-            ServerEvent::StreamEnd { .. } => SessionEvent::StreamEnd,
+    /// What the user hears of `ev`: the turns' events; a `dropped` is
+    /// counted as lost, the server's load is not the user's.
+    fn event(&mut self, ev: ServerEvent, at: Instant) -> Option<Heard> {
+        match ev {
             ServerEvent::Dropped { count, .. } => {
                 self.lost += count;
-                return None;
+                None
             }
-            ServerEvent::Ready { .. } | ServerEvent::Stats { .. } => return None,
-        })
+            ServerEvent::Ready { .. } | ServerEvent::Stats { .. } => None,
+            // when the user received it: what they felt
+            ev => Some((ev, at)),
+        }
     }
 
     fn fail(&mut self, e: &ClientError) {
@@ -112,7 +80,7 @@ impl Conversation for Remote {
         }
     }
 
-    fn take_events(&mut self) -> Vec<SessionEvent> {
+    fn take_events(&mut self) -> Vec<Heard> {
         match self.client.poll() {
             Ok(evs) => evs
                 .into_iter()
@@ -125,20 +93,20 @@ impl Conversation for Remote {
         }
     }
 
-    fn wait_event(&mut self, timeout: Duration) -> Option<SessionEvent> {
+    fn wait_event(&mut self, timeout: Duration) -> Vec<Heard> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.client.next_event(left) {
                 Ok(Some((e, at))) => {
                     if let Some(ev) = self.event(e, at) {
-                        return Some(ev);
+                        return vec![ev];
                     }
                 }
-                Ok(None) => return None,
+                Ok(None) => return Vec::new(),
                 Err(e) => {
                     self.fail(&e);
-                    return None;
+                    return Vec::new();
                 }
             }
         }
@@ -147,10 +115,6 @@ impl Conversation for Remote {
     fn lost(&self) -> u64 {
         self.lost
     }
-}
-
-fn from_ms(ms: f64) -> Duration {
-    Duration::from_secs_f64(ms.max(0.0) / 1e3)
 }
 
 /// `GET /metrics` of the server behind `url` (`ws://HOST:PORT[/ws]`).
@@ -236,35 +200,66 @@ fn wait_for_no_sessions(url: &str, token: Option<&str>) -> Result<String, Client
     }
 }
 
-/// The engines' totals as `/metrics` counts them.
+/// The engines' totals as `/metrics` counts them: every stage it names,
+/// and the batching worker's counts.
 #[must_use]
 pub fn totals_of(exposition: &str) -> HubTotals {
     let s = parse_exposition(exposition);
     let secs = |name: &str| Duration::from_secs_f64(sample(&s, name).max(0.0));
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let count = |name: &str| sample(&s, name).max(0.0) as u64;
-    HubTotals {
-        stt_busy: secs(r#"voxline_stage_busy_seconds_total{stage="stt"}"#),
-        stt_runs: count(r#"voxline_stage_runs_total{stage="stt"}"#),
-        llm_busy: secs(r#"voxline_stage_busy_seconds_total{stage="llm"}"#),
-        llm_steps: count(r#"voxline_stage_runs_total{stage="llm"}"#),
+    let stages: Vec<StageBusy> = s
+        .iter()
+        .filter_map(|(name, _)| {
+            name.strip_prefix("voxline_stage_busy_seconds_total{stage=\"")?
+                .strip_suffix("\"}")
+        })
+        .map(|stage| StageBusy {
+            stage: stage.to_owned(),
+            busy: secs(&format!("voxline_stage_busy_seconds_total{{stage=\"{stage}\"}}")),
+            calls: count(&format!("voxline_stage_runs_total{{stage=\"{stage}\"}}")),
+        })
+        .collect();
+    let llm = ServingTotals {
+        busy: stages
+            .iter()
+            .find(|st| st.stage == topology::LLM.as_str())
+            .map_or(Duration::ZERO, |st| st.busy),
         tokens: count("voxline_tokens_total"),
         prefill_tokens: count("voxline_prefill_tokens_total"),
         prefill_busy: secs("voxline_prefill_busy_seconds_total"),
+        ..ServingTotals::default()
+    };
+    HubTotals {
+        stages,
+        llm,
         peak_threads: usize::try_from(count("voxline_peak_threads")).unwrap_or(usize::MAX),
     }
 }
 
 /// What happened between two totals.
-fn delta(before: HubTotals, after: HubTotals) -> HubTotals {
+fn delta(before: &HubTotals, after: &HubTotals) -> HubTotals {
+    let (b, a) = (&before.llm, &after.llm);
     HubTotals {
-        stt_busy: after.stt_busy.saturating_sub(before.stt_busy),
-        stt_runs: after.stt_runs.saturating_sub(before.stt_runs),
-        llm_busy: after.llm_busy.saturating_sub(before.llm_busy),
-        llm_steps: after.llm_steps.saturating_sub(before.llm_steps),
-        tokens: after.tokens.saturating_sub(before.tokens),
-        prefill_tokens: after.prefill_tokens.saturating_sub(before.prefill_tokens),
-        prefill_busy: after.prefill_busy.saturating_sub(before.prefill_busy),
+        stages: after
+            .stages
+            .iter()
+            .map(|st| {
+                let was = before.stage(&st.stage);
+                StageBusy {
+                    stage: st.stage.clone(),
+                    busy: st.busy.saturating_sub(was.busy),
+                    calls: st.calls.saturating_sub(was.calls),
+                }
+            })
+            .collect(),
+        llm: ServingTotals {
+            steps: a.steps.saturating_sub(b.steps),
+            busy: a.busy.saturating_sub(b.busy),
+            tokens: a.tokens.saturating_sub(b.tokens),
+            prefill_tokens: a.prefill_tokens.saturating_sub(b.prefill_tokens),
+            prefill_busy: a.prefill_busy.saturating_sub(b.prefill_busy),
+        },
         peak_threads: after.peak_threads,
     }
 }
@@ -299,7 +294,7 @@ pub fn run_via(
         Ok(Count {
             seen,
             wall,
-            totals: delta(before, after),
+            totals: delta(&before, &after),
             threads,
         })
     })
@@ -314,13 +309,16 @@ mod tests {
         let text = "# HELP x\nvoxline_tokens_total 120\nvoxline_stage_busy_seconds_total{stage=\"stt\"} 2.5\n\
                     voxline_stage_busy_seconds_total{stage=\"llm\"} 1.25\nvoxline_peak_threads 2\n";
         let t = totals_of(text);
-        assert_eq!(t.tokens, 120);
-        assert_eq!(t.stt_busy, Duration::from_millis(2500));
-        assert_eq!(t.llm_busy, Duration::from_millis(1250));
+        assert_eq!(t.llm.tokens, 120);
+        assert_eq!(t.stage("stt").busy, Duration::from_millis(2500));
+        assert_eq!(t.stage("llm").busy, Duration::from_millis(1250));
+        assert_eq!(t.llm.busy, Duration::from_millis(1250));
         assert_eq!(t.peak_threads, 2);
-        let d = delta(HubTotals { tokens: 20, ..t }, t);
-        assert_eq!(d.tokens, 100);
-        assert_eq!(d.stt_busy, Duration::ZERO);
+        let mut before = t.clone();
+        before.llm.tokens = 20;
+        let d = delta(&before, &t);
+        assert_eq!(d.llm.tokens, 100);
+        assert_eq!(d.stage("stt").busy, Duration::ZERO);
     }
 
     #[test]

@@ -20,13 +20,13 @@ pub fn to_markdown(r: &CapacityReport) -> String {
     );
     let _ = writeln!(
         s,
-        "| sessions | turns | errors | response p50 / p95 ms | STT p50 ms | STT queue p50 ms | LLM first token p50 ms | session decode tok/s p50 | aggregate decode tok/s | prefill tok/s | STT / LLM utilisation | saturating | within budget |"
+        "| sessions | turns | errors | response p50 / p95 ms | STT p50 ms | STT queue p50 ms | LLM first token p50 ms | session decode tok/s p50 | aggregate decode tok/s | prefill tok/s | utilisation | saturating | within budget |"
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for row in &r.rows {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {:.2} / {:.2} | {} | {} |",
+            "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             row.sessions,
             row.turns,
             row.errors,
@@ -38,8 +38,11 @@ pub fn to_markdown(r: &CapacityReport) -> String {
             cell(row.session_decode_tps.map(|p| p.p50), 0),
             cell(row.aggregate_decode_tps, 0),
             cell(row.prefill_tps, 0),
-            row.stt_utilisation,
-            row.llm_utilisation,
+            row.utilisation
+                .iter()
+                .map(|(stage, u)| format!("{stage} {u:.2}"))
+                .collect::<Vec<_>>()
+                .join(" · "),
             row.saturating_stage,
             match row.within_budget {
                 Some(true) => "yes",
@@ -55,7 +58,7 @@ pub fn to_markdown(r: &CapacityReport) -> String {
             .map_or("none within the budget".into(), |c| format!(
                 "{c} session(s)"
             )),
-        r.limiting_stage.unwrap_or("–")
+        r.limiting_stage.as_deref().unwrap_or("–")
     );
     s
 }

@@ -171,7 +171,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     let bar = indicatif::ProgressBar::new(expected_turns as u64);
     let progress = bar.clone();
     let hook: pipeline::EventHook =
-        std::sync::Arc::new(move |ev: &voxline_core::PipelineEvent| match ev {
+        std::sync::Arc::new(move |ev: &voxline_core::TimedEvent| match &ev.event {
             voxline_core::PipelineEvent::Engine(e)
                 if e.downcast_ref::<voxline_llm::TurnComplete>().is_some() =>
             {

@@ -140,10 +140,6 @@ impl Session {
         if shutdown.is_requested() {
             return Ok(None);
         }
-        let mut llm = voxline_llm::LlmStage::new(llm);
-        if run.cancel_on_stop {
-            llm = llm.cancel_on(shutdown.clone());
-        }
         let board = voxline_core::SpecBoard::new();
         let opts = RunOptions {
             pace: run.pace,
@@ -153,12 +149,13 @@ impl Session {
             on_event: run.on_event,
             cpu_shared: self.settings.threads.shared,
             speculation: self.endpointing.speculation().map(|ms| (board.clone(), ms)),
+            cancel_on_stop: run.cancel_on_stop,
             ..RunOptions::default()
         };
-        let (stt, llm) = engine_stages(stt, llm, &run.fault, &opts, &self.settings.threads);
+        let (stt, llm) = engine_stages(stt, llm, &run.fault, &self.settings.threads);
         (run.after_load)();
         let pace = match run.source {
-            Source::Live(_) => "live",
+            Source::Live(_) | Source::Pushed(_) => "live",
             Source::Replay(_) => pace_name(run.pace),
         };
         let result = pipeline::run_source(run.source, stt, llm, &opts, Some(shutdown))?;
@@ -190,29 +187,25 @@ fn load_engines(
     Ok((stt, llm, t0.elapsed().as_secs_f64() * 1000.0))
 }
 
-/// The engine stages as the session runs them: wrapped for fault injection
-/// and, when `board` is given, told about speculative attempts.
+/// The engine stages as the session runs them: wrapped for fault
+/// injection, their threads following the load in priority mode.
 fn engine_stages(
     stt: voxline_stt::SttEngine,
-    llm: voxline_llm::LlmStage,
+    llm: voxline_llm::LlmModel,
     fault: &Option<voxline::fault::Fault>,
-    opts: &RunOptions,
     threads: &voxline::settings::ThreadBudget,
 ) -> (
     voxline::fault::Faulty<voxline_stt::SttStage>,
-    impl voxline_core::StartStage<Stage = voxline::fault::Faulty<voxline_llm::RunningLlmStage>>,
+    impl voxline_core::StartStage<
+        Stage = voxline::fault::Faulty<voxline_llm::RunningLlmStage<voxline_llm::LlmEngine>>,
+    >,
 ) {
-    let board = opts.speculation.as_ref().map(|(b, _)| b);
     // in priority mode both engines' threads follow the cores other processes leave free
     let governor = threads
         .priority
         .then(|| voxline_core::CpuGovernor::new(threads.total, true));
-    let mut stt = voxline_stt::SttStage::new(stt).with_cpu(governor.clone(), opts.meter.clone());
-    let mut llm = llm.with_meter(opts.meter.clone()).with_governor(governor);
-    if let Some(b) = board {
-        stt = stt.with_speculation(b.clone());
-        llm = llm.with_speculation(b.clone());
-    }
+    let stt = voxline_stt::SttStage::new(stt).with_governor(governor.clone());
+    let llm = voxline_llm::LlmStage::new(llm).with_governor(governor);
     let llm_fault = fault.clone();
     (
         voxline::fault::Faulty::new(stt, fault.clone()),

@@ -58,6 +58,28 @@ pub enum Source {
     Replay(Vec<Input>),
     /// A live input device (a microphone).
     Live(LiveOptions),
+    /// Audio pushed by another part of the program (a server's client, a
+    /// simulated user): played as it arrives until every sender is gone.
+    Pushed(Pushed),
+}
+
+/// What a [`Source::Pushed`] receives.
+#[derive(Debug)]
+pub enum PushedAudio {
+    /// 16 kHz mono samples, and when they arrived.
+    Samples(Vec<f32>, std::time::Instant),
+    /// The speaker is done: an open utterance closes now instead of after
+    /// the hangover. More audio may follow as a new stream.
+    End,
+}
+
+/// A source of pushed audio (see [`Source::Pushed`]).
+#[derive(Debug)]
+pub struct Pushed {
+    /// Where the audio comes from.
+    pub audio: crossbeam_channel::Receiver<PushedAudio>,
+    /// Leading turns left out of the summary's figures.
+    pub warmup: usize,
 }
 
 /// Where a replayed file sits in the pipeline's stream (16 kHz positions).

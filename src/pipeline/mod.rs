@@ -17,7 +17,7 @@ mod run;
 mod sink;
 
 pub use assembly::{Extras, TranscriptStage};
-pub use input::{open_inputs, Input, InputSpan, Pace, Source};
+pub use input::{open_inputs, Input, InputSpan, Pace, Pushed, PushedAudio, Source};
 pub use live::{LiveOptions, LiveReport};
-pub use options::{EventHook, RunOptions};
+pub use options::{EventHook, RunOptions, SpanHook};
 pub use run::{run, run_source, run_source_with, run_with, RunError, RunResult};

@@ -2,12 +2,15 @@
 //! speculation ([`RunOptions`]).
 
 use voxline_audio::VadConfig;
-use voxline_core::PipelineEvent;
+use voxline_core::{Span, TimedEvent};
 
 use super::Pace;
 
 /// Called with every event as the sinks see it (e.g. to drive a progress bar).
-pub type EventHook = std::sync::Arc<dyn Fn(&PipelineEvent) + Send + Sync>;
+pub type EventHook = std::sync::Arc<dyn Fn(&TimedEvent) + Send + Sync>;
+
+/// Called with every span as the runtime records it, from the stage threads.
+pub type SpanHook = std::sync::Arc<dyn Fn(&Span) + Send + Sync>;
 
 /// How to run.
 #[derive(Clone)]
@@ -26,15 +29,24 @@ pub struct RunOptions {
     pub queue_capacity: usize,
     /// Called with every event.
     pub on_event: Option<EventHook>,
+    /// Called with every span (a live or pushed session's spans are then
+    /// also tallied; a replay's are kept for the report as well).
+    pub on_span: Option<SpanHook>,
     /// The two engines share the cores and take turns on them (one CPU
     /// lease) instead of each owning a part of them.
     pub cpu_shared: bool,
-    /// Speculative turn-taking: the board the STT and LLM stages were given
-    /// (see their `with_speculation`) and the silence, in ms, after which
-    /// the VAD sends an utterance early. `None`: off.
+    /// Speculative turn-taking: the board the runtime settles attempts on
+    /// and the silence, in ms, after which the VAD sends an utterance early.
+    /// `None`: off.
     pub speculation: Option<(voxline_core::SpecBoard, u32)>,
-    /// The meter the engine stages count their threads on (see their `with_meter`/`with_cpu`).
+    /// The lease the engines share when `cpu_shared` (`None`: one of the
+    /// run's own); given, the run shares the cores with engines outside it.
+    pub lease: Option<voxline_core::CpuLease>,
+    /// The meter the runtime counts the engine stages' threads on.
     pub meter: voxline_core::ThreadMeter,
+    /// A stop (Ctrl-C) cancels the answer in flight and the turns queued
+    /// behind it, instead of letting them finish.
+    pub cancel_on_stop: bool,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -47,6 +59,7 @@ impl std::fmt::Debug for RunOptions {
             .field("console", &self.console)
             .field("queue_capacity", &self.queue_capacity)
             .field("cpu_shared", &self.cpu_shared)
+            .field("cancel_on_stop", &self.cancel_on_stop)
             .field("speculation", &self.speculation.as_ref().map(|(_, ms)| ms))
             .finish_non_exhaustive()
     }
@@ -62,9 +75,12 @@ impl Default for RunOptions {
             console: false,
             queue_capacity: 16,
             on_event: None,
+            on_span: None,
             cpu_shared: false,
             speculation: None,
+            lease: None,
             meter: voxline_core::ThreadMeter::new(),
+            cancel_on_stop: false,
         }
     }
 }

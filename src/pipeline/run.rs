@@ -12,7 +12,10 @@ use voxline_llm::{LlmOut, TurnComplete};
 
 use super::live::live_source;
 use super::sink::{lock_tally, EventSink, SharedTally};
-use super::{Extras, Input, InputSpan, LiveReport, Pace, RunOptions, Source};
+use super::{
+    Extras, Input, InputSpan, LiveOptions, LiveReport, Pace, Pushed, PushedAudio, RunOptions,
+    Source,
+};
 use crate::topology::{self, AudioEdge};
 use crate::BadInput;
 
@@ -167,7 +170,8 @@ where
     }
     let clock = Clock::start();
     let audio = match &source {
-        Source::Replay(_) => AudioEdge::Replay,
+        // pushed audio was queued (and any loss counted) by whoever pushed it
+        Source::Replay(_) | Source::Pushed(_) => AudioEdge::Replay,
         Source::Live(l) => AudioEdge::Live(l.audio_queue_frames),
     };
     let topology = extras.topology(audio, opts.queue_capacity)?;
@@ -176,13 +180,14 @@ where
     let audio_tx = audio_tx.measure_drops(|f| f.samples.len() as u64);
     // live: spans and events are tallied as they happen, not kept
     let tally: Option<SharedTally> = match &source {
-        Source::Live(l) => Some(std::sync::Arc::new(std::sync::Mutex::new(
-            crate::tally::Tally::new(clock, l.warmup),
-        ))),
+        Source::Live(LiveOptions { warmup, .. }) | Source::Pushed(Pushed { warmup, .. }) => Some(
+            std::sync::Arc::new(std::sync::Mutex::new(crate::tally::Tally::new(clock, *warmup))),
+        ),
         Source::Replay(_) => None,
     };
     // Open the device first: if it cannot be opened nothing else starts (and nothing is written).
     let replaying = matches!(source, Source::Replay(_));
+    let mut pushed = None;
     let (inputs, live) = match source {
         Source::Live(l) => {
             let capture = voxline_audio::Capture::start_with(
@@ -197,18 +202,36 @@ where
             (Vec::new(), Some((l, capture)))
         }
         Source::Replay(inputs) => (inputs, None),
+        Source::Pushed(p) => {
+            pushed = Some(p.audio);
+            (Vec::new(), None)
+        }
     };
     let mut sink = EventSink::new(clock, opts.console, opts.events.as_ref())?;
     let mut builder = Pipeline::builder(clock);
     if let Some(t) = &tally {
         let spans = t.clone();
-        builder = builder.observe_spans(move |s| lock_tally(&spans).span(&s));
+        let hook = opts.on_span.clone();
+        builder = builder.observe_spans(move |s| {
+            if let Some(h) = &hook {
+                h(&s);
+            }
+            lock_tally(&spans).span(&s);
+        });
         sink.tally = Some(t.clone());
     }
     if let (true, Some(stop)) = (replaying, &shutdown) {
         // Ctrl-C during replay: stop feeding, cancel what is queued, finish what runs.
         builder = builder.cancel_queued_on(stop.clone());
     }
+    if let (true, Some(stop)) = (opts.cancel_on_stop, &shutdown) {
+        // Ctrl-C cancels the answer in flight and the turns queued behind it
+        builder = builder.cancel_calls_on(stop.clone()).cancel_queued_on(stop.clone());
+    }
+    if let Some((board, _)) = &opts.speculation {
+        builder = builder.speculation(board.clone());
+    }
+    builder = builder.meter(opts.meter.clone());
     let mut p = builder.build();
     // every edge as the topology declares it: the one each stage writes
     let (utt_tx, utt_rx) = topology.channel_from::<Utterance>(topology::VAD.as_str())?;
@@ -222,10 +245,10 @@ where
     p.spawn_stage(vad, audio_rx, utt_tx)?;
     if opts.cpu_shared {
         // fast replay measures service times: no call is interrupted by a yield
-        let lease = if opts.pace == Pace::Fast && replaying {
-            voxline_core::CpuLease::non_preemptive()
-        } else {
-            voxline_core::CpuLease::new()
+        let lease = match &opts.lease {
+            Some(l) => l.clone(),
+            None if opts.pace == Pace::Fast && replaying => voxline_core::CpuLease::non_preemptive(),
+            None => voxline_core::CpuLease::new(),
         };
         p.spawn_stage_leased(stt, utt_rx, tr_tx, lease.clone())?;
         p.spawn_stage_leased(llm, tr_rx, out_tx, lease)?;
@@ -252,7 +275,7 @@ where
             for ev in events.iter() {
                 for ev in gate.push(ev) {
                     if let Some(h) = &hook {
-                        h(&ev.event);
+                        h(&ev);
                     }
                     if matches!(ev.event, PipelineEvent::TurnError(_))
                         || ev.event.engine::<TurnComplete>().is_some()
@@ -296,6 +319,30 @@ where
         }
         return Ok(run);
     }
+    if let Some(audio) = pushed {
+        let samples = push_source(&audio, &audio_tx, &|| stop(&shutdown));
+        drop(audio_tx);
+        let mut run = finish_run(
+            topology,
+            p,
+            sink_thread,
+            clock,
+            opts,
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            false,
+            shutdown.as_ref(),
+            samples,
+            None,
+        );
+        if let Some(t) = tally {
+            let mut t = std::mem::replace(&mut *lock_tally(&t), crate::tally::Tally::new(clock, 0));
+            t.close(run.outcome.failed.as_deref());
+            run.tally = Some(t);
+        }
+        return Ok(run);
+    }
     let mut pos: u64 = 0;
     let mut spans = Vec::new();
     let mut input_errors = Vec::new();
@@ -319,6 +366,7 @@ where
                 samples: frame_samples,
                 captured,
                 new_recording,
+                end_of_stream: false,
             })
             .is_ok()
     };
@@ -398,6 +446,41 @@ where
         pos,
         None,
     ))
+}
+
+/// Plays pushed audio into the pipeline as it arrives, until every sender
+/// is gone or `stop` holds; returns the samples played.
+fn push_source(
+    audio: &crossbeam_channel::Receiver<PushedAudio>,
+    tx: &voxline_core::EdgeSender<AudioFrame>,
+    stop: &dyn Fn() -> bool,
+) -> u64 {
+    let mut pos = 0u64;
+    while !stop() {
+        let frame = match audio.recv_timeout(std::time::Duration::from_millis(50)) {
+            Ok(PushedAudio::Samples(samples, at)) => AudioFrame {
+                start_sample: pos,
+                new_recording: pos == 0,
+                end_of_stream: false,
+                samples,
+                captured: at,
+            },
+            Ok(PushedAudio::End) => AudioFrame {
+                start_sample: pos,
+                new_recording: false,
+                end_of_stream: true,
+                samples: Vec::new(),
+                captured: Instant::now(),
+            },
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        };
+        pos += frame.samples.len() as u64;
+        if tx.send(frame).is_err() {
+            break;
+        }
+    }
+    pos
 }
 
 type SinkThread = std::thread::JoinHandle<(Vec<TimedEvent>, Option<String>)>;

@@ -11,9 +11,10 @@ use axum::extract::ws::Message;
 use tokio::sync::mpsc;
 
 use super::metrics::{bottleneck, Edge, Metrics};
-use super::protocol::{Latency, ServerEvent};
+use super::protocol::ServerEvent;
+use super::turns::Turns;
 use super::Shared;
-use crate::sessions::{Session, SessionEvent};
+use crate::sessions::Session;
 
 /// How often the bridge thread looks up from the session's events.
 pub(super) const TICK: Duration = Duration::from_millis(100);
@@ -35,7 +36,7 @@ impl Arrivals {
     }
 
     /// When sample `n` had arrived.
-    fn when(&self, n: u64) -> Option<Instant> {
+    pub(super) fn when(&self, n: u64) -> Option<Instant> {
         let i = self.0.partition_point(|(total, _)| *total < n);
         self.0.get(i).map(|a| a.1)
     }
@@ -55,22 +56,10 @@ pub(super) struct Progress {
     pub(super) last_event_ms: AtomicU64,
 }
 
-/// A turn between its transcript and its end.
-struct TurnState {
-    turn: u32,
-    transcript: String,
-    end_sample: u64,
-    stt: Duration,
-    stt_wait: Duration,
-    tokens: u32,
-    first: Option<Instant>,
-}
-
 /// Carries one session's events to its client's queue.
 pub(super) struct Bridge {
     origin: Instant,
-    /// The turns transcribed and not yet ended.
-    turns: Vec<TurnState>,
+    turns: Turns,
     /// Lost on each edge and not yet told to the client.
     untold: [(Edge, u64); 3],
     seen_events: u64,
@@ -82,7 +71,7 @@ impl Bridge {
     pub(super) fn new(origin: Instant) -> Self {
         Bridge {
             origin,
-            turns: Vec::new(),
+            turns: Turns::new(origin),
             untold: [(Edge::Client, 0), (Edge::Events, 0), (Edge::Audio, 0)],
             seen_events: 0,
             seen_audio: 0,
@@ -98,153 +87,40 @@ impl Bridge {
         progress: &Progress,
         out: &mpsc::Sender<Message>,
     ) {
+        let arrived = |n: u64| {
+            arrivals
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .when(n)
+        };
         while !progress.stop.load(Ordering::SeqCst) {
-            match session.events().recv_timeout(TICK) {
-                Ok(ev) => {
-                    for e in self.convert(ev, shared, arrivals, progress) {
-                        self.send(&e, &shared.metrics, out);
-                    }
-                    progress.last_event_ms.store(
-                        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX),
-                        Ordering::SeqCst,
-                    );
-                }
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            let told = match session.events().recv_timeout(TICK) {
+                Ok(item) => self.turns.push(item, &arrived),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => self.turns.poll(&arrived),
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            };
+            if !told.is_empty() {
+                for e in told {
+                    note(&e, &shared.metrics, progress);
+                    self.send(&e, &shared.metrics, out);
+                }
+                progress.last_event_ms.store(
+                    u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    Ordering::SeqCst,
+                );
             }
             self.losses(session, shared);
             self.tell_losses(out);
             if self.last_stats.elapsed() >= STATS_EVERY {
                 self.last_stats = Instant::now();
-                let (stt, llm) = shared.load.utilisation(shared.hub.totals(), STATS_EVERY);
+                let load = shared.load.utilisation(&shared.hub.totals(), STATS_EVERY);
                 let stats = ServerEvent::Stats {
                     sessions: shared.hub.sessions(),
-                    stt_utilisation: stt,
-                    llm_utilisation: llm,
-                    bottleneck: if stt + llm < 0.01 {
-                        "idle"
-                    } else {
-                        bottleneck(stt, llm)
-                    }
-                    .into(),
+                    bottleneck: bottleneck(&load).unwrap_or("idle").to_owned(),
+                    utilisation: load,
                 };
                 // the load is news only while fresh: never counted as lost
                 let _ = out.try_send(Message::Text(stats.to_json().into()));
-            }
-        }
-    }
-
-    fn ms_since_origin(&self, at: Instant) -> f64 {
-        at.saturating_duration_since(self.origin).as_secs_f64() * 1e3
-    }
-
-    fn convert(
-        &mut self,
-        ev: SessionEvent,
-        shared: &Shared,
-        arrivals: &Mutex<Arrivals>,
-        progress: &Progress,
-    ) -> Vec<ServerEvent> {
-        let now = Instant::now();
-        match ev {
-            SessionEvent::Transcript {
-                turn,
-                text,
-                end_sample,
-                stt_wait,
-                stt,
-            } => {
-                progress.open.fetch_add(1, Ordering::SeqCst);
-                self.turns.push(TurnState {
-                    turn,
-                    transcript: text.clone(),
-                    end_sample,
-                    stt,
-                    stt_wait,
-                    tokens: 0,
-                    first: None,
-                });
-                vec![ServerEvent::Transcript {
-                    id: turn,
-                    sample: end_sample,
-                    t_ms: self.ms_since_origin(now),
-                    text,
-                    stt_ms: ms(stt),
-                    stt_wait_ms: ms(stt_wait),
-                }]
-            }
-            SessionEvent::Token { turn, piece, at } => {
-                let index = match self.turns.iter_mut().find(|t| t.turn == turn) {
-                    Some(t) => {
-                        t.first.get_or_insert(at);
-                        t.tokens += 1;
-                        t.tokens - 1
-                    }
-                    None => 0,
-                };
-                vec![ServerEvent::Token {
-                    id: turn,
-                    t_ms: self.ms_since_origin(at),
-                    index,
-                    text: piece,
-                }]
-            }
-            SessionEvent::TurnDone {
-                turn,
-                text,
-                tokens,
-                stop,
-                first_token,
-                decode,
-            } => {
-                progress.open.fetch_sub(1, Ordering::SeqCst);
-                let state = self
-                    .turns
-                    .iter()
-                    .position(|t| t.turn == turn)
-                    .map(|i| self.turns.remove(i));
-                let response = state.as_ref().and_then(|t| {
-                    let arrived = arrivals
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .when(t.end_sample)?;
-                    Some(t.first?.saturating_duration_since(arrived))
-                });
-                shared.metrics.turn(response, first_token);
-                let (transcript, stt, stt_wait) = state
-                    .map(|t| (t.transcript, t.stt, t.stt_wait))
-                    .unwrap_or_default();
-                vec![ServerEvent::TurnComplete {
-                    id: turn,
-                    t_ms: self.ms_since_origin(now),
-                    transcript,
-                    response: text,
-                    n_generated: tokens,
-                    stop,
-                    latency: Latency {
-                        response_ms: response.map(ms),
-                        stt_ms: ms(stt),
-                        stt_wait_ms: ms(stt_wait),
-                        first_token_ms: first_token.map(ms),
-                        decode_ms: decode.map(ms),
-                    },
-                }]
-            }
-            SessionEvent::TurnError { turn, message } => {
-                progress.open.fetch_sub(1, Ordering::SeqCst);
-                self.turns.retain(|t| t.turn != turn);
-                shared.metrics.turn_error();
-                vec![ServerEvent::TurnError {
-                    id: turn,
-                    t_ms: self.ms_since_origin(now),
-                    message,
-                }]
-            }
-            SessionEvent::StreamEnd => {
-                progress.stream_ended.store(true, Ordering::SeqCst);
-                vec![ServerEvent::StreamEnd {
-                    t_ms: self.ms_since_origin(now),
-                }]
             }
         }
     }
@@ -286,8 +162,24 @@ impl Bridge {
     }
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
+/// What a told event means for the server's figures and the connection.
+fn note(e: &ServerEvent, metrics: &Metrics, progress: &Progress) {
+    let secs = |ms: Option<f64>| ms.map(|m| Duration::from_secs_f64(m.max(0.0) / 1e3));
+    match e {
+        ServerEvent::Transcript { .. } => {
+            progress.open.fetch_add(1, Ordering::SeqCst);
+        }
+        ServerEvent::TurnComplete { latency, .. } => {
+            progress.open.fetch_sub(1, Ordering::SeqCst);
+            metrics.turn(secs(latency.response_ms), secs(latency.first_token_ms));
+        }
+        ServerEvent::TurnError { .. } => {
+            progress.open.fetch_sub(1, Ordering::SeqCst);
+            metrics.turn_error();
+        }
+        ServerEvent::StreamEnd { .. } => progress.stream_ended.store(true, Ordering::SeqCst),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -310,7 +202,7 @@ mod tests {
         }
         // the first two went, three were dropped and counted
         assert_eq!(b.untold[0].1, 3);
-        let text = metrics.render(crate::sessions::HubTotals::default(), 1);
+        let text = metrics.render(&crate::sessions::HubTotals::default(), 1);
         let m = super::super::metrics::parse_exposition(&text);
         assert_eq!(
             super::super::metrics::sample(&m, r#"voxline_dropped_total{edge="client"}"#),

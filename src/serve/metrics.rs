@@ -13,9 +13,15 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::sessions::HubTotals;
+use std::collections::BTreeMap;
 
-type Labels = Vec<(&'static str, &'static str)>;
+use crate::sessions::HubTotals;
+#[cfg(test)]
+use crate::sessions::StageBusy;
+#[cfg(test)]
+use voxline_llm::serving::ServingTotals;
+
+type Labels = Vec<(&'static str, String)>;
 
 /// Response-latency buckets, s: fine around the one-second target.
 const LATENCY_BUCKETS: [f64; 16] = [
@@ -185,17 +191,17 @@ impl Metrics {
         );
         r.register(
             "stage_busy_seconds",
-            "Time each engine computed",
+            "Time each stage of the pipeline worked (all sessions; the LLM's: the batching worker's compute)",
             m.busy.clone(),
         );
         r.register(
             "stage_utilisation",
-            "Share of the server's uptime each engine computed",
+            "Share of the server's uptime each stage worked",
             m.utilisation.clone(),
         );
         r.register(
             "stage_runs",
-            "Whisper transcriptions and LLM batched steps",
+            "Calls of each stage (all sessions)",
             m.runs.clone(),
         );
         r.register(
@@ -230,7 +236,7 @@ impl Metrics {
         );
         r.register(
             "bottleneck",
-            "1 for the stage with the larger share of the CPU since the start",
+            "1 for the stage with the largest share of the time since the start",
             m.bottleneck.clone(),
         );
         Metrics { registry, ..m }
@@ -239,7 +245,7 @@ impl Metrics {
     /// Counts a connection's outcome.
     pub fn connection(&self, outcome: Outcome) {
         self.connections
-            .get_or_create(&vec![("outcome", outcome.label())])
+            .get_or_create(&vec![("outcome", outcome.label().to_owned())])
             .inc();
     }
 
@@ -263,7 +269,7 @@ impl Metrics {
     pub fn dropped(&self, edge: Edge, n: u64) {
         if n > 0 {
             self.dropped
-                .get_or_create(&vec![("edge", edge.label())])
+                .get_or_create(&vec![("edge", edge.label().to_owned())])
                 .inc_by(n);
         }
     }
@@ -271,7 +277,7 @@ impl Metrics {
     /// The text exposition, with the engines' figures brought up to `totals`
     /// and `sessions` connected.
     #[must_use]
-    pub fn render(&self, totals: HubTotals, sessions: usize) -> String {
+    pub fn render(&self, totals: &HubTotals, sessions: usize) -> String {
         self.refresh(totals, sessions);
         let mut out = String::new();
         // writing into a String cannot fail
@@ -279,96 +285,95 @@ impl Metrics {
         out
     }
 
-    fn refresh(&self, now: HubTotals, sessions: usize) {
+    fn refresh(&self, now: &HubTotals, sessions: usize) {
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-        let stage = |s: &'static str| vec![("stage", s)];
-        let secs = |a: Duration, b: Duration| a.saturating_sub(b).as_secs_f64();
-        self.busy
-            .get_or_create(&stage("stt"))
-            .inc_by(secs(now.stt_busy, last.stt_busy));
-        self.busy
-            .get_or_create(&stage("llm"))
-            .inc_by(secs(now.llm_busy, last.llm_busy));
-        self.runs
-            .get_or_create(&stage("stt"))
-            .inc_by(now.stt_runs.saturating_sub(last.stt_runs));
-        self.runs
-            .get_or_create(&stage("llm"))
-            .inc_by(now.llm_steps.saturating_sub(last.llm_steps));
-        self.tokens.inc_by(now.tokens.saturating_sub(last.tokens));
-        self.prefill_tokens
-            .inc_by(now.prefill_tokens.saturating_sub(last.prefill_tokens));
-        self.prefill_busy
-            .inc_by(secs(now.prefill_busy, last.prefill_busy));
-        *last = now;
+        let stage = |s: &str| vec![("stage", s.to_owned())];
         let up = self.started.elapsed().as_secs_f64().max(1e-9);
-        let (stt, llm) = (
-            now.stt_busy.as_secs_f64() / up,
-            now.llm_busy.as_secs_f64() / up,
-        );
-        self.utilisation.get_or_create(&stage("stt")).set(stt);
-        self.utilisation.get_or_create(&stage("llm")).set(llm);
-        let limiting = bottleneck(stt, llm);
-        for s in ["stt", "llm"] {
+        let mut shares = BTreeMap::new();
+        for st in &now.stages {
+            let before = last.stage(&st.stage);
+            self.busy
+                .get_or_create(&stage(&st.stage))
+                .inc_by(st.busy.saturating_sub(before.busy).as_secs_f64());
+            self.runs
+                .get_or_create(&stage(&st.stage))
+                .inc_by(st.calls.saturating_sub(before.calls));
+            let share = st.busy.as_secs_f64() / up;
+            self.utilisation.get_or_create(&stage(&st.stage)).set(share);
+            shares.insert(st.stage.clone(), share);
+        }
+        let limiting = bottleneck(&shares);
+        for s in shares.keys() {
             self.bottleneck
                 .get_or_create(&stage(s))
-                .set(i64::from(s == limiting));
+                .set(i64::from(Some(s.as_str()) == limiting));
         }
-        if !now.llm_busy.is_zero() {
+        let (llm, was) = (&now.llm, &last.llm);
+        self.tokens.inc_by(llm.tokens.saturating_sub(was.tokens));
+        self.prefill_tokens
+            .inc_by(llm.prefill_tokens.saturating_sub(was.prefill_tokens));
+        self.prefill_busy
+            .inc_by(llm.prefill_busy.saturating_sub(was.prefill_busy).as_secs_f64());
+        if !llm.busy.is_zero() {
             self.decode_tps
-                .set(now.tokens as f64 / now.llm_busy.as_secs_f64());
+                .set(llm.tokens as f64 / llm.busy.as_secs_f64());
         }
-        if !now.prefill_busy.is_zero() {
+        if !llm.prefill_busy.is_zero() {
             self.prefill_tps
-                .set(now.prefill_tokens as f64 / now.prefill_busy.as_secs_f64());
+                .set(llm.prefill_tokens as f64 / llm.prefill_busy.as_secs_f64());
         }
         self.sessions
             .set(i64::try_from(sessions).unwrap_or(i64::MAX));
         self.peak_threads
             .set(i64::try_from(now.peak_threads).unwrap_or(i64::MAX));
+        *last = now.clone();
     }
 }
 
-/// The stage with the larger share of the CPU.
+/// The stage with the largest share (`None` when none worked at all).
 #[must_use]
-pub fn bottleneck(stt_utilisation: f64, llm_utilisation: f64) -> &'static str {
-    if stt_utilisation >= llm_utilisation {
-        "stt"
-    } else {
-        "llm"
-    }
+pub fn bottleneck(shares: &BTreeMap<String, f64>) -> Option<&str> {
+    shares
+        .iter()
+        .filter(|(_, u)| **u >= 0.01)
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(s, _)| s.as_str())
 }
 
-/// The engines' load over the last seconds (for the page's live figures).
+/// The stages' load over the last seconds (for the page's live figures).
 #[derive(Debug)]
 pub struct Load {
-    window: Mutex<(Instant, HubTotals, (f64, f64))>,
+    window: Mutex<(Instant, HubTotals, BTreeMap<String, f64>)>,
 }
 
 impl Default for Load {
     fn default() -> Self {
         Load {
-            window: Mutex::new((Instant::now(), HubTotals::default(), (0.0, 0.0))),
+            window: Mutex::new((Instant::now(), HubTotals::default(), BTreeMap::new())),
         }
     }
 }
 
 impl Load {
-    /// Whisper's and the LLM's share of the time since the window last
-    /// moved (it moves when at least `every` has passed).
-    pub fn utilisation(&self, now: HubTotals, every: Duration) -> (f64, f64) {
+    /// Each stage's share of the time since the window last moved (it moves
+    /// when at least `every` has passed).
+    pub fn utilisation(&self, now: &HubTotals, every: Duration) -> BTreeMap<String, f64> {
         let mut w = self.window.lock().unwrap_or_else(PoisonError::into_inner);
         let elapsed = w.0.elapsed();
         if elapsed >= every {
-            let secs = elapsed.as_secs_f64();
-            w.2 = (
-                now.stt_busy.saturating_sub(w.1.stt_busy).as_secs_f64() / secs,
-                now.llm_busy.saturating_sub(w.1.llm_busy).as_secs_f64() / secs,
-            );
+            let secs = elapsed.as_secs_f64().max(1e-9);
+            w.2 = now
+                .stages
+                .iter()
+                .map(|st| {
+                    let busy = st.busy.saturating_sub(w.1.stage(&st.stage).busy);
+                    (st.stage.clone(), busy.as_secs_f64() / secs)
+                })
+                .collect();
             w.0 = Instant::now();
-            w.1 = now;
+            w.1 = now.clone();
         }
-        w.2
+        w.2.clone()
     }
 }
 
@@ -408,13 +413,15 @@ mod tests {
         m.turn(Some(Duration::from_millis(1_900)), None);
         m.dropped(Edge::Client, 3);
         let totals = HubTotals {
-            stt_busy: Duration::from_secs(3),
-            llm_busy: Duration::from_secs(1),
-            tokens: 50,
-            stt_runs: 4,
-            ..HubTotals::default()
+            stages: vec![busy("stt", 3, 4), busy("upper", 0, 4), busy("llm", 1, 9)],
+            llm: ServingTotals {
+                busy: Duration::from_secs(1),
+                tokens: 50,
+                ..ServingTotals::default()
+            },
+            peak_threads: 2,
         };
-        let text = m.render(totals, 2);
+        let text = m.render(&totals, 2);
         let s = parse_exposition(&text);
         assert_eq!(sample(&s, "voxline_sessions"), 2.0);
         assert_eq!(sample(&s, "voxline_max_sessions"), 8.0);
@@ -430,17 +437,21 @@ mod tests {
         );
         assert_eq!(sample(&s, r#"voxline_dropped_total{edge="client"}"#), 3.0);
         assert_eq!(sample(&s, r#"voxline_bottleneck{stage="stt"}"#), 1.0);
+        assert_eq!(sample(&s, r#"voxline_bottleneck{stage="llm"}"#), 0.0);
+        assert_eq!(
+            sample(&s, r#"voxline_stage_runs_total{stage="upper"}"#),
+            4.0,
+            "every stage of the topology is counted"
+        );
         assert_eq!(sample(&s, "voxline_response_latency_seconds_count"), 2.0);
         assert_eq!(
             sample(&s, r#"voxline_response_latency_seconds_bucket{le="1.0"}"#),
             1.0
         );
         // a second scrape adds only what changed: counters stay the hub's totals
-        let later = HubTotals {
-            tokens: 70,
-            ..totals
-        };
-        let s2 = parse_exposition(&m.render(later, 1));
+        let mut later = totals.clone();
+        later.llm.tokens = 70;
+        let s2 = parse_exposition(&m.render(&later, 1));
         assert_eq!(sample(&s2, "voxline_tokens_total"), 70.0);
         assert_eq!(
             sample(&s2, r#"voxline_stage_busy_seconds_total{stage="stt"}"#),
@@ -449,20 +460,30 @@ mod tests {
         assert!(text.contains("# TYPE voxline_response_latency_seconds histogram"));
     }
 
+    fn busy(stage: &str, secs: u64, calls: u64) -> StageBusy {
+        StageBusy {
+            stage: stage.into(),
+            busy: Duration::from_secs(secs),
+            calls,
+        }
+    }
+
     #[test]
     fn load_moves_with_its_window() {
         let l = Load::default();
-        assert_eq!(
-            l.utilisation(HubTotals::default(), Duration::from_secs(3600)),
-            (0.0, 0.0)
-        );
-        let busy = HubTotals {
-            stt_busy: Duration::from_secs(1),
+        assert!(l
+            .utilisation(&HubTotals::default(), Duration::from_secs(3600))
+            .is_empty());
+        let totals = HubTotals {
+            stages: vec![busy("stt", 1, 1), busy("llm", 0, 0)],
             ..HubTotals::default()
         };
-        let (stt, llm) = l.utilisation(busy, Duration::ZERO);
-        assert!(stt > 0.0 && llm == 0.0);
-        assert_eq!(bottleneck(stt, llm), "stt");
-        assert_eq!(bottleneck(0.1, 0.2), "llm");
+        let u = l.utilisation(&totals, Duration::ZERO);
+        assert!(u["stt"] > 0.0 && u["llm"] == 0.0);
+        assert_eq!(bottleneck(&u), Some("stt"));
+        let quiet: BTreeMap<String, f64> = [("stt".into(), 0.0)].into();
+        assert_eq!(bottleneck(&quiet), None);
+        let busy_llm: BTreeMap<String, f64> = [("stt".into(), 0.1), ("llm".into(), 0.2)].into();
+        assert_eq!(bottleneck(&busy_llm), Some("llm"));
     }
 }

@@ -39,6 +39,7 @@ pub mod client;
 mod conn;
 pub mod metrics;
 pub mod protocol;
+pub mod turns;
 
 use metrics::{Load, Metrics, Outcome};
 
@@ -292,7 +293,7 @@ async fn metrics_page(
     if !s.authorised(&q, &headers) {
         return refused_token();
     }
-    let text = s.metrics.render(s.hub.totals(), s.hub.sessions());
+    let text = s.metrics.render(&s.hub.totals(), s.hub.sessions());
     (
         [(
             header::CONTENT_TYPE,

@@ -317,12 +317,11 @@ pub enum ServerEvent {
     Stats {
         /// Sessions connected.
         sessions: usize,
-        /// Whisper's share of the last seconds.
-        stt_utilisation: f64,
-        /// The LLM's share of the last seconds.
-        llm_utilisation: f64,
-        /// The stage with the larger share (what limits the server now), or
-        /// `idle` when neither engine ran.
+        /// Each stage's share of the last seconds (every stage of the
+        /// pipeline, added ones included).
+        utilisation: std::collections::BTreeMap<String, f64>,
+        /// The stage with the largest share (what limits the server now), or
+        /// `idle` when none ran.
         bottleneck: String,
     },
 }

@@ -1,50 +1,48 @@
 //! Many conversations in one process, sharing the engines.
 //!
 //! A [`Hub`] loads whisper once and the language model once. Each
-//! [`Session`] is one conversation: its own endpointer (VAD and turn
-//! state), its own whisper decoding state on the shared weights, its own KV
-//! sequence in the one LLM context, its own history and events. The LLM
-//! runs on one worker thread that continuously batches every session that
-//! is answering ([`voxline_llm::batch::BatchEngine`]): each step advances
-//! all of them at once, a new turn's prompt joins the running batch, and a
-//! finished, superseded or departed turn leaves it at once.
+//! [`Session`] is one conversation and one core pipeline, built from the
+//! same topology and stage types as `replay` and `live`
+//! ([`crate::pipeline::run_source_with`] on a [`Source::Pushed`]): its own
+//! VAD, its own whisper decoding state on the shared weights
+//! ([`SttEngine::share`]), an LLM stage whose backend is a client of the
+//! one batching worker owning the context ([`BatchServer`]), plus any
+//! stages added with [`Hub::with_stages`]. The runtime times every stage,
+//! settles speculation and holds the CPU lease; the hub only hands the
+//! shared engines out.
 //!
 //! One CPU budget: whisper and the LLM never compute at the same time (one
-//! [`CpuLease`]); a step holding some turn's first token and a committed
-//! turn's transcription go first (the longest waiting first), then plain
-//! decoding, then speculative transcriptions — the LLM takes the lease per
-//! step, so a transcription waits at most one step.
-//! Every engine call runs with the whole budget's threads (metered).
+//! [`CpuLease`]); the LLM worker takes it per batched step, so a committed
+//! transcription waits at most one step. Every engine call runs with the
+//! whole budget's threads, counted on one meter.
 //!
-//! A session's events go into a bounded queue: a reader that stops reading
-//! loses events (counted in [`Session::dropped_events`]) and never stalls
-//! the other sessions or the LLM worker.
+//! A session's events (the pipeline's, after its [`SpecGate`](voxline_core::SpecGate))
+//! and its stages' spans go into a bounded queue ([`Observed`]): a reader
+//! that stops reading loses items (counted in [`Session::dropped_events`])
+//! and never stalls the other sessions or the engines.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Sender, TrySendError};
-use voxline_audio::{AudioError, VadConfig, VadStage};
-use voxline_core::{Clock, CpuLease, SpecBoard, ThreadMeter};
-use voxline_llm::{LlmError, Stop};
-use voxline_stt::{SttEngine, SttError};
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use voxline_audio::{AudioError, VadConfig};
+use voxline_core::{Clock, CpuLease, ShutdownHandle, Span, SpanKind, ThreadMeter, TimedEvent};
+use voxline_llm::serving::{BatchServer, ServingOptions, ServingTotals};
+use voxline_llm::{LlmError, RunningLlmStage};
+use voxline_stt::{SttEngine, SttError, SttStage};
 
+use crate::pipeline::{self, Extras, Pace, Pushed, PushedAudio, RunOptions, Source};
 use crate::settings::EngineSettings;
-
-mod session;
-mod worker;
-
-pub use session::Session;
-use session::SessionWorker;
-use worker::llm_worker;
+use crate::topology;
 
 /// Audio blocks a session queues before pushes are refused (about 20 s of
-/// 20 ms blocks): the session's own thread is transcribing meanwhile.
+/// 20 ms blocks): the session's pipeline is transcribing meanwhile.
 const AUDIO_QUEUE: usize = 1024;
 
-/// Events a session queues for its reader before it drops them.
+/// Items a session queues for its reader before it drops them.
 const EVENT_QUEUE: usize = 4096;
 
 /// Why the hub or a session could not do what was asked.
@@ -68,7 +66,7 @@ pub enum HubError {
     /// The VAD settings are invalid.
     #[error(transparent)]
     Audio(#[from] AudioError),
-    /// The operating system would not start a thread (the LLM worker or a session's).
+    /// The operating system would not start a session's thread.
     #[error("cannot start a thread: {0}")]
     Thread(#[source] std::io::Error),
     /// The LLM worker thread has stopped (it failed or the hub is shutting down).
@@ -76,151 +74,105 @@ pub enum HubError {
     Stopped,
 }
 
-/// What a session reports, in order, for each turn.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SessionEvent {
-    /// The turn's words.
-    Transcript {
-        /// The session's turn number, from 1.
-        turn: u32,
-        /// What whisper heard.
-        text: String,
-        /// The utterance's end in the session's stream (samples at 16 kHz).
-        end_sample: u64,
-        /// Waiting for the CPU before whisper ran.
-        stt_wait: Duration,
-        /// Whisper's own time.
-        stt: Duration,
-    },
-    /// A piece of the answer.
-    Token {
-        /// The turn.
-        turn: u32,
-        /// The text.
-        piece: String,
-        /// When it was sampled.
-        at: Instant,
-    },
-    /// The answer is complete.
-    TurnDone {
-        /// The turn.
-        turn: u32,
-        /// The whole answer.
-        text: String,
-        /// Tokens sampled.
-        tokens: u32,
-        /// Why it ended.
-        stop: Stop,
-        /// The transcript handed to the LLM → its first token.
-        first_token: Option<Duration>,
-        /// First token → last token.
-        decode: Option<Duration>,
-    },
-    /// The stream ended ([`Session::end_of_stream`]) and every utterance in
-    /// it has been transcribed (answers may still be streaming).
-    StreamEnd,
-    /// The turn failed.
-    TurnError {
-        /// The turn.
-        turn: u32,
-        /// What happened.
-        message: String,
-    },
+/// What a session's reader receives, in order of arrival: the pipeline's
+/// events as a user may see them, and the spans the runtime recorded for
+/// its turns (those of every stage but the VAD, whose spans are per frame).
+#[derive(Debug, Clone)]
+pub enum Observed {
+    /// An event, after the speculation gate.
+    Event(TimedEvent),
+    /// A stage's call on one turn, as the runtime timed it.
+    Span(Span),
 }
 
-/// Totals the hub keeps for utilisation and throughput.
-#[derive(Debug, Default)]
-struct Counters {
-    stt_busy_ns: AtomicU64,
-    stt_runs: AtomicU64,
-    llm_busy_ns: AtomicU64,
-    llm_steps: AtomicU64,
-    tokens: AtomicU64,
-    prefill_tokens: AtomicU64,
-    prefill_busy_ns: AtomicU64,
+/// One stage's work across every session.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StageBusy {
+    /// The stage.
+    pub stage: String,
+    /// Time at least one session's call of it was running (the union of
+    /// the calls' busy intervals, so sessions in parallel are not counted
+    /// twice); for the LLM, the batching worker's compute.
+    pub busy: Duration,
+    /// Calls.
+    pub calls: u64,
 }
 
 /// A snapshot of the hub's totals since it started.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct HubTotals {
-    /// Time whisper computed.
-    pub stt_busy: Duration,
-    /// Transcriptions run.
-    pub stt_runs: u64,
-    /// Time the LLM computed (batched steps).
-    pub llm_busy: Duration,
-    /// Batched steps.
-    pub llm_steps: u64,
-    /// Answer tokens sampled, all sessions.
-    pub tokens: u64,
-    /// Prompt tokens evaluated, all sessions.
-    pub prefill_tokens: u64,
-    /// Time of the steps that evaluated prompt tokens.
-    pub prefill_busy: Duration,
+    /// Every stage of the topology that has run, in flow order.
+    pub stages: Vec<StageBusy>,
+    /// The batching worker's own counts (steps, tokens, prefill).
+    pub llm: ServingTotals,
     /// Most engine threads that ever ran at once.
     pub peak_threads: usize,
 }
 
-/// A command to the LLM worker.
-enum Cmd {
-    Start {
-        slot: usize,
-        turn: u32,
-        user: String,
-        reply: Reply,
-    },
-    /// The session left; `done` hears when its sequence is cleared and
-    /// its slot free.
-    Leave {
-        slot: usize,
-        done: Sender<()>,
-    },
-    Shutdown,
+impl HubTotals {
+    /// Stage `name`'s figures (zero when it never ran).
+    #[must_use]
+    pub fn stage(&self, name: &str) -> StageBusy {
+        self.stages
+            .iter()
+            .find(|s| s.stage == name)
+            .cloned()
+            .unwrap_or_else(|| StageBusy {
+                stage: name.to_owned(),
+                ..StageBusy::default()
+            })
+    }
 }
 
-/// Where a session's events go.
-#[derive(Clone)]
-struct Reply {
-    tx: Sender<SessionEvent>,
-    dropped: Arc<AtomicU64>,
+/// The spans of every session, folded into per-stage totals as they come.
+#[derive(Debug, Default)]
+struct Load {
+    /// Per stage: busy so far, calls, and the end of the latest interval counted.
+    stages: BTreeMap<String, (Duration, u64, Option<Instant>)>,
 }
 
-impl Reply {
-    /// Queues `ev`; a full queue (a reader that stopped reading) drops it.
-    fn send(&self, ev: SessionEvent) {
-        if let Err(TrySendError::Full(_)) = self.tx.try_send(ev) {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+impl Load {
+    fn add(&mut self, s: &Span) {
+        if s.kind != SpanKind::Process {
+            return;
+        }
+        let e = self.stages.entry(s.stage.clone()).or_default();
+        e.1 += 1;
+        let from = e.2.map_or(s.started, |c| c.max(s.started));
+        if s.finished > from {
+            e.0 += s.finished - from;
+            e.2 = Some(s.finished);
         }
     }
 }
 
-struct Shared {
-    /// The loaded whisper model each session takes a state from.
-    stt: Mutex<SttEngine>,
-    vad: VadConfig,
-    /// Speculative turn-taking's silence, ms (`None`: off).
-    spec_silence_ms: Option<u32>,
-    threads: usize,
-    lease: CpuLease,
-    meter: ThreadMeter,
-    counters: Counters,
-    /// Which session slots (= KV sequences) are taken.
-    slots: Mutex<Vec<bool>>,
-    llm: Sender<Cmd>,
-}
+/// Builds the stages a session adds to the standard pipeline.
+type StagesFn = Arc<dyn Fn() -> Extras + Send + Sync>;
 
 /// Shared engines serving up to `max_sessions` conversations.
 pub struct Hub {
-    shared: Arc<Shared>,
-    worker: Option<JoinHandle<()>>,
+    stt: Mutex<SttEngine>,
+    llm: BatchServer,
+    vad: VadConfig,
+    /// Speculative turn-taking's silence, ms (`None`: off).
+    spec_silence_ms: Option<u32>,
+    lease: CpuLease,
+    meter: ThreadMeter,
+    threads: usize,
+    load: Arc<Mutex<Load>>,
+    stages: StagesFn,
 }
 
 impl std::fmt::Debug for Hub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hub")
-            .field("threads", &self.shared.threads)
+            .field("threads", &self.threads)
             .finish_non_exhaustive()
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Hub {
@@ -250,189 +202,267 @@ impl Hub {
         let mut llm_config = engine.llm_config();
         llm_config.threads = threads;
         llm_config.decode_threads = threads;
-        let (tx, rx) = bounded::<Cmd>(4 * max_sessions + 16);
-        let shared = Arc::new(Shared {
+        let (lease, meter) = (CpuLease::new(), ThreadMeter::new());
+        let llm = BatchServer::start(
+            llm_config,
+            ServingOptions {
+                sessions: max_sessions,
+                lease: lease.clone(),
+                meter: meter.clone(),
+            },
+        )?;
+        Ok(Hub {
             stt: Mutex::new(stt),
+            llm,
             vad,
             spec_silence_ms,
+            lease,
+            meter,
             threads,
-            lease: CpuLease::new(),
-            meter: ThreadMeter::new(),
-            counters: Counters::default(),
-            slots: Mutex::new(vec![false; max_sessions]),
-            llm: tx,
-        });
-        let (ready_tx, ready_rx) = bounded(1);
-        let worker_shared = Arc::clone(&shared);
-        let worker = std::thread::Builder::new()
-            .name("llm-batch".into())
-            .spawn(move || llm_worker(&worker_shared, llm_config, max_sessions, &rx, &ready_tx))
-            .map_err(HubError::Thread)?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Hub {
-                shared,
-                worker: Some(worker),
-            }),
-            Ok(Err(e)) => {
-                let _ = worker.join();
-                Err(e.into())
-            }
-            Err(_) => {
-                let _ = worker.join();
-                Err(HubError::Stopped)
-            }
-        }
+            load: Arc::default(),
+            stages: Arc::new(Extras::default),
+        })
+    }
+
+    /// Every session's pipeline gets the stages `stages` makes (one set per
+    /// session), as `replay` gets the same [`Extras`].
+    #[must_use]
+    pub fn with_stages(mut self, stages: impl Fn() -> Extras + Send + Sync + 'static) -> Self {
+        self.stages = Arc::new(stages);
+        self
     }
 
     /// Starts a conversation in a free slot.
     ///
     /// # Errors
     /// [`HubError::Full`] when every slot is taken; [`HubError::Stt`] when
-    /// whisper cannot allocate the session's state.
+    /// whisper cannot allocate the session's state; [`HubError::Thread`]
+    /// when its pipeline cannot start.
     pub fn join(&self) -> Result<Session, HubError> {
-        let slot = {
-            let mut slots = self
-                .shared
-                .slots
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let max = slots.len();
-            let free = slots.iter().position(|taken| !taken);
-            let slot = free.ok_or(HubError::Full { max })?;
-            slots[slot] = true;
-            slot
-        };
-        let made = self
-            .shared
-            .stt
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .share()
-            .map_err(HubError::from)
-            .and_then(|stt| Ok((stt, VadStage::new(self.shared.vad.clone())?)));
-        let (stt, vad) = match made {
-            Ok(m) => m,
-            Err(e) => {
-                self.free(slot);
-                return Err(e);
-            }
-        };
+        let client = self.llm.client().map_err(|e| match e {
+            LlmError::Full { max } => HubError::Full { max },
+            e => HubError::Llm(e),
+        })?;
+        let slot = client.slot();
+        // on failure the client leaves as it drops, and the slot is free again
+        let stt = lock(&self.stt).share()?;
         let (audio_tx, audio_rx) = bounded(AUDIO_QUEUE);
-        let (event_tx, event_rx) = bounded(EVENT_QUEUE);
-        let reply = Reply {
-            tx: event_tx,
-            dropped: Arc::new(AtomicU64::new(0)),
+        let (out_tx, out_rx) = bounded(EVENT_QUEUE);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let reader = Reader {
+            tx: out_tx,
+            dropped: Arc::clone(&dropped),
         };
-        let leaving = Arc::new(AtomicBool::new(false));
-        let board = SpecBoard::new();
-        let vad = match self.shared.spec_silence_ms {
-            Some(ms) => vad.with_speculation(board.clone(), ms),
-            None => vad,
+        let leaving = ShutdownHandle::new();
+        let spans = reader.clone();
+        let load = Arc::clone(&self.load);
+        let opts = RunOptions {
+            pace: Pace::Realtime,
+            vad: self.vad.clone(),
+            gap_ms: 0,
+            on_event: Some(Arc::new(move |ev: &TimedEvent| {
+                reader.send(Observed::Event(ev.clone()));
+            })),
+            on_span: Some(Arc::new(move |s: &Span| {
+                lock(&load).add(s);
+                if s.utterance.is_some() && s.stage != topology::VAD.as_str() {
+                    spans.send(Observed::Span(s.clone()));
+                }
+            })),
+            cpu_shared: true,
+            lease: Some(self.lease.clone()),
+            speculation: self
+                .spec_silence_ms
+                .map(|ms| (voxline_core::SpecBoard::new(), ms)),
+            meter: self.meter.clone(),
+            cancel_on_stop: true,
+            ..RunOptions::default()
         };
-        let worker = SessionWorker {
-            shared: Arc::clone(&self.shared),
-            slot,
-            stt,
-            vad,
-            board,
-            attempt: None,
-            position: 0,
-            reply: reply.clone(),
-            leaving: Arc::clone(&leaving),
-            turn: 0,
-        };
+        let extras = (self.stages)();
+        let stop = leaving.clone();
+        let source = Source::Pushed(Pushed {
+            audio: audio_rx,
+            warmup: 0,
+        });
         let thread = std::thread::Builder::new()
             .name(format!("session-{slot}"))
-            .spawn(move || worker.run(&audio_rx));
-        let thread = match thread {
-            Ok(t) => t,
-            Err(e) => {
-                self.free(slot);
-                return Err(HubError::Thread(e));
-            }
-        };
+            .spawn(move || {
+                let run = pipeline::run_source_with(
+                    source,
+                    SttStage::new(stt),
+                    RunningLlmStage::new(client),
+                    extras,
+                    &opts,
+                    Some(stop),
+                );
+                if let Err(e) = run {
+                    tracing::error!(session = slot, error = %e, "the session's pipeline did not start");
+                }
+            })
+            .map_err(HubError::Thread)?;
         Ok(Session {
-            shared: Arc::clone(&self.shared),
             slot,
             audio: Some(audio_tx),
-            events: event_rx,
-            dropped: reply.dropped,
+            events: out_rx,
+            dropped,
             refused: AtomicU64::new(0),
             leaving,
             thread: Some(thread),
         })
     }
 
-    fn free(&self, slot: usize) {
-        if let Some(s) = self
-            .shared
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get_mut(slot)
-        {
-            *s = false;
-        }
-    }
-
     /// Sessions connected now.
     #[must_use]
     pub fn sessions(&self) -> usize {
-        self.shared
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter(|t| **t)
-            .count()
+        self.llm.sessions()
     }
 
     /// The session limit.
     #[must_use]
     pub fn max_sessions(&self) -> usize {
-        self.shared
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.llm.max_sessions()
     }
 
     /// Totals since the hub started.
     #[must_use]
     pub fn totals(&self) -> HubTotals {
-        let c = &self.shared.counters;
+        let llm = self.llm.totals();
+        let load = lock(&self.load);
+        let mut stages: Vec<StageBusy> = load
+            .stages
+            .iter()
+            .map(|(stage, (busy, calls, _))| StageBusy {
+                stage: stage.clone(),
+                busy: *busy,
+                calls: *calls,
+            })
+            .collect();
+        drop(load);
+        let order = topology::standard(topology::AudioEdge::Replay, 1);
+        let rank = |s: &str| {
+            order
+                .stages()
+                .iter()
+                .position(|x| x.id == s)
+                .unwrap_or(usize::MAX)
+        };
+        stages.sort_by_key(|s| rank(&s.stage));
+        if let Some(l) = stages.iter_mut().find(|s| s.stage == topology::LLM.as_str()) {
+            // the sessions' LLM calls wait on one worker: its compute is the stage's work
+            l.busy = llm.busy;
+        }
         HubTotals {
-            stt_busy: Duration::from_nanos(c.stt_busy_ns.load(Ordering::Relaxed)),
-            stt_runs: c.stt_runs.load(Ordering::Relaxed),
-            llm_busy: Duration::from_nanos(c.llm_busy_ns.load(Ordering::Relaxed)),
-            llm_steps: c.llm_steps.load(Ordering::Relaxed),
-            tokens: c.tokens.load(Ordering::Relaxed),
-            prefill_tokens: c.prefill_tokens.load(Ordering::Relaxed),
-            prefill_busy: Duration::from_nanos(c.prefill_busy_ns.load(Ordering::Relaxed)),
-            peak_threads: self.shared.meter.peak(),
+            stages,
+            llm,
+            peak_threads: self.meter.peak(),
         }
     }
 
     /// Threads every engine call runs with.
     #[must_use]
     pub fn threads(&self) -> usize {
-        self.shared.threads
+        self.threads
     }
 }
 
-impl Drop for Hub {
-    fn drop(&mut self) {
-        // Sessions still connected then see a stopped worker: their turns
-        // end with an error, their slots are freed when they leave.
-        let _ = self.shared.llm.send(Cmd::Shutdown);
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
+/// Where a session's items go.
+#[derive(Clone)]
+struct Reader {
+    tx: Sender<Observed>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Reader {
+    /// Queues `item`; a full queue (a reader that stopped reading) drops it.
+    fn send(&self, item: Observed) {
+        if let Err(TrySendError::Full(_)) = self.tx.try_send(item) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-pub(crate) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+/// One conversation on a [`Hub`]. Dropping it leaves: its transcription in
+/// progress is aborted, its answer leaves the batch, and its slot is freed
+/// for the next session to join.
+pub struct Session {
+    slot: usize,
+    audio: Option<Sender<PushedAudio>>,
+    events: Receiver<Observed>,
+    dropped: Arc<AtomicU64>,
+    refused: AtomicU64,
+    leaving: ShutdownHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("slot", &self.slot)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Queues 16 kHz mono samples captured just now. Never blocks: when the
+    /// session's queue is full (its pipeline far behind), the block is
+    /// refused and counted ([`Session::refused_blocks`]); returns whether it
+    /// was queued.
+    pub fn push(&self, samples: Vec<f32>) -> bool {
+        let Some(tx) = &self.audio else {
+            return false;
+        };
+        let ok = tx
+            .try_send(PushedAudio::Samples(samples, Instant::now()))
+            .is_ok();
+        if !ok {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// The stream ends (the speaker is done): an open utterance is closed
+    /// now instead of after the hangover. More audio may follow as a new stream.
+    pub fn end_of_stream(&self) {
+        if let Some(tx) = &self.audio {
+            let _ = tx.send(PushedAudio::End);
+        }
+    }
+
+    /// The session's events and spans, in order of arrival.
+    #[must_use]
+    pub fn events(&self) -> &Receiver<Observed> {
+        &self.events
+    }
+
+    /// Items dropped because the reader did not keep up.
+    #[must_use]
+    pub fn dropped_events(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Audio blocks refused because the session's queue was full.
+    #[must_use]
+    pub fn refused_blocks(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// The session's slot (its KV sequence) in the hub.
+    #[must_use]
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // what is queued is dropped, what runs is cancelled; the pipeline's
+        // threads end, and its LLM client leaves the batch as it drops
+        self.leaving.request();
+        self.audio = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// The wall time sample `sample` of a stream pushed at real-time pace from

@@ -155,6 +155,7 @@ pub fn transcribe_stream(stt: &mut SttStage, vad: VadConfig, audio: &[f32]) -> L
         samples: c.to_vec(),
         captured: clock.sample_due((i * 320) as u64),
         new_recording: i == 0,
+        end_of_stream: false,
     });
     let utterances = voxline_core::drive(&mut stage, frames).unwrap();
     let mut run = LongRun {

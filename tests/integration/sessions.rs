@@ -3,8 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use voxline::capacity::{play, Script};
-use voxline::sessions::{Hub, HubError, Session, SessionEvent};
+use voxline::capacity::{play, Conversation, Local, Script};
+use voxline::serve::protocol::ServerEvent;
+use voxline::sessions::{Hub, HubError, Session};
 use voxline_audio::VadConfig;
 
 use crate::util;
@@ -32,8 +33,8 @@ fn script(names: &[&str]) -> Script {
 }
 
 /// Pushes `script` as fast as the session takes it, then collects every
-/// event until the stream's turns are all answered.
-fn run_fast(session: &Session, script: &Script) -> Vec<SessionEvent> {
+/// event (as a client hears them) until the stream's turns are all answered.
+fn run_fast(session: &Session, script: &Script) -> Vec<ServerEvent> {
     for block in script.samples.chunks(320) {
         assert!(
             session.push(block.to_vec()),
@@ -41,20 +42,23 @@ fn run_fast(session: &Session, script: &Script) -> Vec<SessionEvent> {
         );
     }
     session.end_of_stream();
+    let mut user = Local::new(session);
     let mut log = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let ended = log.iter().any(|e| matches!(e, SessionEvent::StreamEnd));
+        let ended = log
+            .iter()
+            .any(|e| matches!(e, ServerEvent::StreamEnd { .. }));
         let heard = log
             .iter()
-            .filter(|e| matches!(e, SessionEvent::Transcript { .. }))
+            .filter(|e| matches!(e, ServerEvent::Transcript { .. }))
             .count();
         let done = log
             .iter()
             .filter(|e| {
                 matches!(
                     e,
-                    SessionEvent::TurnDone { .. } | SessionEvent::TurnError { .. }
+                    ServerEvent::TurnComplete { .. } | ServerEvent::TurnError { .. }
                 )
             })
             .count();
@@ -63,25 +67,23 @@ fn run_fast(session: &Session, script: &Script) -> Vec<SessionEvent> {
         }
         let left = deadline.saturating_duration_since(Instant::now());
         assert!(!left.is_zero(), "no end: {log:?}");
-        if let Ok(ev) = session.events().recv_timeout(left) {
-            log.push(ev);
-        }
+        log.extend(user.wait_event(left).into_iter().map(|(e, _)| e));
     }
 }
 
-fn transcripts(log: &[SessionEvent]) -> Vec<String> {
+fn transcripts(log: &[ServerEvent]) -> Vec<String> {
     log.iter()
         .filter_map(|e| match e {
-            SessionEvent::Transcript { text, .. } => Some(text.clone()),
+            ServerEvent::Transcript { text, .. } => Some(text.clone()),
             _ => None,
         })
         .collect()
 }
 
-fn answers(log: &[SessionEvent]) -> Vec<(u32, String)> {
+fn answers(log: &[ServerEvent]) -> Vec<(u32, String)> {
     log.iter()
         .filter_map(|e| match e {
-            SessionEvent::TurnDone { turn, text, .. } => Some((*turn, text.clone())),
+            ServerEvent::TurnComplete { id, response, .. } => Some((*id, response.clone())),
             _ => None,
         })
         .collect()
@@ -148,9 +150,7 @@ fn two_interleaved_sessions_get_exactly_their_own_transcripts_and_answers() {
             let streamed: String = log
                 .iter()
                 .filter_map(|e| match e {
-                    SessionEvent::Token { turn: t, piece, .. } if *t == turn => {
-                        Some(piece.as_str())
-                    }
+                    ServerEvent::Token { id, text, .. } if *id == turn => Some(text.as_str()),
                     _ => None,
                 })
                 .collect();
@@ -164,7 +164,11 @@ fn two_interleaved_sessions_get_exactly_their_own_transcripts_and_answers() {
         totals.peak_threads,
         hub.threads()
     );
-    assert!(totals.tokens > 0 && totals.llm_steps > 0);
+    assert!(totals.llm.tokens > 0 && totals.llm.steps > 0);
+    // every stage of the sessions' pipelines was observed
+    for stage in ["vad", "stt", "llm"] {
+        assert!(totals.stage(stage).calls > 0, "{stage}: {totals:?}");
+    }
 }
 
 #[test]
@@ -184,21 +188,23 @@ fn a_session_leaving_mid_answer_frees_its_slot_and_the_other_finishes() {
         }
         a.end_of_stream();
         let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let ev = a
-                .events()
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .expect("A's answer never started");
-            if matches!(ev, SessionEvent::Token { .. }) {
-                break;
+        let mut user = Local::new(&a);
+        'answer: loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "A's answer never started");
+            for (ev, _) in user.wait_event(left) {
+                if matches!(ev, ServerEvent::Token { .. }) {
+                    break 'answer;
+                }
             }
         }
+        drop(user);
         drop(a);
         let lb = tb.join().unwrap();
         assert_eq!(answers(&lb).len(), 3, "B finished every turn: {lb:?}");
         assert!(!lb
             .iter()
-            .any(|e| matches!(e, SessionEvent::TurnError { .. })));
+            .any(|e| matches!(e, ServerEvent::TurnError { .. })));
     });
     // A's slot is free again, and a newcomer gets a fresh conversation in it
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -261,7 +267,7 @@ fn real_time_play_measures_latency_from_the_labelled_end_of_speech() {
     let hub = hub(1, 8);
     let s = hub.join().unwrap();
     let sc = script(&["q_capital.wav"]);
-    let turns = play(&s, &sc, Instant::now(), Duration::from_secs(60));
+    let turns = play(Local::new(&s), &sc, Instant::now(), Duration::from_secs(60));
     assert_eq!(turns.len(), 1, "{turns:?}");
     let t = &turns[0];
     assert!(t.error.is_none(), "{t:?}");

@@ -169,9 +169,11 @@ fn an_answer_cancelled_mid_stream_leaves_no_history_and_no_cache_behind() {
     let _g = util::engine_lock();
     let s = util::settings(24);
     let board = SpecBoard::new();
-    let llm = voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(s.llm_config()).unwrap())
-        .with_speculation(board.clone());
-    let mut p = Pipeline::new(Clock::start());
+    let llm = voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(s.llm_config()).unwrap());
+    // the runtime settles the attempt: it rolls the conversation back
+    let mut p = Pipeline::builder(Clock::start())
+        .speculation(board.clone())
+        .build();
     let (tx, rx) = edge::<Transcript>("transcripts", 4, FullPolicy::Block);
     let (out_tx, out_rx) = edge::<LlmOut>("responses", 1024, FullPolicy::Block);
     p.spawn_stage(llm, rx, out_tx).unwrap();

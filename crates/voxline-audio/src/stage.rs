@@ -324,17 +324,24 @@ impl Stage for VadStage {
             for seg in segments {
                 self.emit(seg, closed, out);
             }
-            return Ok(());
-        }
-        // Detector frame by detector frame, so an attempt starts (or is
-        // cancelled) at the frame where the silence reached its length.
-        for part in frame.samples.chunks(FRAME_SAMPLES) {
-            let segments = self.endpointer.push(part);
-            let pos = self.endpointer.position() + origin;
-            for seg in segments {
-                self.close(seg, pos, out);
+        } else {
+            // Detector frame by detector frame, so an attempt starts (or is
+            // cancelled) at the frame where the silence reached its length.
+            for part in frame.samples.chunks(FRAME_SAMPLES) {
+                let segments = self.endpointer.push(part);
+                let pos = self.endpointer.position() + origin;
+                for seg in segments {
+                    self.close(seg, pos, out);
+                }
+                self.speculate(pos, out);
             }
-            self.speculate(pos, out);
+        }
+        if frame.end_of_stream {
+            // the speaker is done: what is open closes now, as at the end of input
+            self.finish(out)?;
+            out.publish(PipelineEvent::StreamEnd {
+                sample: self.endpointer.position() + origin,
+            });
         }
         Ok(())
     }
@@ -397,6 +404,7 @@ mod tests {
                     samples: c.to_vec(),
                     captured: clock.sample_due(start),
                     new_recording: i == 0,
+                    end_of_stream: false,
                 }
             })
             .collect()

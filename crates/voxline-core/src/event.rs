@@ -147,6 +147,13 @@ pub enum PipelineEvent {
         /// Stream position at which the end was confirmed.
         sample: u64,
     },
+    /// The VAD reached the end of a stream the speaker ended (see
+    /// [`AudioFrame::end_of_stream`](crate::AudioFrame::end_of_stream)):
+    /// every utterance of the stream was sent before this event.
+    StreamEnd {
+        /// Stream position of the end.
+        sample: u64,
+    },
     /// A stage failed fatally (error or panic); the pipeline shuts down.
     StageFailed {
         /// The stage.
@@ -186,6 +193,7 @@ impl PipelineEvent {
             Self::SpecStart { .. } => "spec_start",
             Self::SpecCancel { .. } => "spec_cancel",
             Self::Commit { .. } => "commit",
+            Self::StreamEnd { .. } => "stream_end",
         }
     }
 
@@ -200,7 +208,10 @@ impl PipelineEvent {
             Self::SpecStart { id, .. } | Self::SpecCancel { id, .. } | Self::Commit { id, .. } => {
                 Some(*id)
             }
-            Self::StageError { .. } | Self::Dropped { .. } | Self::StageFailed { .. } => None,
+            Self::StageError { .. }
+            | Self::Dropped { .. }
+            | Self::StageFailed { .. }
+            | Self::StreamEnd { .. } => None,
         }
     }
 
@@ -214,7 +225,8 @@ impl PipelineEvent {
             Self::Engine(e) => e.get().sample(),
             Self::SpecStart { sample, .. }
             | Self::SpecCancel { sample, .. }
-            | Self::Commit { sample, .. } => Some(*sample),
+            | Self::Commit { sample, .. }
+            | Self::StreamEnd { sample } => Some(*sample),
             _ => None,
         }
     }
@@ -292,7 +304,10 @@ impl PipelineEvent {
                 count: *count,
             },
             // an engine's fields are written by `to_json_line`
-            Self::Engine(_) | Self::SpecStart { .. } | Self::SpecCancel { .. } => Body::Empty {},
+            Self::Engine(_)
+            | Self::SpecStart { .. }
+            | Self::SpecCancel { .. }
+            | Self::StreamEnd { .. } => Body::Empty {},
             Self::Commit { spec_sample, .. } => Body::Commit {
                 spec_sample: *spec_sample,
             },

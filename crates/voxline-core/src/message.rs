@@ -43,6 +43,11 @@ pub struct AudioFrame {
     /// before it belongs with it, so the endpointer's pre-roll does not
     /// reach back past it.
     pub new_recording: bool,
+    /// The last frame of a stream the speaker ended (a client's `end`; more
+    /// audio may follow as a new stream): the VAD closes an open utterance
+    /// at the frame's end instead of waiting for the hangover, and says so
+    /// ([`PipelineEvent::StreamEnd`](crate::PipelineEvent::StreamEnd)).
+    pub end_of_stream: bool,
 }
 
 impl AudioFrame {
@@ -244,6 +249,7 @@ mod tests {
             samples: vec![0.0; 256],
             captured: Instant::now(),
             new_recording: false,
+            end_of_stream: false,
         };
         assert_eq!(f.utterance_id(), None);
         assert!(f.event().is_none());

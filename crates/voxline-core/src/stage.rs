@@ -68,6 +68,15 @@ pub trait Stage: 'static {
         0
     }
 
+    /// Whether the calls of a stage spawned under a
+    /// [`CpuLease`](crate::CpuLease) take it. A stage whose engine computes
+    /// elsewhere (a shared worker that takes the lease itself, a remote
+    /// server) says no: holding the lease while it waits would keep the
+    /// cores from the work it waits for. Default: `true`.
+    fn leased(&self) -> bool {
+        true
+    }
+
     /// Speculation: the runtime is about to hand this stage the input of
     /// attempt `id`, whose turn is not confirmed yet. A stage with state
     /// that outlives a call (a conversation) remembers here what to return
@@ -128,6 +137,10 @@ impl<I: Message, O: Message> Stage for Box<dyn Stage<In = I, Out = O> + Send> {
 
     fn threads(&mut self) -> usize {
         (**self).threads()
+    }
+
+    fn leased(&self) -> bool {
+        (**self).leased()
     }
 
     fn speculate(&mut self, id: UtteranceId) {

@@ -68,6 +68,8 @@ struct Turn {
     n_sampled: u32,
     /// The sequence's length before the turn (its state on cancel).
     start_len: usize,
+    /// Tokens of the rendered prompt.
+    n_prompt: u32,
 }
 
 /// One session's conversation.
@@ -181,6 +183,15 @@ impl<'m> BatchEngine<'m> {
         self.sessions.iter().filter(|s| s.turn.is_some()).count()
     }
 
+    /// Tokens of the prompt of `session`'s turn (0 when it answers none).
+    #[must_use]
+    pub fn prompt_tokens(&self, session: SessionId) -> u32 {
+        self.sessions
+            .get(session)
+            .and_then(|s| s.turn.as_ref())
+            .map_or(0, |t| t.n_prompt)
+    }
+
     /// Completed turns `session` remembers.
     #[must_use]
     pub fn history_len(&self, session: SessionId) -> usize {
@@ -257,6 +268,7 @@ impl<'m> BatchEngine<'m> {
         s.turn = Some(Turn {
             user: user.to_string(),
             to_prefill: prompt[keep..].to_vec(),
+            n_prompt: u32::try_from(prompt.len()).unwrap_or(u32::MAX),
             last: None,
             sampler,
             utf8: Utf8Stream::default(),

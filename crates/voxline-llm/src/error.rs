@@ -79,4 +79,13 @@ pub enum LlmError {
     /// The configuration is invalid.
     #[error("{0}")]
     Config(String),
+    /// Every session of a shared engine is taken.
+    #[error("all {max} sessions are in use; wait for one to leave, or allow more sessions")]
+    Full {
+        /// The engine's session limit.
+        max: usize,
+    },
+    /// The shared engine's worker has stopped (it failed, or is shutting down).
+    #[error("the language-model worker has stopped")]
+    Stopped,
 }

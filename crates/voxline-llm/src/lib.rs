@@ -16,21 +16,26 @@
 //! ([`LlmError`]); the loaded model, its chat template and tokeniser
 //! ([`LlmModel`]); the engine and its conversation ([`LlmEngine`]); the
 //! pipeline stage ([`LlmStage`]) and what it emits ([`message`]: [`Token`],
-//! [`TurnComplete`], [`Stop`]); many sessions on one context ([`batch`]).
+//! [`TurnComplete`], [`Stop`]); the backend trait the stage is generic
+//! over ([`ChatBackend`]); many sessions on one context ([`batch`]) and
+//! the worker that serves them to their stages ([`serving`]).
 #![warn(missing_docs)]
 // The only unsafe code moves a context's state through llama.cpp's C API
 // (`LlmEngine::set_threads`), allowed there alone.
 #![deny(unsafe_code)]
 
+mod backend;
 pub mod batch;
 mod config;
 mod engine;
 mod error;
 pub mod message;
 mod model;
+pub mod serving;
 mod stage;
 mod utf8;
 
+pub use backend::ChatBackend;
 pub use config::{LlmConfig, Sampling, DEFAULT_SYSTEM_PROMPT};
 pub use engine::{Checkpoint, LlmEngine, Response};
 pub use error::{EngineSource, LlmError};

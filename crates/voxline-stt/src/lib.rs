@@ -10,11 +10,12 @@
 //! a large speed lever with an accuracy risk that `voxline bench` measures.
 //!
 //! The crate's parts: the settings ([`SttConfig`], [`AudioCtx`]) and errors
-//! ([`SttError`]); the engine ([`SttEngine`]); the pipeline stage
-//! ([`SttStage`]); what is done with the text ([`normalise`],
+//! ([`SttError`]); the engine trait ([`SpeechToText`]) and whisper.cpp's
+//! engine ([`SttEngine`]); the pipeline stage ([`SttStage`]); what is done with the text ([`normalise`],
 //! [`word_error_rate`], [`join_continuation`], [`implausibly_short`]).
 #![warn(missing_docs)]
 
+mod backend;
 mod config;
 mod engine;
 mod error;
@@ -22,6 +23,7 @@ mod normalise;
 mod stage;
 mod text;
 
+pub use backend::SpeechToText;
 pub use config::{AudioCtx, SttConfig};
 pub use engine::{SttEngine, Transcription};
 pub use error::SttError;

@@ -1,6 +1,6 @@
 //! The speech-to-text stage: utterances in, transcripts out.
 
-use crate::{implausibly_short, join_continuation, normalise, SttEngine, SttError};
+use crate::{implausibly_short, join_continuation, normalise, SpeechToText, SttEngine, SttError};
 
 /// The speech-to-text stage: one [`Utterance`](voxline_core::Utterance) in,
 /// one [`Transcript`](voxline_core::Transcript) out. An engine failure on one
@@ -11,48 +11,42 @@ use crate::{implausibly_short, join_continuation, normalise, SttEngine, SttError
 /// from the chunk it continues ([`join_continuation`]), so the chunks'
 /// transcripts read one after another as the whole. A transcript
 /// [`implausibly_short`] for its audio is a turn error.
-pub struct SttStage {
-    engine: SttEngine,
-    board: Option<voxline_core::SpecBoard>,
+///
+/// The stage is generic over its engine ([`SpeechToText`]); the runtime
+/// skips a cancelled speculative attempt and the stage aborts one that is
+/// cancelled while it is transcribed (its call's
+/// [`cancel_probe`](voxline_core::Emitter::cancel_probe)).
+pub struct SttStage<E: SpeechToText = SttEngine> {
+    engine: E,
     governor: Option<voxline_core::CpuGovernor>,
-    meter: Option<voxline_core::ThreadMeter>,
     /// The latest forced-split chunk and its transcript's normalised words
     /// (`None` when it failed: its continuation is then kept whole).
     carry: Option<(voxline_core::UtteranceId, Vec<String>)>,
 }
 
-impl SttStage {
-    /// Wraps a loaded engine.
+impl<E: SpeechToText> SttStage<E> {
+    /// Wraps an engine.
     #[must_use]
-    pub fn new(engine: SttEngine) -> Self {
+    pub fn new(engine: E) -> Self {
         Self {
             engine,
-            board: None,
             governor: None,
-            meter: None,
             carry: None,
         }
     }
 
     /// Each transcription runs with the threads `governor` grants (the cores
-    /// other processes leave free), counted on `meter`.
+    /// other processes leave free).
     #[must_use]
-    pub fn with_cpu(
-        mut self,
-        governor: Option<voxline_core::CpuGovernor>,
-        meter: voxline_core::ThreadMeter,
-    ) -> Self {
+    pub fn with_governor(mut self, governor: Option<voxline_core::CpuGovernor>) -> Self {
         self.governor = governor;
-        self.meter = Some(meter);
         self
     }
 
-    /// Speculative attempts cancelled on `board` are skipped, or aborted
-    /// mid-transcription, and produce nothing.
+    /// The engine.
     #[must_use]
-    pub fn with_speculation(mut self, board: voxline_core::SpecBoard) -> Self {
-        self.board = Some(board);
-        self
+    pub fn engine(&self) -> &E {
+        &self.engine
     }
 }
 
@@ -62,7 +56,7 @@ pub const STAGE_NAME: &str = "stt";
 /// The stage's identity in the pipeline's topology.
 pub const STAGE: voxline_core::StageId = voxline_core::StageId::new(STAGE_NAME);
 
-impl voxline_core::Stage for SttStage {
+impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
     type In = voxline_core::Utterance;
     type Out = voxline_core::Transcript;
 
@@ -70,11 +64,11 @@ impl voxline_core::Stage for SttStage {
         STAGE_NAME
     }
 
-    fn priority(&self, u: &Self::In) -> voxline_core::Priority {
-        match self.board.as_ref().map(|b| b.state(u.id)) {
-            Some(voxline_core::SpecState::Pending) => voxline_core::Priority::Speculative,
-            _ => voxline_core::Priority::Committed,
+    fn threads(&mut self) -> usize {
+        if let Some(g) = &self.governor {
+            self.engine.set_threads(g.threads());
         }
+        self.engine.threads()
     }
 
     fn process(
@@ -82,26 +76,11 @@ impl voxline_core::Stage for SttStage {
         u: Self::In,
         out: &mut voxline_core::Emitter<'_, Self::Out>,
     ) -> Result<(), voxline_core::StageError> {
-        let board = self.board.clone();
-        let cancelled = || board.as_ref().is_some_and(|b| b.is_cancelled(u.id));
-        if cancelled() {
-            return Ok(());
-        }
-        if let Some(g) = &self.governor {
-            self.engine.set_threads(g.threads());
-        }
-        let running = self
-            .meter
-            .as_ref()
-            .map(|m| m.enter(self.engine.config().threads));
-        let result = if u.forced_split || u.continues.is_some() {
-            self.engine
-                .transcribe_chunk_abortable(&u.samples, &cancelled)
-        } else {
-            self.engine.transcribe_abortable(&u.samples, &cancelled)
-        };
-        // computing is over (a send that waits for room downstream is not)
-        drop(running);
+        let probe = out.cancel_probe();
+        let chunk = u.forced_split || u.continues.is_some();
+        let result = self
+            .engine
+            .transcribe(&u.samples, chunk, &|| probe.is_cancelled());
         let t = match result {
             Ok(t) => t,
             Err(SttError::Aborted) => return Ok(()),

@@ -218,6 +218,7 @@ impl Drainer {
             samples,
             captured,
             new_recording: false,
+            end_of_stream: false,
         };
         self.run_out += len;
         out.send(frame).map_err(|_| DrainStop::Disconnected)?;

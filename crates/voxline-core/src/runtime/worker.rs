@@ -212,7 +212,7 @@ pub(super) fn run_stage<S: Stage>(
         let threads = stage.threads();
         let probe = CancelProbe::new(ctx.board.clone(), id, ctx.cancel_calls.clone());
         let mut out = Emitter::to_edge(output, bus).with_probe(probe);
-        if let Some(lease) = &ctx.lease {
+        if let Some(lease) = ctx.lease.as_ref().filter(|_| stage.leased()) {
             let priority = if pending {
                 Priority::Speculative
             } else {
