@@ -208,7 +208,7 @@ pub fn run_with(
         progress(&format!("{n} session(s): loading"));
         let hub = Hub::start(engine, vad.clone(), opts.spec_silence_ms, n)?;
         let hub = match stages.clone() {
-            Some(s) => hub.with_stages(move || s()),
+            Some(s) => hub.with_stages(move || s())?,
             None => hub,
         };
         let sessions: Vec<Session> = (0..n).map(|_| hub.join()).collect::<Result<_, _>>()?;

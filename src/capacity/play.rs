@@ -197,8 +197,12 @@ pub fn play(
 fn open_turns(log: &[Heard]) -> usize {
     let heard = log
         .iter()
-        .filter(|(e, _)| matches!(e, ServerEvent::Transcript { .. }))
-        .count();
+        .filter_map(|(e, _)| match e {
+            ServerEvent::Transcript { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect::<std::collections::HashSet<_>>()
+        .len();
     let ended = log
         .iter()
         .filter(|(e, _)| {
@@ -219,6 +223,12 @@ fn turns_of(log: &[Heard], script: &Script, origin: Instant) -> Vec<TurnSeen> {
     let mut ends: Vec<(u32, u64)> = Vec::new();
     for (ev, at) in log {
         match ev {
+            ServerEvent::Transcript { id, text, .. } if turns.iter().any(|t| t.turn == *id) => {
+                // the words a stage after the STT made of it
+                if let Some(t) = turns.iter_mut().find(|t| t.turn == *id) {
+                    t.transcript.clone_from(text);
+                }
+            }
             ServerEvent::Transcript {
                 id,
                 text,

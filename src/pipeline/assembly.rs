@@ -38,7 +38,10 @@ impl Extras {
     }
 
     /// The pipeline's topology with these stages in it.
-    pub(super) fn topology(
+    ///
+    /// # Errors
+    /// [`BadInput`] when an added stage's name is taken.
+    pub fn topology(
         &self,
         audio: AudioEdge,
         queue_capacity: usize,

@@ -99,6 +99,7 @@ impl Bridge {
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => self.turns.poll(&arrived),
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
             };
+            progress.open.store(self.turns.open_turns(), Ordering::SeqCst);
             if !told.is_empty() {
                 for e in told {
                     note(&e, &shared.metrics, progress);
@@ -166,17 +167,10 @@ impl Bridge {
 fn note(e: &ServerEvent, metrics: &Metrics, progress: &Progress) {
     let secs = |ms: Option<f64>| ms.map(|m| Duration::from_secs_f64(m.max(0.0) / 1e3));
     match e {
-        ServerEvent::Transcript { .. } => {
-            progress.open.fetch_add(1, Ordering::SeqCst);
-        }
         ServerEvent::TurnComplete { latency, .. } => {
-            progress.open.fetch_sub(1, Ordering::SeqCst);
             metrics.turn(secs(latency.response_ms), secs(latency.first_token_ms));
         }
-        ServerEvent::TurnError { .. } => {
-            progress.open.fetch_sub(1, Ordering::SeqCst);
-            metrics.turn_error();
-        }
+        ServerEvent::TurnError { .. } => metrics.turn_error(),
         ServerEvent::StreamEnd { .. } => progress.stream_ended.store(true, Ordering::SeqCst),
         _ => {}
     }

@@ -35,6 +35,10 @@ struct TurnState {
 }
 
 /// Turns a session's [`Observed`] items into [`ServerEvent`]s, in order.
+///
+/// A turn is numbered at its first transcript; a stage after the STT that
+/// makes the transcript anew (the words the LLM answers) sends it again
+/// under the same number.
 pub struct Turns {
     origin: Instant,
     turns: u32,
@@ -87,6 +91,12 @@ impl Turns {
             Observed::Event(e) => self.waiting.push_back(e),
         }
         self.poll(arrived)
+    }
+
+    /// Turns transcribed and not yet answered or failed.
+    #[must_use]
+    pub fn open_turns(&self) -> usize {
+        self.open.len()
     }
 
     /// What may be told now without a new item (a transcript whose span
@@ -147,6 +157,20 @@ impl Turns {
             }
             PipelineEvent::StreamEnd { .. } => {
                 self.stream_end = Some((self.untranscribed.clone(), at));
+            }
+            PipelineEvent::Transcript(t) if self.open.contains_key(&t.id) => {
+                // a stage after the STT made the transcript anew: the turn's words now
+                if let Some(s) = self.open.get_mut(&t.id).filter(|s| !s.silent) {
+                    s.transcript.clone_from(&t.text);
+                    out.push(ServerEvent::Transcript {
+                        id: s.turn,
+                        sample: t.end_sample,
+                        t_ms: ms(at.saturating_duration_since(self.origin)),
+                        text: t.text,
+                        stt_ms: ms(s.stt),
+                        stt_wait_ms: ms(s.stt_wait),
+                    });
+                }
             }
             PipelineEvent::Transcript(t) => {
                 self.untranscribed.remove(&t.id);

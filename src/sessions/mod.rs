@@ -69,6 +69,9 @@ pub enum HubError {
     /// The operating system would not start a session's thread.
     #[error("cannot start a thread: {0}")]
     Thread(#[source] std::io::Error),
+    /// The stages added to the sessions' pipeline do not fit in it.
+    #[error("{0}")]
+    Stages(String),
     /// The LLM worker thread has stopped (it failed or the hub is shutting down).
     #[error("the language-model worker has stopped")]
     Stopped,
@@ -161,6 +164,8 @@ pub struct Hub {
     threads: usize,
     load: Arc<Mutex<Load>>,
     stages: StagesFn,
+    /// The sessions' pipeline, for the order of its stages.
+    topology: voxline_core::Topology,
 }
 
 impl std::fmt::Debug for Hub {
@@ -221,15 +226,24 @@ impl Hub {
             threads,
             load: Arc::default(),
             stages: Arc::new(Extras::default),
+            topology: topology::standard(topology::AudioEdge::Replay, 1),
         })
     }
 
     /// Every session's pipeline gets the stages `stages` makes (one set per
     /// session), as `replay` gets the same [`Extras`].
-    #[must_use]
-    pub fn with_stages(mut self, stages: impl Fn() -> Extras + Send + Sync + 'static) -> Self {
+    ///
+    /// # Errors
+    /// [`HubError::Stages`] when an added stage's name is taken.
+    pub fn with_stages(
+        mut self,
+        stages: impl Fn() -> Extras + Send + Sync + 'static,
+    ) -> Result<Self, HubError> {
+        self.topology = stages()
+            .topology(topology::AudioEdge::Replay, 1)
+            .map_err(|e| HubError::Stages(e.0))?;
         self.stages = Arc::new(stages);
-        self
+        Ok(self)
     }
 
     /// Starts a conversation in a free slot.
@@ -338,9 +352,8 @@ impl Hub {
             })
             .collect();
         drop(load);
-        let order = topology::standard(topology::AudioEdge::Replay, 1);
         let rank = |s: &str| {
-            order
+            self.topology
                 .stages()
                 .iter()
                 .position(|x| x.id == s)

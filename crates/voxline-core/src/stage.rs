@@ -536,8 +536,9 @@ impl<'a, T: Message> Emitter<'a, T> {
 
     /// Lets go of the lease and the meter (the call is over).
     pub(crate) fn release_lease(&mut self) {
-        self.lease = None;
+        // the threads stop counting before another call can take the cores
         self.meter = None;
+        self.lease = None;
     }
 
     /// After a call's first output it streams: a call that was on a turn's
