@@ -7,6 +7,7 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use super::play::Heard;
 use super::{
     measure, play_all, CapacityError, CapacityOptions, CapacityReport, Conversation, Count, Script,
 };
@@ -14,7 +15,6 @@ use crate::budget::Budget;
 use crate::serve::client::{ClientError, WsClient};
 use crate::serve::metrics::{parse_exposition, sample};
 use crate::serve::protocol::{Hello, ServerEvent};
-use super::play::Heard;
 use crate::sessions::{HubTotals, StageBusy};
 use crate::topology;
 use voxline_llm::serving::ServingTotals;
@@ -216,7 +216,9 @@ pub fn totals_of(exposition: &str) -> HubTotals {
         })
         .map(|stage| StageBusy {
             stage: stage.to_owned(),
-            busy: secs(&format!("voxline_stage_busy_seconds_total{{stage=\"{stage}\"}}")),
+            busy: secs(&format!(
+                "voxline_stage_busy_seconds_total{{stage=\"{stage}\"}}"
+            )),
             calls: count(&format!("voxline_stage_runs_total{{stage=\"{stage}\"}}")),
         })
         .collect();

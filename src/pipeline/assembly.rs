@@ -41,11 +41,7 @@ impl Extras {
     ///
     /// # Errors
     /// [`BadInput`] when an added stage's name is taken.
-    pub fn topology(
-        &self,
-        audio: AudioEdge,
-        queue_capacity: usize,
-    ) -> Result<Topology, BadInput> {
+    pub fn topology(&self, audio: AudioEdge, queue_capacity: usize) -> Result<Topology, BadInput> {
         let mut t = topology::standard(audio, queue_capacity);
         let mut after = topology::STT;
         for stage in &self.after_stt {

@@ -180,9 +180,11 @@ where
     let audio_tx = audio_tx.measure_drops(|f| f.samples.len() as u64);
     // live: spans and events are tallied as they happen, not kept
     let tally: Option<SharedTally> = match &source {
-        Source::Live(LiveOptions { warmup, .. }) | Source::Pushed(Pushed { warmup, .. }) => Some(
-            std::sync::Arc::new(std::sync::Mutex::new(crate::tally::Tally::new(clock, *warmup))),
-        ),
+        Source::Live(LiveOptions { warmup, .. }) | Source::Pushed(Pushed { warmup, .. }) => {
+            Some(std::sync::Arc::new(std::sync::Mutex::new(
+                crate::tally::Tally::new(clock, *warmup),
+            )))
+        }
         Source::Replay(_) => None,
     };
     // Open the device first: if it cannot be opened nothing else starts (and nothing is written).
@@ -226,7 +228,9 @@ where
     }
     if let (true, Some(stop)) = (opts.cancel_on_stop, &shutdown) {
         // Ctrl-C cancels the answer in flight and the turns queued behind it
-        builder = builder.cancel_calls_on(stop.clone()).cancel_queued_on(stop.clone());
+        builder = builder
+            .cancel_calls_on(stop.clone())
+            .cancel_queued_on(stop.clone());
     }
     if let Some((board, _)) = &opts.speculation {
         builder = builder.speculation(board.clone());
@@ -247,7 +251,9 @@ where
         // fast replay measures service times: no call is interrupted by a yield
         let lease = match &opts.lease {
             Some(l) => l.clone(),
-            None if opts.pace == Pace::Fast && replaying => voxline_core::CpuLease::non_preemptive(),
+            None if opts.pace == Pace::Fast && replaying => {
+                voxline_core::CpuLease::non_preemptive()
+            }
             None => voxline_core::CpuLease::new(),
         };
         p.spawn_stage_leased(stt, utt_rx, tr_tx, lease.clone())?;

@@ -99,7 +99,9 @@ impl Bridge {
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => self.turns.poll(&arrived),
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
             };
-            progress.open.store(self.turns.open_turns(), Ordering::SeqCst);
+            progress
+                .open
+                .store(self.turns.open_turns(), Ordering::SeqCst);
             if !told.is_empty() {
                 for e in told {
                     note(&e, &shared.metrics, progress);

@@ -312,8 +312,11 @@ impl Metrics {
         self.tokens.inc_by(llm.tokens.saturating_sub(was.tokens));
         self.prefill_tokens
             .inc_by(llm.prefill_tokens.saturating_sub(was.prefill_tokens));
-        self.prefill_busy
-            .inc_by(llm.prefill_busy.saturating_sub(was.prefill_busy).as_secs_f64());
+        self.prefill_busy.inc_by(
+            llm.prefill_busy
+                .saturating_sub(was.prefill_busy)
+                .as_secs_f64(),
+        );
         if !llm.busy.is_zero() {
             self.decode_tps
                 .set(llm.tokens as f64 / llm.busy.as_secs_f64());

@@ -169,6 +169,21 @@ pub fn serve(
     opts: ServeOptions,
     bound: impl FnOnce(SocketAddr),
 ) -> Result<ServeSummary, ServeError> {
+    serve_until(hub, opts, bound, None)
+}
+
+/// [`serve`], stopping also when `stop` is requested (once: as a first
+/// Ctrl-C; twice is not needed, a request stays raised), e.g. for a server
+/// inside a program that has its own signal handling, or a test.
+///
+/// # Errors
+/// As [`serve`].
+pub fn serve_until(
+    hub: Hub,
+    opts: ServeOptions,
+    bound: impl FnOnce(SocketAddr),
+    stop: Option<voxline_core::ShutdownHandle>,
+) -> Result<ServeSummary, ServeError> {
     let listener = std::net::TcpListener::bind(opts.listen).map_err(|source| ServeError::Bind {
         addr: opts.listen,
         source,
@@ -204,7 +219,10 @@ pub fn serve(
             let _ = draining.wait_for(|p| *p != Phase::Running).await;
         });
         let signals = tokio::spawn(async move {
-            stop_signal().await;
+            tokio::select! {
+                () = stop_signal() => {}
+                () = requested(stop) => {}
+            }
             tracing::info!(
                 "stopping: no new connections; turns in flight finish (Ctrl-C again cancels them)"
             );
@@ -225,6 +243,16 @@ pub fn serve(
         signals.abort();
         Ok(ServeSummary { cancelled })
     })
+}
+
+/// Once `stop` is requested (never, for none).
+async fn requested(stop: Option<voxline_core::ShutdownHandle>) {
+    let Some(stop) = stop else {
+        return std::future::pending().await;
+    };
+    while !stop.is_requested() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Ctrl-C or SIGTERM.

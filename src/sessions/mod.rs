@@ -360,7 +360,10 @@ impl Hub {
                 .unwrap_or(usize::MAX)
         };
         stages.sort_by_key(|s| rank(&s.stage));
-        if let Some(l) = stages.iter_mut().find(|s| s.stage == topology::LLM.as_str()) {
+        if let Some(l) = stages
+            .iter_mut()
+            .find(|s| s.stage == topology::LLM.as_str())
+        {
             // the sessions' LLM calls wait on one worker: its compute is the stage's work
             l.busy = llm.busy;
         }

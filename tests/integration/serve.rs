@@ -644,8 +644,7 @@ fn bench_via_the_socket_agrees_with_the_servers_metrics() {
     assert_eq!(row["turns"], 1, "two turns, the first warm-up: {row}");
     assert_eq!(sample(&m, "voxline_turns_total"), 2.0);
     let stt = sample(&m, r#"voxline_stage_busy_seconds_total{stage="stt"}"#);
-    let util_stt =
-        row["utilisation"]["stt"].as_f64().unwrap() * row["wall_s"].as_f64().unwrap();
+    let util_stt = row["utilisation"]["stt"].as_f64().unwrap() * row["wall_s"].as_f64().unwrap();
     assert!(
         (stt - util_stt).abs() < 1e-3,
         "whisper busy {stt} s against the report's {util_stt}"

@@ -62,3 +62,115 @@ fn an_added_stage_has_its_row_in_the_report_the_timeline_and_the_csv() {
     let labelled = svg.lines().any(|l| l.trim() == "upper");
     assert!(labelled, "no timeline row for the added stage");
 }
+
+/// The one line of wiring: the pipeline with the added stage, for every path.
+fn with_upper() -> voxline::pipeline::Extras {
+    voxline::pipeline::Extras::default().after_stt(Upper)
+}
+
+fn hub_settings() -> (voxline::settings::EngineSettings, voxline_audio::VadConfig) {
+    let mut s = util::settings(8);
+    s.n_ctx = 1024;
+    s.threads = voxline::settings::ThreadBudget::priority(Some(2)).unwrap();
+    let vad = voxline_audio::VadConfig {
+        hangover_ms: voxline::settings::DEFAULT_HANGOVER_MS,
+        ..voxline_audio::VadConfig::default()
+    };
+    (s, vad)
+}
+
+#[test]
+fn the_added_stage_runs_in_serve_and_its_client_hears_what_it_made() {
+    use std::time::Duration;
+    use voxline::serve::client::WsClient;
+    use voxline::serve::metrics::{parse_exposition, sample};
+    use voxline::serve::protocol::{Hello, ServerEvent};
+    let _g = util::engine_lock();
+    let (s, vad) = hub_settings();
+    let hub = voxline::sessions::Hub::start(&s, vad, None, 1)
+        .unwrap()
+        .with_stages(with_upper)
+        .unwrap();
+    let stop = voxline_core::ShutdownHandle::new();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let opts = voxline::serve::ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        token: None,
+        idle_timeout: Duration::from_secs(30),
+        hello_timeout: Duration::from_secs(10),
+        client_queue: 4096,
+    };
+    let halt = stop.clone();
+    let server = std::thread::spawn(move || {
+        voxline::serve::serve_until(hub, opts, |a| addr_tx.send(a).unwrap(), Some(halt))
+    });
+    let addr = addr_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let url = format!("ws://{addr}/ws");
+    let mut client = WsClient::connect(&url, None, Hello::pcm16k()).unwrap();
+    for block in util::read_16k(&util::fixture("q_capital.wav")).chunks(3200) {
+        client.send_samples(block).unwrap();
+    }
+    client.end_of_stream().unwrap();
+    let mut heard = Vec::new();
+    let answered = loop {
+        match client.next_event(Duration::from_secs(60)).unwrap() {
+            Some((ServerEvent::Transcript { id, text, .. }, _)) => heard.push((id, text)),
+            Some((ServerEvent::TurnComplete { transcript, .. }, _)) => break transcript,
+            Some((ServerEvent::TurnError { message, .. }, _)) => panic!("{message}"),
+            Some(_) => {}
+            None => panic!("the server closed: {:?}", client.close_reason()),
+        }
+    };
+    // the turn's words as the added stage made them, under the turn's own number
+    let last = &heard.last().unwrap().1;
+    assert!(heard.iter().all(|(id, _)| *id == 1), "{heard:?}");
+    assert!(
+        !last.is_empty() && *last == last.to_uppercase(),
+        "{heard:?}"
+    );
+    assert_eq!(&answered, last, "the LLM answered what the stage made");
+    let metrics = voxline::capacity::remote::scrape(&url, None).unwrap();
+    let m = parse_exposition(&metrics);
+    assert!(
+        metrics.contains(r#"voxline_stage_busy_seconds_total{stage="upper"}"#),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&m, r#"voxline_stage_runs_total{stage="upper"}"#),
+        1.0
+    );
+    client.close();
+    stop.request();
+    server.join().unwrap().unwrap();
+}
+
+#[test]
+fn the_added_stage_runs_in_bench_sessions_and_has_its_share_of_the_run() {
+    use std::time::Duration;
+    let _g = util::engine_lock();
+    let (s, vad) = hub_settings();
+    let fixtures = vec![util::fixture("multi_turn.wav")];
+    let script = voxline::capacity::Script::load(&fixtures, Duration::from_millis(500)).unwrap();
+    let opts = voxline::capacity::CapacityOptions {
+        sessions: vec![1],
+        stagger: Duration::ZERO,
+        think: Duration::from_millis(500),
+        spec_silence_ms: None,
+    };
+    let report = voxline::capacity::run_with(
+        &s,
+        &vad,
+        &script,
+        &fixtures,
+        &opts,
+        None,
+        Some(std::sync::Arc::new(with_upper)),
+        &|_| {},
+    )
+    .unwrap();
+    let row = &report.rows[0];
+    assert_eq!((row.turns, row.errors), (2, 0), "{row:?}");
+    let stages: Vec<&str> = row.utilisation.keys().map(String::as_str).collect();
+    assert!(stages.contains(&"upper"), "{stages:?}");
+    assert!(row.utilisation["upper"] >= 0.0 && row.utilisation["stt"] > 0.0);
+}

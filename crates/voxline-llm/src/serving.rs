@@ -345,7 +345,12 @@ struct Worker<'e, 'm> {
 }
 
 impl<'e, 'm> Worker<'e, 'm> {
-    fn new(engine: BatchEngine<'m>, shared: &'e Shared, opts: &ServingOptions, threads: usize) -> Self {
+    fn new(
+        engine: BatchEngine<'m>,
+        shared: &'e Shared,
+        opts: &ServingOptions,
+        threads: usize,
+    ) -> Self {
         Self {
             answering: (0..opts.sessions).map(|_| None).collect(),
             engine,
