@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash .ci/setup.sh
+echo "== format and lints"
+cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
+cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
+cargo fmt --all --check
+cargo clippy --release --locked --workspace --all-targets -- -D warnings
 echo "== tests"
 cargo test --release --locked --workspace 2>&1 | tee target/test-output.txt
 echo "== summary"
