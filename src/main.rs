@@ -70,33 +70,36 @@ fn main() -> ExitCode {
     }
 }
 
-/// Errors caused by what the user gave (files, flags, model files): exit code 2.
+/// Errors caused by what the user gave (files, flags, model files): exit
+/// code 2. Each library error says whose fault it is.
 fn is_bad_input(e: &(dyn std::error::Error + 'static)) -> bool {
-    e.downcast_ref::<BadInput>().is_some()
-        || e.downcast_ref::<voxline_models::ModelError>().is_some()
-        || matches!(
-            e.downcast_ref::<voxline_stt::SttError>(),
-            Some(
-                voxline_stt::SttError::Model(_)
-                    | voxline_stt::SttError::Load { .. }
-                    | voxline_stt::SttError::Config(_)
-            )
-        )
-        || e.downcast_ref::<voxline_audio::AudioError>().is_some()
-        || matches!(
-            e.downcast_ref::<pipeline::RunError>(),
-            Some(pipeline::RunError::BadInput(_) | pipeline::RunError::Capture(_))
-        )
-        || matches!(
-            e.downcast_ref::<voxline_llm::LlmError>(),
-            Some(
-                voxline_llm::LlmError::Model(_)
-                    | voxline_llm::LlmError::Load { .. }
-                    | voxline_llm::LlmError::Template { .. }
-                    | voxline_llm::LlmError::Config(_)
-                    | voxline_llm::LlmError::SystemPromptTooLong { .. }
-            )
-        )
+    use voxline_core::Fault;
+    let fault = if e.downcast_ref::<BadInput>().is_some() {
+        Some(Fault::Input)
+    } else {
+        None
+    }
+    .or_else(|| {
+        e.downcast_ref::<voxline_models::ModelError>()
+            .map(voxline_models::ModelError::fault)
+    })
+    .or_else(|| {
+        e.downcast_ref::<voxline_stt::SttError>()
+            .map(voxline_stt::SttError::fault)
+    })
+    .or_else(|| {
+        e.downcast_ref::<voxline_llm::LlmError>()
+            .map(voxline_llm::LlmError::fault)
+    })
+    .or_else(|| {
+        e.downcast_ref::<voxline_audio::AudioError>()
+            .map(voxline_audio::AudioError::fault)
+    })
+    .or_else(|| {
+        e.downcast_ref::<pipeline::RunError>()
+            .map(pipeline::RunError::fault)
+    });
+    fault == Some(Fault::Input)
 }
 
 fn run(cli: Cli) -> anyhow::Result<Outcome> {

@@ -25,6 +25,42 @@ pub const DEFAULT_SPEC_SILENCE_MS: u32 = 48;
 /// (`cargo bench --bench hangover`). 700 ms leaves a margin.
 pub const DEFAULT_HANGOVER_MS: u32 = 700;
 
+/// How the engines share the CPU threads: one type from the command line
+/// (`--cpu-share`) through the settings, the run and the report to the
+/// virtual clock's simulator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuShare {
+    /// The engines take turns on all threads (one CPU lease), the current
+    /// turn's critical path first, their threads following the cores other
+    /// processes leave free.
+    #[default]
+    Priority,
+    /// Each engine owns part of the threads; they may run at once.
+    Split,
+    /// Each engine uses all threads; they take turns (one CPU lease), in
+    /// the order they asked.
+    Shared,
+}
+
+impl CpuShare {
+    /// Whether the engines take turns on the cores under one CPU lease.
+    #[must_use]
+    pub fn takes_turns(self) -> bool {
+        self != Self::Split
+    }
+
+    /// As the report and the command line name it.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Priority => "priority",
+            Self::Split => "split",
+            Self::Shared => "shared",
+        }
+    }
+}
+
 /// How the CPU thread budget is shared by the two engines.
 ///
 /// ggml's CPU threads spin while they wait, so two engines whose threads
@@ -40,11 +76,9 @@ pub struct ThreadBudget {
     pub stt: usize,
     /// Threads given to llama.cpp.
     pub llm: usize,
-    /// The engines take turns on all `total` threads (under one CPU lease).
-    pub shared: bool,
-    /// Taking turns by priority (the critical path first), with whisper's
-    /// threads adapted to the cores other processes leave free.
-    pub priority: bool,
+    /// How the engines share them (a split of one thread is shared: the
+    /// engines take turns on it).
+    pub share: CpuShare,
     /// Threads the LLM decodes with (one token at a time); prefill uses `llm`.
     pub llm_decode: usize,
 }
@@ -89,7 +123,7 @@ impl ThreadBudget {
                 scaled.clamp(1, cores.saturating_sub(1).max(1))
             });
             let b = Self::split_on(Some(cores), stt, cores)?;
-            let split = if b.shared {
+            let split = if b.share.takes_turns() {
                 " (the engines take turns on it)".to_string()
             } else {
                 format!(" (whisper {}, the LLM {})", b.stt, b.llm)
@@ -116,8 +150,7 @@ impl ThreadBudget {
             total,
             stt: total,
             llm: total,
-            shared: true,
-            priority: false,
+            share: CpuShare::Shared,
             llm_decode: total,
         })
     }
@@ -133,18 +166,8 @@ impl ThreadBudget {
     /// [`BadInput`] when `total` is 0.
     pub fn priority(total: Option<usize>) -> Result<Self, BadInput> {
         let mut b = Self::shared(total)?;
-        b.priority = true;
+        b.share = CpuShare::Priority;
         Ok(b)
-    }
-
-    /// How the budget is shared, as the report names it.
-    #[must_use]
-    pub fn mode(&self) -> &'static str {
-        match (self.shared, self.priority) {
-            (_, true) => "priority",
-            (true, false) => "shared",
-            (false, false) => "split",
-        }
     }
 
     /// All `total` threads (`None` = the available cores) to each engine, one at a time.
@@ -178,8 +201,7 @@ impl ThreadBudget {
                 total,
                 stt: 1,
                 llm: 1,
-                shared: true,
-                priority: false,
+                share: CpuShare::Shared,
                 llm_decode: 1,
             });
         }
@@ -194,8 +216,7 @@ impl ThreadBudget {
             total,
             stt,
             llm: total - stt,
-            shared: false,
-            priority: false,
+            share: CpuShare::Split,
             llm_decode: total - stt,
         })
     }
@@ -273,7 +294,7 @@ mod tests {
         assert_eq!((b.stt, b.llm), (2, 6));
         let b = ThreadBudget::split(Some(1), None).unwrap();
         assert_eq!(
-            (b.stt, b.llm, b.shared),
+            (b.stt, b.llm, b.share.takes_turns()),
             (1, 1, true),
             "one core: take turns"
         );
@@ -283,14 +304,17 @@ mod tests {
         let b = ThreadBudget::split(None, None).unwrap();
         assert_eq!(b.stt + b.llm, b.total.max(2));
         let b = ThreadBudget::shared(Some(2)).unwrap();
-        assert_eq!((b.stt, b.llm, b.shared), (2, 2, true));
+        assert_eq!((b.stt, b.llm, b.share.takes_turns()), (2, 2, true));
         assert!(ThreadBudget::shared(Some(0)).is_err());
         let b = ThreadBudget::priority(Some(2)).unwrap();
         assert_eq!(
-            (b.stt, b.llm, b.llm_decode, b.mode()),
-            (2, 2, 2, "priority")
+            (b.stt, b.llm, b.llm_decode, b.share),
+            (2, 2, 2, CpuShare::Priority)
         );
-        assert_eq!(ThreadBudget::split(Some(2), None).unwrap().mode(), "split");
+        assert_eq!(
+            ThreadBudget::split(Some(2), None).unwrap().share,
+            CpuShare::Split
+        );
     }
 
     #[test]
@@ -302,7 +326,10 @@ mod tests {
         assert_eq!((b.total, w), (8, None));
         // 16 on 2 cores: 2, split 1 + 1
         let (b, w) = ThreadBudget::fit(Some(16), None, false, 2).unwrap();
-        assert_eq!((b.total, b.stt, b.llm, b.shared), (2, 1, 1, false));
+        assert_eq!(
+            (b.total, b.stt, b.llm, b.share.takes_turns()),
+            (2, 1, 1, false)
+        );
         let w = w.unwrap();
         assert!(
             w.contains("--threads 16") && w.contains("2 available cores") && w.contains("using 2"),
@@ -316,11 +343,14 @@ mod tests {
         assert_eq!((b.stt, b.llm), (1, 1));
         // one core: the engines take turns
         let (b, w) = ThreadBudget::fit(Some(4), None, false, 1).unwrap();
-        assert_eq!((b.total, b.shared), (1, true));
+        assert_eq!((b.total, b.share.takes_turns()), (1, true));
         assert!(w.unwrap().contains("1 available core;"));
         // shared: capped too
         let (b, w) = ThreadBudget::fit(Some(16), None, true, 2).unwrap();
-        assert_eq!((b.total, b.stt, b.llm, b.shared), (2, 2, 2, true));
+        assert_eq!(
+            (b.total, b.stt, b.llm, b.share.takes_turns()),
+            (2, 2, 2, true)
+        );
         assert!(w.is_some());
         // the request is checked as given, whatever the machine
         assert!(ThreadBudget::fit(Some(2), Some(5), false, 1).is_err());

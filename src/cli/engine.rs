@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use voxline::settings::{EngineSettings, ThreadBudget};
+use voxline::settings::{CpuShare, EngineSettings, ThreadBudget};
 use voxline::BadInput;
 use voxline_models::fetch;
 use voxline_models::location;
@@ -110,17 +110,6 @@ impl QuantArg {
     }
 }
 
-/// How the two engines share the CPU threads.
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum CpuShare {
-    /// The engines take turns on all threads, the current turn's critical path first.
-    Priority,
-    /// Each engine owns part of the threads; they may run at once.
-    Split,
-    /// Each engine uses all threads; they take turns (a CPU lease).
-    Shared,
-}
-
 impl EngineArgs {
     /// Validates the engine options into settings, before any model loads.
     /// The second value holds warnings to show once every input is known to
@@ -131,7 +120,7 @@ impl EngineArgs {
     /// that do not go together, or a model file missing or of the wrong kind.
     pub(crate) fn settings(&self) -> Result<(EngineSettings, Vec<String>), BadInput> {
         let mut warnings = Vec::new();
-        let shared = self.cpu_share != CpuShare::Split;
+        let shared = self.cpu_share.takes_turns();
         if shared && self.stt_threads.is_some() {
             return Err(BadInput("--stt-threads only applies to --cpu-share split; with priority or shared the engines take turns on --threads".into()));
         }

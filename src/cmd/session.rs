@@ -147,7 +147,7 @@ impl Session {
             events: run.events,
             console: run.console,
             on_event: run.on_event,
-            cpu_shared: self.settings.threads.shared,
+            cpu_share: self.settings.threads.share,
             speculation: self.endpointing.speculation().map(|ms| (board.clone(), ms)),
             cancel_on_stop: run.cancel_on_stop,
             ..RunOptions::default()
@@ -155,8 +155,8 @@ impl Session {
         let (stt, llm) = engine_stages(stt, llm, &run.fault, &self.settings.threads);
         (run.after_load)();
         let pace = match run.source {
-            Source::Live(_) | Source::Pushed(_) => "live",
-            Source::Replay(_) => pace_name(run.pace),
+            Source::Live(_) | Source::Pushed(_) => Pace::Live,
+            Source::Replay(_) => run.pace,
         };
         let result = pipeline::run_source(run.source, stt, llm, &opts, Some(shutdown))?;
         let mut config = RunConfig::from_settings(&self.settings, pace, run.files, run.warmup);
@@ -201,8 +201,7 @@ fn engine_stages(
     >,
 ) {
     // in priority mode both engines' threads follow the cores other processes leave free
-    let governor = threads
-        .priority
+    let governor = (threads.share == voxline::settings::CpuShare::Priority)
         .then(|| voxline_core::CpuGovernor::new(threads.total, true));
     let stt = voxline_stt::SttStage::new(stt).with_governor(governor.clone());
     let llm = voxline_llm::LlmStage::new(llm).with_governor(governor);
@@ -246,14 +245,6 @@ fn plan_outputs(
 /// Writes a whole output (atomically for a file).
 pub(crate) fn write_output(out: &Output, bytes: &[u8]) -> anyhow::Result<()> {
     out.write_all(bytes).map_err(anyhow::Error::msg)
-}
-
-/// The pace as the report's config names it.
-fn pace_name(pace: Pace) -> &'static str {
-    match pace {
-        Pace::Realtime => "realtime",
-        Pace::Fast => "fast",
-    }
 }
 
 /// Writes the report as JSON to `json` if given, then tells the user how
@@ -310,7 +301,7 @@ pub(crate) fn finish_report(
 pub(crate) fn outcome_of(rep: &Report) -> Outcome {
     if rep.failed.is_some() {
         Outcome::Failed
-    } else if rep.interrupted && rep.config.pace != "live" {
+    } else if rep.interrupted && rep.config.pace != Pace::Live {
         Outcome::Interrupted
     } else if !rep.input_errors.is_empty() {
         Outcome::BadInputSeen

@@ -10,15 +10,30 @@ use super::LiveOptions;
 use crate::sidecar::Sidecar;
 use crate::BadInput;
 
-/// How recorded audio is released into the pipeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+/// How audio is released into the pipeline: recordings at real-time pace
+/// or as fast as it takes them (`--pace`), or live, as a device or a
+/// client delivers it. One type from the command line to the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Pace {
     /// At the rate a microphone would deliver it; latencies are what a live user feels.
     Realtime,
     /// As fast as the pipeline accepts it; latencies are computed on a
     /// virtual clock (what a live user would have felt) from measured service times.
+    #[default]
     Fast,
+    /// As a device or a client delivers it (`live`, `serve`): measured on
+    /// the wall clock, like `Realtime`. Not a `--pace` value.
+    #[value(skip)]
+    Live,
+}
+
+impl Pace {
+    /// Whether latencies are measured on the wall clock (else on the virtual one).
+    #[must_use]
+    pub fn on_wall_clock(self) -> bool {
+        self != Self::Fast
+    }
 }
 
 impl std::str::FromStr for Pace {

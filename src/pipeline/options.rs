@@ -32,14 +32,14 @@ pub struct RunOptions {
     /// Called with every span (a live or pushed session's spans are then
     /// also tallied; a replay's are kept for the report as well).
     pub on_span: Option<SpanHook>,
-    /// The two engines share the cores and take turns on them (one CPU
-    /// lease) instead of each owning a part of them.
-    pub cpu_shared: bool,
+    /// How the two engines share the cores: taking turns on them (one CPU
+    /// lease) or each owning a part of them.
+    pub cpu_share: crate::settings::CpuShare,
     /// Speculative turn-taking: the board the runtime settles attempts on
     /// and the silence, in ms, after which the VAD sends an utterance early.
     /// `None`: off.
     pub speculation: Option<(voxline_core::SpecBoard, u32)>,
-    /// The lease the engines share when `cpu_shared` (`None`: one of the
+    /// The lease the engines share when they take turns (`None`: one of the
     /// run's own); given, the run shares the cores with engines outside it.
     pub lease: Option<voxline_core::CpuLease>,
     /// The meter the runtime counts the engine stages' threads on.
@@ -58,7 +58,7 @@ impl std::fmt::Debug for RunOptions {
             .field("events", &self.events)
             .field("console", &self.console)
             .field("queue_capacity", &self.queue_capacity)
-            .field("cpu_shared", &self.cpu_shared)
+            .field("cpu_share", &self.cpu_share)
             .field("cancel_on_stop", &self.cancel_on_stop)
             .field("speculation", &self.speculation.as_ref().map(|(_, ms)| ms))
             .finish_non_exhaustive()
@@ -76,7 +76,7 @@ impl Default for RunOptions {
             queue_capacity: 16,
             on_event: None,
             on_span: None,
-            cpu_shared: false,
+            cpu_share: crate::settings::CpuShare::Split,
             speculation: None,
             lease: None,
             meter: voxline_core::ThreadMeter::new(),

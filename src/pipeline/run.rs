@@ -21,6 +21,7 @@ use crate::BadInput;
 
 /// Errors of a run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError {
     /// Something the user gave is wrong.
     #[error(transparent)]
@@ -37,6 +38,18 @@ pub enum RunError {
     /// The input device could not be opened.
     #[error(transparent)]
     Capture(voxline_audio::AudioError),
+}
+
+impl RunError {
+    /// Whose fault it is: something the user gave (an input, a device), or
+    /// the system.
+    #[must_use]
+    pub fn fault(&self) -> voxline_core::Fault {
+        match self {
+            Self::BadInput(_) | Self::Capture(_) => voxline_core::Fault::Input,
+            Self::Runtime(_) | Self::Thread(_) | Self::Topology(_) => voxline_core::Fault::System,
+        }
+    }
 }
 
 /// What a run produced.
@@ -63,8 +76,8 @@ pub struct RunResult {
     pub interrupted: bool,
     /// Audio replayed, in 16 kHz samples.
     pub audio_samples: u64,
-    /// Whether the engines shared the cores under one lease.
-    pub cpu_shared: bool,
+    /// How the engines shared the cores.
+    pub cpu_share: crate::settings::CpuShare,
     /// The most engine threads that computed at once.
     pub engine_threads_peak: usize,
     /// The live capture's figures, for a live session.
@@ -247,7 +260,7 @@ where
     }
     let (out_tx, out_rx) = topology.channel_from::<LlmOut>(topology::LLM.as_str())?;
     p.spawn_stage(vad, audio_rx, utt_tx)?;
-    if opts.cpu_shared {
+    if opts.cpu_share.takes_turns() {
         // fast replay measures service times: no call is interrupted by a yield
         let lease = match &opts.lease {
             Some(l) => l.clone(),
@@ -356,7 +369,7 @@ where
     let mut interrupted = false;
     let send = |frame_samples: Vec<f32>, pos: u64, new_recording: bool| -> bool {
         let captured = match opts.pace {
-            Pace::Realtime => {
+            Pace::Realtime | Pace::Live => {
                 let due = clock.sample_due(pos);
                 let now = Instant::now();
                 if due > now {
@@ -527,7 +540,7 @@ fn finish_run(
         input_warnings,
         interrupted,
         audio_samples,
-        cpu_shared: opts.cpu_shared,
+        cpu_share: opts.cpu_share,
         engine_threads_peak: opts.meter.peak(),
         live,
         tally: None,

@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn on_the_wall_clock_the_terms_are_read_off_the_instants() {
-        let run = fixture::run(Pace::Realtime, false);
+        let run = fixture::run(Pace::Realtime, crate::settings::CpuShare::Split);
         let cx = fixture::context(&run);
         let (t, _) = turn_report(0, 1, &fixture::gathered(&run, 1), &cx).unwrap();
         // the VAD's end (16 500, at 1031 ms) less the sidecar's 500 samples
@@ -143,7 +143,7 @@ mod tests {
 
     #[test]
     fn on_the_wall_clock_a_speculative_turn_closes_at_its_commit() {
-        let run = fixture::run(Pace::Realtime, false);
+        let run = fixture::run(Pace::Realtime, crate::settings::CpuShare::Split);
         let cx = fixture::context(&run);
         let (t, _) = turn_report(1, 3, &fixture::gathered(&run, 3), &cx).unwrap();
         // sent at 3250 ms, committed at 3700 ms; speech ended at 2999.25 ms
@@ -174,7 +174,7 @@ mod tests {
 
     #[test]
     fn on_the_virtual_clock_a_turn_is_placed_at_its_audio_time() {
-        let run = fixture::run(Pace::Fast, false);
+        let run = fixture::run(Pace::Fast, crate::settings::CpuShare::Split);
         let cx = fixture::context(&run);
         let (t, job) = turn_report(1, 3, &fixture::gathered(&run, 3), &cx).unwrap();
         let job = job.unwrap();

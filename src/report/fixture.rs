@@ -128,7 +128,7 @@ fn token(id: u64, index: u32) -> PipelineEvent {
 ///   tokens at 3900, 3950, 4000.
 /// - turn 4: spoken 3500–3900 ms (no sidecar turn overlaps it), closed at
 ///   4000 ms; its STT failed.
-pub(crate) fn run(pace: Pace, cpu_shared: bool) -> RunResult {
+pub(crate) fn run(pace: Pace, cpu_share: crate::settings::CpuShare) -> RunResult {
     let origin = Instant::now();
     let clock = Clock::with_origin(origin);
     let upper = StageId::owned(UPPER.to_string());
@@ -298,7 +298,7 @@ pub(crate) fn run(pace: Pace, cpu_shared: bool) -> RunResult {
         input_warnings: Vec::new(),
         interrupted: false,
         audio_samples: 64_000,
-        cpu_shared,
+        cpu_share,
         engine_threads_peak: 2,
         live: None,
         tally: None,

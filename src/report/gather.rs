@@ -227,7 +227,7 @@ pub(crate) fn turn_report(
 
     // The latency terms, on the wall clock or the virtual one.
     let job = match cx.pace {
-        Pace::Realtime => {
+        Pace::Realtime | Pace::Live => {
             clocks::on_wall_clock(&mut t, g, &u, utt_at, cx.clock);
             None
         }
@@ -288,7 +288,7 @@ mod tests {
 
     #[test]
     fn a_turn_takes_its_truth_from_the_sidecar_turn_it_overlaps_most() {
-        let run = fixture::run(Pace::Realtime, false);
+        let run = fixture::run(Pace::Realtime, crate::settings::CpuShare::Split);
         let cx = fixture::context(&run);
         let (t, job) = turn_report(0, 1, &fixture::gathered(&run, 1), &cx).unwrap();
         assert!(job.is_none(), "the wall clock needs no simulation");
@@ -318,7 +318,7 @@ mod tests {
 
     #[test]
     fn a_turn_no_sidecar_turn_overlaps_keeps_the_vads_end_and_its_error() {
-        let run = fixture::run(Pace::Realtime, false);
+        let run = fixture::run(Pace::Realtime, crate::settings::CpuShare::Split);
         let cx = fixture::context(&run);
         let (t, _) = turn_report(2, 4, &fixture::gathered(&run, 4), &cx).unwrap();
         assert_eq!(t.expected, None);
@@ -331,7 +331,7 @@ mod tests {
 
     #[test]
     fn a_turn_a_failure_cut_short_says_so_and_a_cancelled_attempt_is_no_turn() {
-        let mut run = fixture::run(Pace::Realtime, false);
+        let mut run = fixture::run(Pace::Realtime, crate::settings::CpuShare::Split);
         run.outcome.failed = Some("llm: panicked".into());
         // turn 3's answer never came
         run.events
@@ -349,7 +349,7 @@ mod tests {
 
     #[test]
     fn a_stage_s_work_on_a_turn_spans_its_calls() {
-        let run = fixture::run(Pace::Realtime, false);
+        let run = fixture::run(Pace::Realtime, crate::settings::CpuShare::Split);
         let o = run.clock.origin();
         let mut g = fixture::gathered(&run, 1);
         assert!(g.ended());

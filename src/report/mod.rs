@@ -133,9 +133,9 @@ pub fn build(
     }
 
     let session_ms = match run.pace {
-        Pace::Realtime => clock.ms_since_origin(run.outcome.finished),
+        Pace::Realtime | Pace::Live => clock.ms_since_origin(run.outcome.finished),
         Pace::Fast => {
-            let cores = SimCores::of(run.cpu_shared, &config.cpu_share);
+            let cores = SimCores::of(run.cpu_share);
             audio_ms.max(simulate(&jobs, cores, &mut turns))
         }
     };
@@ -189,7 +189,7 @@ pub fn build(
         schema_version: SCHEMA_VERSION,
         voxline_version: env!("CARGO_PKG_VERSION").into(),
         clock: match run.pace {
-            Pace::Realtime => ReportClock::Wall,
+            Pace::Realtime | Pace::Live => ReportClock::Wall,
             Pace::Fast => ReportClock::Virtual,
         },
         config,
@@ -221,14 +221,15 @@ mod fixture;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::CpuShare;
 
-    fn report(pace: Pace, cpu_shared: bool, cpu_share: &str) -> Report {
+    fn report(pace: Pace, cpu_share: CpuShare) -> Report {
         let config = RunConfig {
-            cpu_share: cpu_share.into(),
+            cpu_share,
             warmup: 1,
             ..RunConfig::default()
         };
-        build(&fixture::run(pace, cpu_shared), config, 12.5, None)
+        build(&fixture::run(pace, cpu_share), config, 12.5, None)
     }
 
     fn latencies(r: &Report) -> Vec<(u64, Option<f64>)> {
@@ -240,7 +241,7 @@ mod tests {
 
     #[test]
     fn a_run_s_turns_summary_and_stages() {
-        let r = report(Pace::Fast, true, "priority");
+        let r = report(Pace::Fast, CpuShare::Priority);
         assert_eq!(r.schema_version, SCHEMA_VERSION);
         assert_eq!(r.clock, ReportClock::Virtual);
         // the cancelled attempt (2) is no turn
@@ -276,7 +277,7 @@ mod tests {
 
     #[test]
     fn at_fast_pace_the_virtual_clock_gives_the_latencies() {
-        let r = report(Pace::Fast, false, "split");
+        let r = report(Pace::Fast, CpuShare::Split);
         // turn 1: speech ended at 1000 ms, closed at 1700, STT 790 ms, first
         // token 190 ms later; turn 3: sent at 3250, first token at 3880
         assert_eq!(
@@ -292,7 +293,7 @@ mod tests {
         assert_eq!(r.turns[2].stt_queue_ms, Some(0.0));
         assert_eq!(r.summary.session_s, 4.08);
         // shared cores: it waits for that answer
-        let r = report(Pace::Fast, true, "shared");
+        let r = report(Pace::Fast, CpuShare::Shared);
         assert_eq!(r.turns[2].timeline.stt_ms, Some([4080.0, 4120.0]));
         assert_eq!(r.turns[2].stt_queue_ms, Some(80.0));
         assert_eq!(r.summary.session_s, 4.12);
@@ -303,7 +304,7 @@ mod tests {
 
     #[test]
     fn at_realtime_pace_the_wall_clock_gives_them() {
-        let r = report(Pace::Realtime, false, "split");
+        let r = report(Pace::Realtime, CpuShare::Split);
         assert_eq!(r.clock, ReportClock::Wall);
         assert_eq!(r.summary.session_s, 4.3, "when the last thread was joined");
         let got: Vec<(u64, Option<f64>)> = latencies(&r)
@@ -326,7 +327,7 @@ mod tests {
             ..Default::default()
         };
         let r = build(
-            &fixture::run(Pace::Fast, false),
+            &fixture::run(Pace::Fast, crate::settings::CpuShare::Split),
             RunConfig::default(),
             0.0,
             Some(&budget),

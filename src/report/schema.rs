@@ -269,12 +269,12 @@ pub struct SpecSummary {
 /// What the run was configured with (for comparing runs).
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct RunConfig {
-    /// Pacing.
-    pub pace: String,
+    /// Pacing: `realtime`, `fast` or `live`.
+    pub pace: crate::pipeline::Pace,
     /// Threads in all / whisper / LLM.
     pub threads: [usize; 3],
     /// `split`, `shared` (engines take turns on all threads) or `priority` (take turns, critical path first).
-    pub cpu_share: String,
+    pub cpu_share: crate::settings::CpuShare,
     /// whisper encoder window policy.
     pub audio_ctx: String,
     /// Max tokens per answer.
@@ -308,7 +308,7 @@ impl RunConfig {
     #[must_use]
     pub fn from_settings(
         settings: &crate::settings::EngineSettings,
-        pace: &str,
+        pace: crate::pipeline::Pace,
         inputs: Vec<PathBuf>,
         warmup: usize,
     ) -> Self {
@@ -319,13 +319,13 @@ impl RunConfig {
             )
         };
         Self {
-            pace: pace.to_string(),
+            pace,
             threads: [
                 settings.threads.total,
                 settings.threads.stt,
                 settings.threads.llm,
             ],
-            cpu_share: settings.threads.mode().into(),
+            cpu_share: settings.threads.share,
             audio_ctx: settings.audio_ctx.to_string(),
             max_tokens: settings.max_tokens,
             n_ctx: settings.n_ctx,
@@ -445,10 +445,15 @@ mod tests {
                 ..voxline_llm::Sampling::default()
             },
         };
-        let c = RunConfig::from_settings(&settings, "fast", vec!["a.wav".into()], 2);
-        assert_eq!(c.pace, "fast");
+        let c = RunConfig::from_settings(
+            &settings,
+            crate::pipeline::Pace::Fast,
+            vec!["a.wav".into()],
+            2,
+        );
+        assert_eq!(c.pace, crate::pipeline::Pace::Fast);
         assert_eq!(c.threads, [threads.total, threads.stt, threads.llm]);
-        assert_eq!(c.cpu_share, "priority");
+        assert_eq!(c.cpu_share, crate::settings::CpuShare::Priority);
         assert_eq!(c.audio_ctx, "auto+64");
         assert_eq!((c.max_tokens, c.n_ctx), (48, 2048));
         assert!(c.cache_prompt && !c.memory);

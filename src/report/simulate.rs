@@ -36,13 +36,12 @@ pub(crate) enum SimCores {
 }
 
 impl SimCores {
-    /// How the run shared its cores: `cpu_shared` when the engines took one
-    /// lease, `cpu_share` the policy configured (`priority`, `shared`, …).
-    pub(crate) fn of(cpu_shared: bool, cpu_share: &str) -> Self {
-        match (cpu_shared, cpu_share) {
-            (false, _) => Self::Split,
-            (true, "priority") => Self::Priority,
-            (true, _) => Self::Shared,
+    /// How a run that shared its cores by `share` is simulated.
+    pub(crate) fn of(share: crate::settings::CpuShare) -> Self {
+        match share {
+            crate::settings::CpuShare::Split => Self::Split,
+            crate::settings::CpuShare::Priority => Self::Priority,
+            crate::settings::CpuShare::Shared => Self::Shared,
         }
     }
 }
@@ -353,9 +352,10 @@ mod tests {
 
     #[test]
     fn cores_follow_the_lease_and_the_policy() {
-        assert_eq!(SimCores::of(false, "priority"), SimCores::Split);
-        assert_eq!(SimCores::of(true, "priority"), SimCores::Priority);
-        assert_eq!(SimCores::of(true, "shared"), SimCores::Shared);
+        use crate::settings::CpuShare;
+        assert_eq!(SimCores::of(CpuShare::Split), SimCores::Split);
+        assert_eq!(SimCores::of(CpuShare::Priority), SimCores::Priority);
+        assert_eq!(SimCores::of(CpuShare::Shared), SimCores::Shared);
     }
 
     fn stage(name: &str, items: usize) -> StageReport {

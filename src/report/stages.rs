@@ -179,7 +179,7 @@ mod tests {
 
     #[test]
     fn totals_count_process_spans_as_items_and_every_span_as_busy_time() {
-        let run = fixture::run(Pace::Fast, false);
+        let run = fixture::run(Pace::Fast, crate::settings::CpuShare::Split);
         let o = run.clock.origin();
         let mut blocked = fixture::span(o, "stt", Some(1), [0, 10, 210], None);
         // waiting for room downstream is not work
@@ -231,7 +231,7 @@ mod tests {
                 ..TurnReport::default()
             });
         }
-        let run = fixture::run(Pace::Fast, false);
+        let run = fixture::run(Pace::Fast, crate::settings::CpuShare::Split);
         let edges = &run.outcome.edges;
         let totals = |name: &str, busy_ms: f64| StageTotals {
             name: name.to_string(),
@@ -263,7 +263,7 @@ mod tests {
 
     #[test]
     fn the_rows_of_a_run_in_flow_order() {
-        let run = fixture::run(Pace::Realtime, false);
+        let run = fixture::run(Pace::Realtime, crate::settings::CpuShare::Split);
         let rows = stage_reports(&run, &[], 4000.0);
         let names: Vec<&str> = rows.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["vad", "stt", "upper", "llm", "sink"]);
@@ -276,7 +276,7 @@ mod tests {
 
     #[test]
     fn dropped_audio_is_what_the_drop_oldest_edges_lost() {
-        let mut run = fixture::run(Pace::Realtime, false);
+        let mut run = fixture::run(Pace::Realtime, crate::settings::CpuShare::Split);
         assert_eq!(dropped_total(&run), 0);
         run.outcome.edges[0].dropped_units = 320;
         run.outcome.edges[0].dropped = 2;

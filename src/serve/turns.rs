@@ -27,6 +27,7 @@ struct TurnState {
     end_sample: u64,
     stt: Duration,
     stt_wait: Duration,
+    /// When the LLM could start on it: the words ready and the turn certain.
     transcribed: Instant,
     first: Option<Instant>,
     last: Option<Instant>,
@@ -52,6 +53,8 @@ pub struct Turns {
     untranscribed: HashSet<UtteranceId>,
     /// The stream ended: the utterances it still waits for.
     stream_end: Option<(HashSet<UtteranceId>, Instant)>,
+    /// When speculative attempts were committed (their turn could be answered).
+    committed: HashMap<UtteranceId, Instant>,
 }
 
 impl std::fmt::Debug for Turns {
@@ -75,6 +78,7 @@ impl Turns {
             stt_order: VecDeque::new(),
             untranscribed: HashSet::new(),
             stream_end: None,
+            committed: HashMap::new(),
         }
     }
 
@@ -155,6 +159,9 @@ impl Turns {
             PipelineEvent::SpecCancel { id, .. } => {
                 self.untranscribed.remove(&id);
             }
+            PipelineEvent::Commit { id, .. } => {
+                self.committed.insert(id, at);
+            }
             PipelineEvent::StreamEnd { .. } => {
                 self.stream_end = Some((self.untranscribed.clone(), at));
             }
@@ -200,7 +207,8 @@ impl Turns {
                         end_sample: t.end_sample,
                         stt,
                         stt_wait,
-                        transcribed: at,
+                        // the LLM can answer once the words are there and the turn is certain
+                        transcribed: self.committed.remove(&t.id).map_or(at, |c| c.max(at)),
                         first: None,
                         last: None,
                         silent,
@@ -209,6 +217,7 @@ impl Turns {
             }
             PipelineEvent::TurnError(err) => {
                 self.untranscribed.remove(&err.id);
+                self.committed.remove(&err.id);
                 let turn = match self.open.remove(&err.id) {
                     Some(s) if s.silent => return,
                     Some(s) => s.turn,

@@ -283,7 +283,7 @@ impl Hub {
                     spans.send(Observed::Span(s.clone()));
                 }
             })),
-            cpu_shared: true,
+            cpu_share: crate::settings::CpuShare::Priority,
             lease: Some(self.lease.clone()),
             speculation: self
                 .spec_silence_ms

@@ -73,7 +73,7 @@ fn clone_run(run: &voxline::pipeline::RunResult) -> voxline::pipeline::RunResult
         input_warnings: run.input_warnings.clone(),
         interrupted: run.interrupted,
         audio_samples: run.audio_samples,
-        cpu_shared: run.cpu_shared,
+        cpu_share: run.cpu_share,
         engine_threads_peak: run.engine_threads_peak,
         live: run.live.clone(),
         tally: None,

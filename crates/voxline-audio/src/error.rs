@@ -180,3 +180,12 @@ pub enum AudioError {
         reason: String,
     },
 }
+
+impl AudioError {
+    /// Whose fault it is: every audio error is about an input the user gave
+    /// (a file, a stream, a device, a VAD setting).
+    #[must_use]
+    pub fn fault(&self) -> voxline_core::Fault {
+        voxline_core::Fault::Input
+    }
+}

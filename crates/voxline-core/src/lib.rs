@@ -69,6 +69,7 @@ pub mod clock;
 pub mod cpu;
 pub mod edge;
 pub mod event;
+pub mod fault;
 pub mod files;
 pub mod message;
 pub mod runtime;
@@ -84,6 +85,7 @@ pub use edge::{
     EdgeStatsSnapshot, Envelope, FullPolicy, RecvTimeoutError, TryRecvError, TrySend,
 };
 pub use event::{AnyEngineEvent, EngineEvent, PipelineEvent, TimedEvent};
+pub use fault::Fault;
 pub use message::{
     AudioFrame, Message, Transcript, TurnError, Utterance, UtteranceId, UtteranceInfo,
 };

@@ -146,6 +146,7 @@ pub struct Topology {
 /// A [`Topology`] was asked for an edge it does not declare, or one it
 /// cannot make.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TopologyError {
     /// No such edge.
     #[error("the topology declares no edge `{0}`")]

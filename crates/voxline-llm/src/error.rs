@@ -20,6 +20,7 @@ impl LlmError {
 
 /// Errors of the language model engine.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LlmError {
     /// The model file is missing, of the wrong kind or incomplete.
     #[error(transparent)]
@@ -88,4 +89,23 @@ pub enum LlmError {
     /// The shared engine's worker has stopped (it failed, or is shutting down).
     #[error("the language-model worker has stopped")]
     Stopped,
+}
+
+impl LlmError {
+    /// Whose fault it is: a model or setting the user gave, or the engine.
+    #[must_use]
+    pub fn fault(&self) -> voxline_core::Fault {
+        match self {
+            Self::Model(_)
+            | Self::Load { .. }
+            | Self::Template { .. }
+            | Self::Config(_)
+            | Self::SystemPromptTooLong { .. } => voxline_core::Fault::Input,
+            Self::ContextFull { .. }
+            | Self::Engine { .. }
+            | Self::Failed(_)
+            | Self::Full { .. }
+            | Self::Stopped => voxline_core::Fault::System,
+        }
+    }
 }

@@ -26,6 +26,7 @@ pub mod whisper_ggml;
 
 /// Everything that can go wrong with a model file or its fetching.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ModelError {
     /// A file could not be read or written.
     #[error("{path}: {}", io_reason(.source))]
@@ -88,6 +89,15 @@ pub enum ModelError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl ModelError {
+    /// Whose fault it is: a model file or directory the user gave (a fetch
+    /// that cannot reach the package index says what to do as well).
+    #[must_use]
+    pub fn fault(&self) -> voxline_core::Fault {
+        voxline_core::Fault::Input
+    }
 }
 
 impl ModelError {

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 /// Errors of the speech-to-text engine.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SttError {
     /// The model file is missing, of the wrong kind or incomplete.
     #[error(transparent)]
@@ -32,4 +33,15 @@ pub enum SttError {
     /// The caller's abort check stopped the transcription.
     #[error("transcription aborted")]
     Aborted,
+}
+
+impl SttError {
+    /// Whose fault it is: a model or setting the user gave, or the engine.
+    #[must_use]
+    pub fn fault(&self) -> voxline_core::Fault {
+        match self {
+            Self::Model(_) | Self::Load { .. } | Self::Config(_) => voxline_core::Fault::Input,
+            Self::Transcribe { .. } | Self::Aborted => voxline_core::Fault::System,
+        }
+    }
 }

@@ -38,6 +38,7 @@ use worker::{panic_message, report_drops, run_sink, run_stage, StageContext};
 
 /// The runtime could not do what was asked.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RuntimeError {
     /// The operating system refused a thread.
     #[error("could not start the thread of stage `{stage}`: {source}")]
