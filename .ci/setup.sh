@@ -35,6 +35,8 @@ if ((${#missing[@]})); then
 fi
 command -v cargo >/dev/null || { echo "voxline needs a Rust toolchain (cargo); install it with rustup and run this again" >&2; exit 2; }
 
+# what the C++ builds leave out (see the file)
+export CMAKE_PROJECT_INCLUDE_BEFORE="$PWD/.ci/llama-trim.cmake"
 echo "== building voxline (optimised; the first build compiles whisper.cpp and llama.cpp, ~5-10 min)"
 cargo build --release --locked --bin voxline
 echo "== models"

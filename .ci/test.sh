@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash .ci/setup.sh
+# the same C++ configuration as setup.sh's build (see .ci/llama-trim.cmake)
+export CMAKE_PROJECT_INCLUDE_BEFORE="$PWD/.ci/llama-trim.cmake"
 echo "== format and lints"
 cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 cargo clippy --version >/dev/null 2>&1 || rustup component add clippy

@@ -312,10 +312,20 @@ where
     let stop = |s: &Option<ShutdownHandle>| {
         s.as_ref().is_some_and(ShutdownHandle::is_requested) || internal_stop.is_requested()
     };
-    if let Some((live, capture)) = live {
-        drop(audio_tx); // the capture thread holds its own sender
+    // A live or pushed source streams until it is stopped or its senders are gone.
+    let streamed = if let Some((live, capture)) = live {
         let ((report, samples), stopped) =
             live_source(&live, capture, &turns_done, &watched, &|| stop(&shutdown));
+        Some((samples, stopped, Some(report)))
+    } else if let Some(audio) = pushed {
+        let samples = push_source(&audio, &audio_tx, &|| stop(&shutdown));
+        Some((samples, false, None))
+    } else {
+        None
+    };
+    if let Some((samples, stopped, report)) = streamed {
+        // the end of input (a live capture holds a sender of its own, now gone)
+        drop(audio_tx);
         let mut run = finish_run(
             topology,
             p,
@@ -328,34 +338,10 @@ where
             stopped,
             shutdown.as_ref(),
             samples,
-            Some(report),
+            report,
         );
         if let Some(t) = tally {
             // every thread is joined: nothing else holds the tally now
-            let mut t = std::mem::replace(&mut *lock_tally(&t), crate::tally::Tally::new(clock, 0));
-            t.close(run.outcome.failed.as_deref());
-            run.tally = Some(t);
-        }
-        return Ok(run);
-    }
-    if let Some(audio) = pushed {
-        let samples = push_source(&audio, &audio_tx, &|| stop(&shutdown));
-        drop(audio_tx);
-        let mut run = finish_run(
-            topology,
-            p,
-            sink_thread,
-            clock,
-            opts,
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            false,
-            shutdown.as_ref(),
-            samples,
-            None,
-        );
-        if let Some(t) = tally {
             let mut t = std::mem::replace(&mut *lock_tally(&t), crate::tally::Tally::new(clock, 0));
             t.close(run.outcome.failed.as_deref());
             run.tally = Some(t);
