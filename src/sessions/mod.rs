@@ -72,9 +72,6 @@ pub enum HubError {
     /// The stages added to the sessions' pipeline do not fit in it.
     #[error("{0}")]
     Stages(String),
-    /// The LLM worker thread has stopped (it failed or the hub is shutting down).
-    #[error("the language-model worker has stopped")]
-    Stopped,
 }
 
 /// What a session's reader receives, in order of arrival: the pipeline's

@@ -331,7 +331,6 @@ fn nanos(d: Duration) -> u64 {
 struct Answering {
     reply: Sender<Heard>,
     n_prompt: u32,
-    cancelled: bool,
 }
 
 /// The worker's loop and state.
@@ -398,13 +397,10 @@ impl<'e, 'm> Worker<'e, 'm> {
                 self.answering[slot] = Some(Answering {
                     reply,
                     n_prompt: self.engine.prompt_tokens(slot),
-                    cancelled: false,
                 });
             }
             Cmd::Cancel { slot } => {
-                if let Some(a) = self.answering[slot].as_mut() {
-                    a.cancelled = true;
-                }
+                // the turn leaves the batch now; its client hears it ended
                 let cancelled = self.engine.cancel(slot);
                 if let Some(a) = self.answering[slot].take() {
                     let r = cancelled.map(|()| Response {
@@ -473,7 +469,7 @@ impl<'e, 'm> Worker<'e, 'm> {
             match ev {
                 StepEvent::Token { session, piece } => {
                     c.tokens.fetch_add(1, Ordering::Relaxed);
-                    if let Some(a) = self.answering[session].as_ref().filter(|a| !a.cancelled) {
+                    if let Some(a) = self.answering[session].as_ref() {
                         let _ = a.reply.send(Heard::Token(piece));
                     }
                 }
