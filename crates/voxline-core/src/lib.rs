@@ -68,6 +68,7 @@
 pub mod clock;
 pub mod cpu;
 pub mod edge;
+mod emitter;
 pub mod event;
 pub mod fault;
 pub mod files;

@@ -1,0 +1,338 @@
+//! The emitter through which a stage sends its outputs, and the probe a
+//! call polls to learn that its input was cancelled.
+
+use std::time::{Duration, Instant};
+
+use crate::cpu::{CpuLease, LeaseGuard, MeterGuard, Priority, ThreadMeter};
+use crate::edge::EdgeSender;
+use crate::event::{PipelineEvent, TimedEvent};
+use crate::message::{Message, UtteranceId};
+use crate::runtime::{EventBus, ShutdownHandle};
+use crate::span::{Span, SpanKind};
+use crate::spec::{SpecBoard, SpecState};
+
+enum Target<'a, T> {
+    Edge(&'a EdgeSender<T>),
+    Buffer(&'a mut Vec<T>),
+}
+
+/// Where a stage puts its outputs; owned by the runtime, which records when
+/// each output was emitted.
+pub struct Emitter<'a, T> {
+    target: Target<'a, T>,
+    bus: Option<&'a EventBus>,
+    emitted: u32,
+    first_emit: Option<Instant>,
+    last_emit: Option<Instant>,
+    first_utterance: Option<UtteranceId>,
+    blocked: Duration,
+    closed: bool,
+    /// The CPU lease this call holds, if the stage is leased (`None` inside
+    /// while it is let go around a blocked send).
+    lease: Option<(&'a CpuLease, Option<LeaseGuard>, Priority)>,
+    /// The engine threads this call computes with, counted while it computes
+    /// (`None` inside while it waits).
+    meter: Option<(&'a ThreadMeter, usize, Option<MeterGuard>)>,
+    /// Whether the input of this call was cancelled.
+    probe: CancelProbe,
+}
+
+/// Asks whether the input a call is working on was cancelled: its
+/// speculative attempt was thrown away, or the run is being stopped and
+/// calls in flight are cancelled. Cheap to clone; can be polled from an
+/// engine's abort callback on any thread.
+#[derive(Debug, Clone, Default)]
+pub struct CancelProbe {
+    board: Option<SpecBoard>,
+    id: Option<UtteranceId>,
+    stop: Option<ShutdownHandle>,
+}
+
+impl CancelProbe {
+    /// A probe for input `id` of a pipeline with speculation on `board`
+    /// whose calls in flight are cancelled when `stop` is requested.
+    #[must_use]
+    pub fn new(
+        board: Option<SpecBoard>,
+        id: Option<UtteranceId>,
+        stop: Option<ShutdownHandle>,
+    ) -> Self {
+        Self { board, id, stop }
+    }
+
+    /// Whether the work should stop now.
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.stop.as_ref().is_some_and(ShutdownHandle::is_requested)
+            || self.spec_state() == SpecState::Cancelled
+    }
+
+    /// Where the input's speculative attempt stands ([`SpecState::Final`]
+    /// for an ordinary input).
+    #[must_use]
+    pub fn spec_state(&self) -> SpecState {
+        match (&self.board, self.id) {
+            (Some(b), Some(id)) => b.state(id),
+            _ => SpecState::Final,
+        }
+    }
+}
+
+impl<'a, T: Message> Emitter<'a, T> {
+    /// An emitter that sends to `output`, publishing each output's event (if
+    /// it has one) on `bus`.
+    #[must_use]
+    pub fn to_edge(output: &'a EdgeSender<T>, bus: Option<&'a EventBus>) -> Self {
+        Self::new(Target::Edge(output), bus)
+    }
+
+    /// An emitter that appends to `buffer`, for driving a stage by hand (in
+    /// tests, or see [`drive`](crate::drive)).
+    #[must_use]
+    pub fn to_vec(buffer: &'a mut Vec<T>) -> Self {
+        Self::new(Target::Buffer(buffer), None)
+    }
+
+    fn new(target: Target<'a, T>, bus: Option<&'a EventBus>) -> Self {
+        Self {
+            target,
+            bus,
+            emitted: 0,
+            first_emit: None,
+            last_emit: None,
+            first_utterance: None,
+            blocked: Duration::ZERO,
+            closed: false,
+            lease: None,
+            meter: None,
+            probe: CancelProbe::default(),
+        }
+    }
+
+    /// Counts `threads` engine threads on `meter` while the call computes.
+    pub(crate) fn with_meter(mut self, meter: &'a ThreadMeter, threads: usize) -> Self {
+        if threads > 0 {
+            self.meter = Some((meter, threads, Some(meter.enter(threads))));
+        }
+        self
+    }
+
+    /// The call's cancellation probe.
+    pub(crate) fn with_probe(mut self, probe: CancelProbe) -> Self {
+        self.probe = probe;
+        self
+    }
+
+    /// Whether the input of this call was cancelled (its attempt thrown
+    /// away, or the run stopped with calls in flight cancelled): a long call
+    /// stops at its next step when it was.
+    #[must_use]
+    pub fn input_cancelled(&self) -> bool {
+        self.probe.is_cancelled()
+    }
+
+    /// A probe an engine's abort callback can poll (see [`CancelProbe`]).
+    #[must_use]
+    pub fn cancel_probe(&self) -> CancelProbe {
+        self.probe.clone()
+    }
+
+    /// Stops counting the call's engine threads (it waits).
+    fn pause_meter(&mut self) {
+        if let Some((_, _, guard)) = &mut self.meter {
+            *guard = None;
+        }
+    }
+
+    /// Counts the call's engine threads again (it computes).
+    fn resume_meter(&mut self) {
+        if let Some((meter, threads, guard)) = &mut self.meter {
+            if guard.is_none() {
+                *guard = Some(meter.enter(*threads));
+            }
+        }
+    }
+
+    /// Takes `lease` for the duration of the call. While a send would block
+    /// on a full edge the lease is let go (the stage downstream may need it
+    /// to make room) and taken back afterwards.
+    pub(crate) fn with_lease(mut self, lease: &'a CpuLease, priority: Priority) -> Self {
+        self.lease = Some((lease, Some(lease.acquire(priority)), priority));
+        self
+    }
+
+    /// Changes how urgent the rest of this call is (e.g. from first token to
+    /// streaming once an answer streams); no-op for a stage without a lease.
+    pub fn set_priority(&mut self, priority: Priority) {
+        if let Some((_, guard, p)) = &mut self.lease {
+            *p = priority;
+            if let Some(g) = guard {
+                g.set_priority(priority);
+            }
+        }
+    }
+
+    /// Whether the next [`Emitter::emit`] would wait for room downstream.
+    #[must_use]
+    pub fn would_block(&self) -> bool {
+        match &self.target {
+            Target::Edge(tx) => tx.stats().capacity() <= tx.len(),
+            Target::Buffer(_) => false,
+        }
+    }
+
+    /// Whether more urgent work is waiting for the cores this call holds.
+    #[must_use]
+    pub fn cpu_wanted(&self) -> bool {
+        match &self.lease {
+            Some((lease, Some(_), p)) => lease.wanted_above(*p),
+            _ => false,
+        }
+    }
+
+    /// At a step boundary of long work (a token): if more urgent work waits
+    /// for the cores, lets it run first. The wait is not counted as busy.
+    pub fn yield_cpu(&mut self) {
+        if !self.cpu_wanted() {
+            return;
+        }
+        self.pause_meter();
+        if let Some((_, Some(g), _)) = &mut self.lease {
+            self.blocked += g.yield_to_urgent();
+        }
+        self.resume_meter();
+    }
+
+    /// Lets go of the lease and the meter (the call is over).
+    pub(crate) fn release_lease(&mut self) {
+        // the threads stop counting before another call can take the cores
+        self.meter = None;
+        self.lease = None;
+    }
+
+    /// After a call's first output it streams: a call that was on a turn's
+    /// first output goes on at [`Priority::Streaming`], one on a speculative
+    /// attempt that was committed meanwhile too.
+    fn after_output(&mut self) {
+        let now = match self.lease.as_ref().map(|l| l.2) {
+            Some(Priority::FirstToken) => Priority::Streaming,
+            Some(Priority::Speculative) if self.probe.spec_state() != SpecState::Pending => {
+                Priority::Streaming
+            }
+            _ => return,
+        };
+        self.set_priority(now);
+    }
+
+    /// Sends `item` downstream and records the instant.
+    ///
+    /// On a blocking edge this waits while the downstream queue is full. If
+    /// the downstream stage is gone, the item is discarded and the emitter
+    /// becomes closed ([`Emitter::is_closed`]); the runtime then stops this
+    /// stage too.
+    pub fn emit(&mut self, item: T) {
+        if self.closed {
+            return;
+        }
+        let at = Instant::now();
+        let event = self.bus.and_then(|_| item.event());
+        let id = item.utterance_id();
+        match &mut self.target {
+            Target::Edge(tx) => {
+                // Holding the CPU lease while waiting for room downstream would
+                // deadlock with a downstream stage that needs the lease to drain.
+                // Try first: only a send that really has to wait lets the lease
+                // go (a check of the queue's length, then a send, would race
+                // with other producers filling it in between).
+                let sent = match tx.try_send_stamped(item, at) {
+                    Ok(()) => Ok(()),
+                    Err(crate::edge::TrySend::Disconnected) => Err(crate::edge::Disconnected),
+                    Err(crate::edge::TrySend::Full(item)) => {
+                        // not computing while waiting for room downstream
+                        if let Some((_, _, guard)) = &mut self.meter {
+                            *guard = None;
+                        }
+                        let lease = match &mut self.lease {
+                            Some((lease, guard, p)) => {
+                                *guard = None;
+                                Some((*lease, *p))
+                            }
+                            None => None,
+                        };
+                        let sent = tx.send_stamped(item, at);
+                        if let (Some((lease, p)), Some((_, guard, _))) = (lease, &mut self.lease) {
+                            *guard = Some(lease.acquire(p));
+                        }
+                        if let Some((meter, threads, guard)) = &mut self.meter {
+                            *guard = Some(meter.enter(*threads));
+                        }
+                        sent
+                    }
+                };
+                if sent.is_err() {
+                    self.closed = true;
+                    return;
+                }
+                self.blocked += at.elapsed();
+            }
+            Target::Buffer(buffer) => buffer.push(item),
+        }
+        self.emitted = self.emitted.saturating_add(1);
+        self.first_emit.get_or_insert(at);
+        self.last_emit = Some(at);
+        if self.first_utterance.is_none() {
+            self.first_utterance = id;
+        }
+        if let (Some(bus), Some(event)) = (self.bus, event) {
+            bus.publish(TimedEvent { at, event });
+        }
+        self.after_output();
+    }
+
+    /// Publishes a control event (not a message) on the event bus, stamped
+    /// now; a no-op for an emitter without a bus (e.g. [`drive`](crate::drive)).
+    pub fn publish(&mut self, event: PipelineEvent) {
+        if let Some(bus) = self.bus {
+            bus.post(event);
+        }
+    }
+
+    /// Whether downstream has gone away; a long-running stage (e.g. one
+    /// generating tokens) should stop early when it has.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Outputs emitted so far.
+    #[must_use]
+    pub fn emitted(&self) -> u32 {
+        self.emitted
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn span(
+        &self,
+        stage: &str,
+        utterance: Option<UtteranceId>,
+        kind: SpanKind,
+        enqueued: Instant,
+        started: Instant,
+        finished: Instant,
+        queue_depth_at_start: usize,
+    ) -> Span {
+        Span {
+            stage: stage.to_owned(),
+            utterance: utterance.or(self.first_utterance),
+            kind,
+            enqueued,
+            started,
+            finished,
+            emitted: self.emitted,
+            first_emit: self.first_emit,
+            last_emit: self.last_emit,
+            emit_blocked: self.blocked,
+            queue_depth_at_start,
+        }
+    }
+}
