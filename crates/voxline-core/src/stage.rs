@@ -12,7 +12,7 @@ pub use crate::emitter::{CancelProbe, Emitter};
 /// [`Pipeline`](crate::Pipeline).
 ///
 /// A stage owns its engine and state. It does not time itself: the runtime
-/// records a [`Span`] around every call. A stage that is [`Send`] is handed
+/// records a [`Span`](crate::Span) around every call. A stage that is [`Send`] is handed
 /// to the runtime as it is; one that holds state bound to its thread (an
 /// engine context) is built on that thread by a [`StartStage`].
 pub trait Stage: 'static {
@@ -56,7 +56,7 @@ pub trait Stage: 'static {
     }
 
     /// Engine threads the next call computes with, counted on the
-    /// pipeline's [`ThreadMeter`] while it computes (not while it waits for
+    /// pipeline's [`ThreadMeter`](crate::ThreadMeter) while it computes (not while it waits for
     /// room downstream or yields the cores). The runtime asks just before
     /// each call, so a stage whose engine follows the load adapts here.
     /// Default: 0 (no engine).
