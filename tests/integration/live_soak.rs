@@ -20,14 +20,32 @@ fn live_rss_stays_flat_over_hours_of_accelerated_audio() {
         max_wall: std::time::Duration::from_secs(300),
     });
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let (first, last) = (out.at_hours(1.0).unwrap(), out.last().unwrap());
+    let first = out.at_hours(1.0).unwrap();
+    let last = out.last().unwrap();
     assert!(last.audio_h >= 3.9, "only {:.2} h fed", last.audio_h);
-    // Keeping every span grew RSS by ~20 MB per hour of audio; what is left
-    // (allocator and engine buffers settling as turns come) is a few MB.
+    let after: Vec<_> = out
+        .samples
+        .iter()
+        .filter(|s| s.audio_h >= first.audio_h)
+        .collect();
+    // A leak grows with the audio, a little in every reading; keeping every
+    // span grew RSS by ~20 MB per hour of audio. What is left is a one-time
+    // step or two (an engine buffer touched for the first time when some
+    // turn first needs it: 49 MB once, at 1.3 h, on a loaded machine, flat
+    // for the 3 h after). So the steady rate is the median of the readings'
+    // rates, which a step does not move, and the steps together are bounded.
+    let mut rates: Vec<f64> = after
+        .windows(2)
+        .filter(|w| w[1].audio_h > w[0].audio_h)
+        .map(|w| (w[1].rss_kb as f64 - w[0].rss_kb as f64) / 1024.0 / (w[1].audio_h - w[0].audio_h))
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    assert!(rates.len() >= 5, "too few readings: {:?}", out.samples);
+    let median_mb_per_h = rates[rates.len() / 2];
     let growth_mb = (last.rss_kb as f64 - first.rss_kb as f64) / 1024.0;
     assert!(
-        growth_mb < 16.0,
-        "RSS grew {growth_mb:.1} MB from {:.1} h to {:.1} h of audio: {:?}",
+        median_mb_per_h < 4.0 && growth_mb < 80.0,
+        "RSS grew at {median_mb_per_h:.1} MB per hour of audio, {growth_mb:.1} MB in all, from {:.1} h to {:.1} h: {:?}",
         first.audio_h,
         last.audio_h,
         out.samples
