@@ -10,7 +10,7 @@ use voxline_core::SpanKind;
 use crate::pipeline::RunResult;
 use crate::BadInput;
 
-pub use crate::report::{timeline_svg, to_csv};
+pub use crate::report::{timeline_svg, to_csv, to_markdown};
 
 #[derive(Serialize)]
 struct TraceEvent<'a> {

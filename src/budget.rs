@@ -7,6 +7,9 @@
 //! p95 = 4000
 //! [stt_ms]                # any of: response_latency_ms, endpoint_delay_ms,
 //! p95 = 1500              # stt_ms, llm_ttft_ms — each with p50/p90/p95/p99
+//! [terms.llm_queue]       # any latency term the pipeline declares: endpoint,
+//! p95 = 300               # stt_queue, stt, llm_queue, llm_first_token,
+//!                         # commit_wait, and an added stage's (ms)
 //! [min]
 //! llm_decode_tps = 20.0   # median per-turn decode tokens/s
 //! llm_prefill_tps = 100.0 # median per-turn prefill tokens/s
@@ -20,6 +23,10 @@
 use std::path::Path;
 
 use serde::Deserialize;
+
+use std::collections::BTreeMap;
+
+use voxline_core::Topology;
 
 use crate::report::{BudgetCheck, BudgetResult, Report};
 use crate::stats::Percentiles;
@@ -75,6 +82,9 @@ pub struct Budget {
     pub stt_ms: Option<PercentileLimits>,
     /// LLM time to first token.
     pub llm_ttft_ms: Option<PercentileLimits>,
+    /// Limits on the response latency's terms, by the names the topology
+    /// declares ([`Topology::latency_terms`]), in ms.
+    pub terms: Option<BTreeMap<String, PercentileLimits>>,
     /// Lower limits.
     pub min: Option<MinLimits>,
     /// Upper limits.
@@ -116,17 +126,51 @@ impl Budget {
         Ok(b)
     }
 
-    /// Every limit must be a finite number, 0 or more: a negative or NaN
-    /// limit would silently fail (or pass) every run.
-    fn check_ranges(&self) -> Result<(), String> {
-        let mut limits: Vec<(String, f64, &str)> = Vec::new();
-        for (table, lim) in [
+    /// Checks that every `[terms.NAME]` the budget limits is a term of a
+    /// pipeline shaped as `topology` (a misspelt term would never be
+    /// measured, and would fail every run).
+    ///
+    /// # Errors
+    /// [`BadInput`] naming the unknown term and the terms there are.
+    pub fn check_terms(&self, topology: &Topology) -> Result<(), BadInput> {
+        let declared: Vec<String> = topology
+            .latency_terms()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        for name in self.terms.iter().flat_map(BTreeMap::keys) {
+            if !declared.contains(name) {
+                return Err(BadInput(format!(
+                    "the budget limits [terms.{name}], which this pipeline does not have; its latency terms are: {}",
+                    declared.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The percentile tables: the named ones, then the terms'.
+    fn percentile_tables(&self) -> Vec<(String, &PercentileLimits)> {
+        let mut tables: Vec<(String, &PercentileLimits)> = [
             ("response_latency_ms", &self.response_latency_ms),
             ("endpoint_delay_ms", &self.endpoint_delay_ms),
             ("stt_ms", &self.stt_ms),
             ("llm_ttft_ms", &self.llm_ttft_ms),
-        ] {
-            let Some(l) = lim else { continue };
+        ]
+        .into_iter()
+        .filter_map(|(name, l)| Some((name.to_owned(), l.as_ref()?)))
+        .collect();
+        for (name, l) in self.terms.iter().flatten() {
+            tables.push((format!("terms.{name}"), l));
+        }
+        tables
+    }
+
+    /// Every limit must be a finite number, 0 or more: a negative or NaN
+    /// limit would silently fail (or pass) every run.
+    fn check_ranges(&self) -> Result<(), String> {
+        let mut limits: Vec<(String, f64, &str)> = Vec::new();
+        for (table, l) in self.percentile_tables() {
             for (q, v) in [
                 ("p50", l.p50),
                 ("p90", l.p90),
@@ -169,9 +213,8 @@ impl Budget {
         let s = &r.summary;
         let pct = |checks: &mut Vec<BudgetCheck>,
                    name: &str,
-                   lim: &Option<PercentileLimits>,
+                   l: &PercentileLimits,
                    got: Option<Percentiles>| {
-            let Some(l) = lim else { return };
             for (q, limit, v) in [
                 ("p50", l.p50, got.map(|p| p.p50)),
                 ("p90", l.p90, got.map(|p| p.p90)),
@@ -187,20 +230,18 @@ impl Budget {
                 }
             }
         };
-        pct(
-            &mut checks,
-            "response_latency_ms",
-            &self.response_latency_ms,
-            s.response_latency_ms,
-        );
-        pct(
-            &mut checks,
-            "endpoint_delay_ms",
-            &self.endpoint_delay_ms,
-            s.endpoint_delay_ms,
-        );
-        pct(&mut checks, "stt_ms", &self.stt_ms, s.stt_ms);
-        pct(&mut checks, "llm_ttft_ms", &self.llm_ttft_ms, s.llm_ttft_ms);
+        for (table, l) in self.percentile_tables() {
+            let got = match table.as_str() {
+                "response_latency_ms" => s.response_latency_ms,
+                "endpoint_delay_ms" => s.endpoint_delay_ms,
+                "stt_ms" => s.stt_ms,
+                "llm_ttft_ms" => s.llm_ttft_ms,
+                term => term
+                    .strip_prefix("terms.")
+                    .and_then(|name| s.terms_ms.get(name).copied()),
+            };
+            pct(&mut checks, &table, l, got);
+        }
         if let Some(m) = &self.min {
             for (name, limit, v) in [
                 (
@@ -299,6 +340,51 @@ mod tests {
         let none = b.evaluate(&report(&[], 0));
         assert!(!none.passed);
         assert_eq!(none.violations[0].measured, None);
+    }
+
+    #[test]
+    fn a_term_is_limited_by_its_declared_name() {
+        let b = Budget::parse("[terms.llm_queue]\np95 = 100\n[terms.upper]\np50 = 5\n").unwrap();
+        let standard = crate::topology::standard(crate::topology::AudioEdge::Replay, 2);
+        let e = b.check_terms(&standard).unwrap_err().0;
+        assert_eq!(
+            e,
+            "the budget limits [terms.upper], which this pipeline does not have; its latency terms are: endpoint, stt_queue, stt, llm_queue, llm_first_token, commit_wait"
+        );
+        let upper = voxline_core::StageId::new("upper");
+        let with_upper = standard
+            .edge(
+                crate::topology::edge_into(&upper),
+                2,
+                voxline_core::FullPolicy::Block,
+            )
+            .insert_after(
+                &crate::topology::STT,
+                upper.clone(),
+                crate::topology::edge_into(&upper),
+            );
+        b.check_terms(&with_upper).unwrap();
+        let mut r = report(&[900.0], 0);
+        r.summary
+            .terms_ms
+            .insert("llm_queue".into(), Percentiles::of(&[50.0, 150.0]).unwrap());
+        r.summary
+            .terms_ms
+            .insert("upper".into(), Percentiles::of(&[2.0]).unwrap());
+        let got = b.evaluate(&r);
+        let verdicts: Vec<(&str, bool)> = (got.checks.iter())
+            .map(|c| (c.limit.as_str(), c.passed))
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                ("terms.llm_queue.p95 <= 100", false),
+                ("terms.upper.p50 <= 5", true)
+            ]
+        );
+        assert!(Budget::parse("[terms.stt]\np95 = -1")
+            .unwrap_err()
+            .contains("terms.stt.p95 = -1"));
     }
 
     #[test]

@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use voxline_core::{Clock, PipelineEvent, Span, SpanKind, TimedEvent, UtteranceId};
+use voxline_core::{Clock, PipelineEvent, Span, SpanKind, TimedEvent, Topology, UtteranceId};
 
 use crate::pipeline::{Pace, RunResult};
 use crate::report::{
@@ -76,6 +76,7 @@ struct TurnSeries {
     response: Series,
     processing: Series,
     endpoint: Series,
+    terms: BTreeMap<String, Series>,
     stt: Series,
     stt_rtfx: Series,
     ttft: Series,
@@ -88,6 +89,7 @@ struct TurnSeries {
 #[derive(Debug)]
 pub struct Tally {
     clock: Clock,
+    topology: Topology,
     warmup: usize,
     keep: usize,
     open: BTreeMap<UtteranceId, Gathered>,
@@ -111,18 +113,19 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// An empty tally on `clock`; the first `warmup` turns are left out of
-    /// the summary's figures.
+    /// An empty tally on `clock` of a pipeline shaped as `topology`; the
+    /// first `warmup` turns are left out of the summary's figures.
     #[must_use]
-    pub fn new(clock: Clock, warmup: usize) -> Self {
-        Self::keeping(clock, warmup, TURNS_KEPT)
+    pub fn new(clock: Clock, topology: Topology, warmup: usize) -> Self {
+        Self::keeping(clock, topology, warmup, TURNS_KEPT)
     }
 
     /// As [`Tally::new`], keeping the detail of the last `keep` turns.
     #[must_use]
-    pub fn keeping(clock: Clock, warmup: usize, keep: usize) -> Self {
+    pub fn keeping(clock: Clock, topology: Topology, warmup: usize, keep: usize) -> Self {
         Self {
             clock,
+            topology,
             warmup,
             keep,
             open: BTreeMap::new(),
@@ -165,7 +168,8 @@ impl Tally {
             .or_default()
             .entry(s.stage.clone())
             .or_default() += busy;
-        if s.kind == SpanKind::Process && matches!(s.stage.as_str(), "stt" | "llm") {
+        // a turn keeps one merged record per stage, however many spans
+        if s.kind == SpanKind::Process {
             self.open.entry(id).or_default().span(s);
         }
         self.bound_open();
@@ -253,12 +257,13 @@ impl Tally {
             failed,
             pace: Pace::Realtime,
             clock: self.clock,
+            topology: &self.topology,
         };
         let Some((mut t, _)) = turn_report(self.reported_n, id, &g, &cx) else {
             return;
         };
         self.reported_n += 1;
-        finish_turn(&mut t);
+        finish_turn(&mut t, &self.topology);
         self.count(t);
     }
 
@@ -287,11 +292,14 @@ impl Tally {
                     series.record(x);
                 }
             }
+            for (name, ms) in &t.terms_ms {
+                v.terms.entry(name.clone()).or_default().record(*ms);
+            }
             if let Some(w) = t.wer {
                 self.wer.0 += w;
                 self.wer.1 += 1;
             }
-            self.terms.add(&t);
+            self.terms.add(&t, &self.topology);
         }
         self.turns.push_back(t);
         while self.turns.len() > self.keep {
@@ -348,6 +356,9 @@ impl Tally {
             processing_ms: v.processing.percentiles(),
             speculation: self.spec.clone(),
             endpoint_delay_ms: v.endpoint.percentiles(),
+            terms_ms: (v.terms.iter())
+                .filter_map(|(name, series)| Some((name.clone(), series.percentiles()?)))
+                .collect(),
             stt_ms: v.stt.percentiles(),
             stt_rtfx: v.stt_rtfx.percentiles(),
             llm_ttft_ms: v.ttft.percentiles(),

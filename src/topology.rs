@@ -5,7 +5,7 @@
 //! fall-behind warning walk it (a run carries it in
 //! [`RunResult::topology`](crate::pipeline::RunResult)).
 
-use voxline_core::{EdgeId, FullPolicy, StageId, Topology};
+use voxline_core::{EdgeId, FullPolicy, Latency, StageId, Topology};
 
 /// The voice-activity detector: audio in, utterances out.
 pub const VAD: StageId = voxline_audio::VAD_STAGE;
@@ -58,6 +58,10 @@ pub fn standard(audio: AudioEdge, queue_capacity: usize) -> Topology {
         .stage(STT, UTTERANCES, Some(TRANSCRIPTS))
         .stage(LLM, TRANSCRIPTS, Some(RESPONSES))
         .stage(SINK, RESPONSES, None)
+        // the parts of a turn's latency each owns (the STT, like any stage
+        // added between, owns its queue and its service)
+        .latency(&VAD, Latency::Endpoint)
+        .latency(&LLM, Latency::FirstOutput("token"))
 }
 
 /// The edge into a stage added after `after`: `to_<stage>`.

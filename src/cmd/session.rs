@@ -88,6 +88,12 @@ impl Session {
         let (settings, warnings) = engine.settings()?;
         let config = vad.config()?;
         let loaded = budget.map(Budget::load).transpose()?;
+        if let (Some(b), Some(path)) = (&loaded, budget) {
+            // the CLI's pipeline is the standard one
+            let standard = voxline::topology::standard(voxline::topology::AudioEdge::Replay, 1);
+            b.check_terms(&standard)
+                .map_err(|e| voxline::BadInput(format!("{}: {}", path.display(), e.0)))?;
+        }
         Ok(Self {
             settings,
             warnings,

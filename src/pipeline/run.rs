@@ -195,7 +195,7 @@ where
     let tally: Option<SharedTally> = match &source {
         Source::Live(LiveOptions { warmup, .. }) | Source::Pushed(Pushed { warmup, .. }) => {
             Some(std::sync::Arc::new(std::sync::Mutex::new(
-                crate::tally::Tally::new(clock, *warmup),
+                crate::tally::Tally::new(clock, topology.clone(), *warmup),
             )))
         }
         Source::Replay(_) => None,
@@ -342,7 +342,10 @@ where
         );
         if let Some(t) = tally {
             // every thread is joined: nothing else holds the tally now
-            let mut t = std::mem::replace(&mut *lock_tally(&t), crate::tally::Tally::new(clock, 0));
+            let mut t = std::mem::replace(
+                &mut *lock_tally(&t),
+                crate::tally::Tally::new(clock, Default::default(), 0),
+            );
             t.close(run.outcome.failed.as_deref());
             run.tally = Some(t);
         }

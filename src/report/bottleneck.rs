@@ -1,49 +1,34 @@
 //! The bottleneck analysis: the stage that limits throughput (the busiest)
 //! and the term that limits latency (the largest mean of the response
-//! latency's terms), each with one line of numbers.
+//! latency's terms, as the topology declares them), each with one line of
+//! numbers.
+
+use std::collections::BTreeMap;
+
+use voxline_core::Topology;
 
 use super::schema::{Bottleneck, StageReport, TurnReport};
 
-/// The latency terms of a turn, in critical-path order.
-/// For a speculative turn `endpoint` is the time until the attempt was sent
-/// and `commit_wait` the time a ready first token waited for the commit;
-/// the terms add up to the response latency exactly.
-const TERMS: [&str; 6] = [
-    "endpoint",
-    "stt_queue",
-    "stt",
-    "llm_queue",
-    "llm_first_token",
-    "commit_wait",
-];
-
-fn terms(t: &TurnReport) -> Option<[f64; 6]> {
-    Some([
-        t.spec_delay_ms.or(t.endpoint_delay_ms)?,
-        t.stt_queue_ms?,
-        t.stt_ms?,
-        t.llm_queue_ms?,
-        t.llm_first_token_ms?,
-        t.commit_wait_ms.unwrap_or(0.0),
-    ])
-}
-
-/// The latency terms of the counted turns, summed (for their means).
-#[derive(Debug, Clone, Copy, Default)]
+/// The latency terms of the counted turns, summed by name (for their
+/// means); a turn counts when it has every term the topology declares (the
+/// terms then add up to its response latency exactly).
+#[derive(Debug, Clone, Default)]
 pub(crate) struct TermTotals {
-    sums: [f64; 6],
+    sums: BTreeMap<String, f64>,
     n: usize,
 }
 
 impl TermTotals {
     /// Adds a turn's terms, if it has them all.
-    pub(crate) fn add(&mut self, t: &TurnReport) {
-        if let Some(a) = terms(t) {
-            for (s, v) in self.sums.iter_mut().zip(a) {
-                *s += v;
-            }
-            self.n += 1;
+    pub(crate) fn add(&mut self, t: &TurnReport, topology: &Topology) {
+        let terms = topology.latency_terms();
+        if terms.is_empty() || !terms.iter().all(|x| t.terms_ms.contains_key(&x.name)) {
+            return;
         }
+        for x in terms {
+            *self.sums.entry(x.name.clone()).or_default() += t.terms_ms[&x.name];
+        }
+        self.n += 1;
     }
 }
 
@@ -77,15 +62,18 @@ pub(crate) fn bottleneck(
     }
     if all.n > 0 {
         let n = all.n as f64;
-        let means: Vec<f64> = all.sums.iter().map(|s| s / n).collect();
-        let total: f64 = means.iter().sum();
-        for (name, m) in TERMS.iter().zip(&means) {
-            b.latency_terms_ms.insert((*name).to_string(), *m);
-        }
-        if let Some((i, m)) = means.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)) {
-            b.latency = Some(TERMS[i].to_string());
+        // in critical-path order, so a tie goes to the later term
+        let means: Vec<(String, f64)> = topology
+            .latency_terms()
+            .into_iter()
+            .filter_map(|x| Some((x.name.clone(), all.sums.get(&x.name)? / n)))
+            .collect();
+        let total: f64 = means.iter().map(|(_, m)| m).sum();
+        b.latency_terms_ms.extend(means.iter().cloned());
+        if let Some((name, m)) = means.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
+            b.latency = Some(name.clone());
             let share = if total > 0.0 { 100.0 * m / total } else { 0.0 };
-            reasons.push(format!("latency: {} is {share:.0}% of response latency (mean {m:.0} ms of {total:.0} ms over {} turns)", TERMS[i], all.n));
+            reasons.push(format!("latency: {name} is {share:.0}% of response latency (mean {m:.0} ms of {total:.0} ms over {} turns)", all.n));
         }
     }
     b.reason = reasons.join("; ");
@@ -113,16 +101,24 @@ mod tests {
         }
     }
 
-    /// A turn with every latency term.
+    /// A turn with every latency term of the standard pipeline (for a
+    /// speculative one the endpoint term is the time until the attempt was
+    /// sent).
     fn turn(endpoint: f64, spec: Option<f64>, stt: f64, commit_wait: Option<f64>) -> TurnReport {
         TurnReport {
             endpoint_delay_ms: Some(endpoint),
             spec_delay_ms: spec,
-            stt_queue_ms: Some(100.0),
-            stt_ms: Some(stt),
-            llm_queue_ms: Some(10.0),
-            llm_first_token_ms: Some(200.0),
-            commit_wait_ms: commit_wait,
+            terms_ms: [
+                ("endpoint", spec.unwrap_or(endpoint)),
+                ("stt_queue", 100.0),
+                ("stt", stt),
+                ("llm_queue", 10.0),
+                ("llm_first_token", 200.0),
+                ("commit_wait", commit_wait.unwrap_or(0.0)),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
             ..TurnReport::default()
         }
     }
@@ -157,14 +153,13 @@ mod tests {
     fn the_largest_mean_term_limits_latency() {
         let topology = topology::standard(AudioEdge::Replay, 4);
         let mut all = TermTotals::default();
-        all.add(&turn(700.0, None, 500.0, None));
+        all.add(&turn(700.0, None, 500.0, None), &topology);
         // speculative: the endpoint term is the time until the attempt was sent
-        all.add(&turn(700.0, Some(100.0), 400.0, Some(300.0)));
-        // a turn without an answer has no terms and is not counted
-        all.add(&TurnReport {
-            llm_first_token_ms: None,
-            ..turn(50.0, None, 9000.0, None)
-        });
+        all.add(&turn(700.0, Some(100.0), 400.0, Some(300.0)), &topology);
+        // a turn without an answer lacks terms and is not counted
+        let mut unanswered = turn(50.0, None, 9000.0, None);
+        unanswered.terms_ms.remove("llm_first_token");
+        all.add(&unanswered, &topology);
         let b = bottleneck(&[], &all, &topology);
         assert_eq!(b.throughput, None);
         assert_eq!(b.latency.as_deref(), Some("stt"));
@@ -188,13 +183,36 @@ mod tests {
             b.reason,
             "latency: stt is 34% of response latency (mean 450 ms of 1310 ms over 2 turns)"
         );
+        // an added stage's terms are counted like the engines'
+        let upper = voxline_core::StageId::new("upper");
+        let with_upper = topology
+            .clone()
+            .edge(
+                topology::edge_into(&upper),
+                4,
+                voxline_core::FullPolicy::Block,
+            )
+            .insert_after(&topology::STT, upper.clone(), topology::edge_into(&upper));
+        let mut slow = turn(700.0, None, 500.0, None);
+        slow.terms_ms.insert("upper_queue".into(), 0.0);
+        slow.terms_ms.insert("upper".into(), 900.0);
+        let mut totals = TermTotals::default();
+        totals.add(&slow, &with_upper);
+        // a turn without the added stage's terms is not counted
+        totals.add(&turn(700.0, None, 500.0, None), &with_upper);
+        let b = bottleneck(&[], &totals, &with_upper);
+        assert_eq!(b.latency.as_deref(), Some("upper"));
+        assert_eq!(
+            b.reason,
+            "latency: upper is 37% of response latency (mean 900 ms of 2410 ms over 1 turns)"
+        );
     }
 
     #[test]
     fn both_lines_are_joined() {
         let topology = topology::standard(AudioEdge::Replay, 4);
         let mut all = TermTotals::default();
-        all.add(&turn(900.0, None, 100.0, None));
+        all.add(&turn(900.0, None, 100.0, None), &topology);
         let b = bottleneck(&[stage("vad", 0.2, None)], &all, &topology);
         assert_eq!(b.throughput.as_deref(), Some("vad"));
         assert_eq!(b.latency.as_deref(), Some("endpoint"));

@@ -8,20 +8,25 @@
 
 use std::time::Instant;
 
-use voxline_core::{Clock, UtteranceInfo};
+use voxline_core::{Clock, TermPart, Topology, UtteranceInfo};
 
 use super::gather::{ms, Gathered};
 use super::schema::{TurnReport, TurnTimeline};
-use super::simulate::SimJob;
+use super::simulate::{SimJob, SimStep};
 
 /// Fills `t`'s latency terms and timeline from the wall-clock instants of
-/// its events and spans (`u`, closed at `utt_at`); `clock` is the session's.
+/// its events and spans (`u`, sent downstream at `utt_at`); `clock` is the
+/// session's. The terms are read off one chain of instants — the end of
+/// speech, the utterance sent, then each stage on the path taking its input
+/// and sending its first output, then the response shown — so they add up
+/// to the response latency exactly.
 pub(crate) fn on_wall_clock(
     t: &mut TurnReport,
     g: &Gathered,
     u: &UtteranceInfo,
     utt_at: Instant,
     clock: Clock,
+    topology: &Topology,
 ) {
     // The wall time the true end of speech was captured (or due): the
     // VAD's end-of-speech instant, moved by the sidecar's correction.
@@ -38,58 +43,93 @@ pub(crate) fn on_wall_clock(
     t.timeline = TurnTimeline {
         end_of_speech_ms: at(t_end),
         closed_ms: at(closed_at),
-        stt_ms: g.stt_span.map(|(a, b, _)| [at(a), at(b)]),
-        llm_ms: g.llm_span.map(|(a, _, b, _)| [at(a), at(b)]),
-        first_token_ms: g.tokens.first().map(|f| at(*f)),
+        stages: topology
+            .latency_stages()
+            .iter()
+            .filter_map(|s| {
+                let c = g.calls(s.id.as_str())?;
+                Some((s.id.to_string(), [at(c.start), at(c.end)]))
+            })
+            .collect(),
+        first_token_ms: None,
     };
     t.endpoint_delay_ms = Some(ms(t_end, closed_at));
     if g.commit.is_some() {
         t.spec_delay_ms = Some(ms(t_end, utt_at));
     }
-    if let Some((st, _, _)) = g.stt_span {
-        t.stt_queue_ms = Some(ms(utt_at, st));
-    }
-    t.stt_ms = g.stt_service();
-    if let (Some((_, tr_at)), Some((st, _, fin, _))) = (&g.transcript, g.llm_span) {
-        t.llm_queue_ms = Some(ms(*tr_at, st));
-        t.llm_ms = Some(ms(st, fin));
-        if let Some(first) = g.tokens.first() {
-            t.llm_ttft_ms = Some(ms(*tr_at, *first));
-            // shown when computed, or at the commit if it was computed earlier
-            let shown = (*first).max(closed_at);
-            t.response_latency_ms = Some(ms(t_end, shown));
-            t.processing_ms = Some(ms(closed_at, shown));
-            if g.commit.is_some() {
-                t.commit_wait_ms = Some(ms(*first, shown));
+    // the chain: each term from the instant the one before it ended
+    let mut last = utt_at;
+    for term in topology.latency_terms() {
+        let calls = g.calls(term.stage.as_str());
+        let value = match term.part {
+            TermPart::Endpoint => Some(ms(t_end, utt_at)),
+            TermPart::Queue => calls.map(|c| ms(last, c.start)),
+            TermPart::Service | TermPart::FirstOutput => calls
+                .and_then(|c| c.first_out.map(|out| (c.start, out)))
+                .map(|(start, out)| {
+                    last = out;
+                    ms(start, out)
+                }),
+            TermPart::CommitWait => {
+                // shown when computed, or at the commit if it was computed earlier
+                let shown = last.max(closed_at);
+                t.timeline.first_token_ms = Some(at(shown));
+                t.response_latency_ms = Some(ms(t_end, shown));
+                t.processing_ms = Some(ms(closed_at, shown));
+                if g.commit.is_some() {
+                    t.commit_wait_ms = Some(ms(last, shown));
+                }
+                Some(ms(last, shown))
             }
-        }
+        };
+        let Some(v) = value else { break };
+        t.terms_ms.insert(term.name, v);
     }
-    t.llm_first_token_ms = g.llm_first_token();
 }
 
 /// Places `t` on the virtual clock (its end of speech and close at their
-/// audio time) and returns the service times the simulator replays for it;
-/// the queue waits and latencies are left to the simulator.
-pub(crate) fn on_virtual_clock(t: &mut TurnReport, g: &Gathered) -> SimJob {
+/// audio time) and returns the service times the simulator replays for it,
+/// one step per stage on the path; the queue waits and latencies are left
+/// to the simulator.
+pub(crate) fn on_virtual_clock(t: &mut TurnReport, g: &Gathered, topology: &Topology) -> SimJob {
     let v_end = Clock::samples_to_ms(t.true_end_sample);
     let v_utt = Clock::samples_to_ms(t.closed_sample);
     t.endpoint_delay_ms = Some(v_utt - v_end);
     t.timeline.end_of_speech_ms = v_end;
     t.timeline.closed_ms = v_utt;
-    let (stt_service, llm_first) = (g.stt_service(), g.llm_first_token());
-    t.llm_first_token_ms = llm_first;
-    if let Some((sent, _, _)) = g.commit {
-        t.spec_delay_ms = Some(Clock::samples_to_ms(sent) - v_end);
+    let ready = g
+        .commit
+        .map_or(v_utt, |(sent, _, _)| Clock::samples_to_ms(sent));
+    if g.commit.is_some() {
+        t.spec_delay_ms = Some(ready - v_end);
     }
+    if let Some(endpoint) = topology
+        .latency_terms()
+        .into_iter()
+        .find(|x| x.part == TermPart::Endpoint)
+    {
+        t.terms_ms.insert(endpoint.name, ready - v_end);
+    }
+    // each stage's busy time and its time to its first output, while the
+    // chain holds (a stage that failed or never ran ends it)
+    let steps = topology
+        .latency_stages()
+        .iter()
+        .map_while(|s| {
+            let c = g.calls(s.id.as_str())?;
+            Some(SimStep {
+                busy: c.busy_ms,
+                to_output: c.first_out.map(|out| ms(c.start, out)),
+                outputs: c.outputs,
+            })
+        })
+        .collect();
     SimJob {
         turn: 0,
-        ready: g
-            .commit
-            .map_or(v_utt, |(sent, _, _)| Clock::samples_to_ms(sent)),
+        ready,
         commit: v_utt,
         speculative: g.commit.is_some(),
-        stt: g.stt_span.map(|(_, _, busy)| (busy, stt_service)),
-        llm: g.llm_span.map(|(_, _, _, busy)| (busy, llm_first)),
+        steps,
     }
 }
 
@@ -99,53 +139,72 @@ mod tests {
 
     use super::*;
     use crate::pipeline::Pace;
+    use crate::report::simulate::SimStep;
     use crate::report::{fixture, turn_report};
 
     fn close(a: Option<f64>, b: f64) -> bool {
         a.is_some_and(|a| (a - b).abs() < 1e-6)
     }
 
-    /// The latency terms add up to the response latency exactly.
-    fn terms_add_up(t: &TurnReport) {
-        let sum = t.spec_delay_ms.or(t.endpoint_delay_ms).unwrap()
-            + t.stt_queue_ms.unwrap()
-            + t.stt_ms.unwrap()
-            + t.llm_queue_ms.unwrap()
-            + t.llm_first_token_ms.unwrap()
-            + t.commit_wait_ms.unwrap_or(0.0);
+    /// The latency terms are those the topology declares, and add up to
+    /// the response latency exactly.
+    fn terms_add_up(t: &TurnReport, run: &crate::pipeline::RunResult) {
+        let names: Vec<String> = run
+            .topology
+            .latency_terms()
+            .into_iter()
+            .map(|x| x.name)
+            .collect();
+        let mut got: Vec<String> = t.terms_ms.keys().cloned().collect();
+        let mut want = names.clone();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want);
+        let sum: f64 = t.terms_ms.values().sum();
         assert!(close(t.response_latency_ms, sum), "{t:?}");
+    }
+
+    /// Turn `n`'s report (utterance `id`), finished.
+    fn report(run: &crate::pipeline::RunResult, n: usize, id: u64) -> TurnReport {
+        let (mut t, _) =
+            turn_report(n, id, &fixture::gathered(run, id), &fixture::context(run)).unwrap();
+        crate::report::finish_turn(&mut t, &run.topology);
+        t
     }
 
     #[test]
     fn on_the_wall_clock_the_terms_are_read_off_the_instants() {
         let run = fixture::run(Pace::Realtime, crate::settings::CpuShare::Split);
-        let cx = fixture::context(&run);
-        let (t, _) = turn_report(0, 1, &fixture::gathered(&run, 1), &cx).unwrap();
+        let t = report(&run, 0, 1);
         // the VAD's end (16 500, at 1031 ms) less the sidecar's 500 samples
         assert!(close(Some(t.timeline.end_of_speech_ms), 999.75));
         assert_eq!(t.timeline.closed_ms, 1700.0);
         assert!(close(t.endpoint_delay_ms, 700.25));
         assert_eq!(t.stt_queue_ms, Some(10.0));
         assert_eq!(t.stt_ms, Some(790.0));
-        assert_eq!(t.llm_queue_ms, Some(10.0));
+        // `upper` took the transcript at once and passed it on 5 ms later
+        assert_eq!(t.terms_ms.get("upper_queue"), Some(&0.0));
+        assert_eq!(t.terms_ms.get("upper"), Some(&5.0));
+        assert_eq!(t.llm_queue_ms, Some(5.0));
         assert_eq!(t.llm_first_token_ms, Some(190.0));
-        assert_eq!(t.llm_ttft_ms, Some(200.0));
+        assert_eq!(t.llm_ttft_ms, Some(195.0));
         assert_eq!(t.llm_ms, Some(490.0));
         assert_eq!(t.processing_ms, Some(1000.0));
         assert!(close(t.response_latency_ms, 1700.25));
         assert_eq!(t.spec_delay_ms, None);
         assert_eq!(t.commit_wait_ms, None);
-        assert_eq!(t.timeline.stt_ms, Some([1710.0, 2500.0]));
-        assert_eq!(t.timeline.llm_ms, Some([2510.0, 3000.0]));
+        assert_eq!(t.terms_ms.get("commit_wait"), Some(&0.0));
+        assert_eq!(t.timeline.stages.get("stt"), Some(&[1710.0, 2500.0]));
+        assert_eq!(t.timeline.stages.get("upper"), Some(&[2500.0, 2505.0]));
+        assert_eq!(t.timeline.stages.get("llm"), Some(&[2510.0, 3000.0]));
         assert_eq!(t.timeline.first_token_ms, Some(2700.0));
-        terms_add_up(&t);
+        terms_add_up(&t, &run);
     }
 
     #[test]
     fn on_the_wall_clock_a_speculative_turn_closes_at_its_commit() {
         let run = fixture::run(Pace::Realtime, crate::settings::CpuShare::Split);
-        let cx = fixture::context(&run);
-        let (t, _) = turn_report(1, 3, &fixture::gathered(&run, 3), &cx).unwrap();
+        let t = report(&run, 1, 3);
         // sent at 3250 ms, committed at 3700 ms; speech ended at 2999.25 ms
         assert_eq!(t.timeline.closed_ms, 3700.0);
         assert!(close(t.endpoint_delay_ms, 700.75));
@@ -155,7 +214,8 @@ mod tests {
         assert_eq!(t.commit_wait_ms, Some(0.0));
         assert_eq!(t.processing_ms, Some(200.0));
         assert!(close(t.response_latency_ms, 900.75));
-        terms_add_up(&t);
+        assert!(close(t.terms_ms.get("endpoint").copied(), 250.75));
+        terms_add_up(&t, &run);
 
         // a first token ready before the commit waits for it
         let mut run = run;
@@ -164,12 +224,12 @@ mod tests {
                 e.at = run.clock.origin() + std::time::Duration::from_millis(4000);
             }
         }
-        let (t, _) =
-            turn_report(1, 3, &fixture::gathered(&run, 3), &fixture::context(&run)).unwrap();
+        let t = report(&run, 1, 3);
         assert_eq!(t.commit_wait_ms, Some(100.0));
+        assert_eq!(t.terms_ms.get("commit_wait"), Some(&100.0));
         assert_eq!(t.processing_ms, Some(0.0));
         assert!(close(t.response_latency_ms, 1000.75));
-        terms_add_up(&t);
+        terms_add_up(&t, &run);
     }
 
     #[test]
@@ -188,11 +248,19 @@ mod tests {
             (job.ready, job.commit, job.speculative),
             (3250.0, 3700.0, true)
         );
-        assert_eq!(job.stt, Some((540.0, Some(540.0))));
-        assert_eq!(job.llm, Some((290.0, Some(90.0))));
-        assert_eq!(t.llm_first_token_ms, Some(90.0));
+        // a step per stage on the path: STT, `upper`, LLM
+        let step = |busy: f64, out: f64| SimStep {
+            busy,
+            to_output: Some(out),
+            outputs: 1,
+        };
+        assert_eq!(
+            job.steps,
+            [step(540.0, 540.0), step(2.0, 2.0), step(290.0, 90.0)]
+        );
+        assert_eq!(t.terms_ms.get("endpoint"), Some(&250.0));
         // the simulator fills the rest
-        assert_eq!(t.stt_queue_ms, None);
+        assert_eq!(t.terms_ms.len(), 1);
         assert_eq!(t.response_latency_ms, None);
 
         let (_, job) = turn_report(0, 1, &fixture::gathered(&run, 1), &cx).unwrap();

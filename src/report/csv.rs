@@ -16,12 +16,21 @@ fn added_stages(r: &Report) -> Vec<&str> {
         .collect()
 }
 
-/// One row per turn; a `<stage>_busy_ms` column for each stage added to
-/// the standard pipeline (its measured busy time on the turn).
+/// One row per turn: a `<term>_ms` column for each term of the response
+/// latency the topology declares (in critical-path order, so they add up to
+/// `response_latency_ms`), the engines' figures, and a `<stage>_busy_ms`
+/// column for each stage added to the standard pipeline (its measured busy
+/// time on the turn).
 #[must_use]
 pub fn to_csv(r: &Report) -> String {
     let added = added_stages(r);
-    let mut s = String::from("id,warmup,file,transcript,expected,wer,response_chars,endpoint_delay_ms,stt_queue_ms,stt_ms,stt_rtfx,stt_tokens,llm_queue_ms,llm_ttft_ms,llm_first_token_ms,llm_prefill_tokens,llm_prefill_tps,llm_generated_tokens,llm_decode_tps,response_latency_ms,error");
+    let terms = r.topology.latency_terms();
+    let mut s =
+        String::from("id,warmup,file,transcript,expected,wer,response_chars,endpoint_delay_ms");
+    for term in &terms {
+        let _ = write!(s, ",{}_ms", term.name);
+    }
+    s.push_str(",stt_rtfx,stt_tokens,llm_ttft_ms,llm_prefill_tokens,llm_prefill_tps,llm_generated_tokens,llm_decode_tps,response_latency_ms,error");
     for stage in &added {
         let _ = write!(s, ",{stage}_busy_ms");
     }
@@ -29,10 +38,11 @@ pub fn to_csv(r: &Report) -> String {
     let f = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.3}"));
     let q =
         |v: Option<&str>| v.map_or(String::new(), |x| format!("\"{}\"", x.replace('"', "\"\"")));
+    let n = |v: Option<u32>| v.map_or(String::new(), |n| n.to_string());
     for t in &r.turns {
         let _ = write!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{}",
             t.id,
             t.warmup,
             q(t.file.as_ref().map(|p| p.display().to_string()).as_deref()),
@@ -41,18 +51,19 @@ pub fn to_csv(r: &Report) -> String {
             f(t.wer),
             t.response.as_ref().map_or(0, String::len),
             f(t.endpoint_delay_ms),
-            f(t.stt_queue_ms),
-            f(t.stt_ms),
+        );
+        for term in &terms {
+            let _ = write!(s, ",{}", f(t.terms_ms.get(&term.name).copied()));
+        }
+        let _ = write!(
+            s,
+            ",{},{},{},{},{},{},{},{},{}",
             f(t.stt_rtfx),
-            t.stt_tokens.map_or(String::new(), |n| n.to_string()),
-            f(t.llm_queue_ms),
+            n(t.stt_tokens),
             f(t.llm_ttft_ms),
-            f(t.llm_first_token_ms),
-            t.llm_prefill_tokens
-                .map_or(String::new(), |n| n.to_string()),
+            n(t.llm_prefill_tokens),
             f(t.llm_prefill_tps),
-            t.llm_generated_tokens
-                .map_or(String::new(), |n| n.to_string()),
+            n(t.llm_generated_tokens),
             f(t.llm_decode_tps),
             f(t.response_latency_ms),
             q(t.error.as_deref()),
@@ -72,7 +83,7 @@ mod tests {
     use crate::topology::{self, AudioEdge};
     use voxline_core::{FullPolicy, StageId};
 
-    const HEADER: &str = "id,warmup,file,transcript,expected,wer,response_chars,endpoint_delay_ms,stt_queue_ms,stt_ms,stt_rtfx,stt_tokens,llm_queue_ms,llm_ttft_ms,llm_first_token_ms,llm_prefill_tokens,llm_prefill_tps,llm_generated_tokens,llm_decode_tps,response_latency_ms,error";
+    const HEADER: &str = "id,warmup,file,transcript,expected,wer,response_chars,endpoint_delay_ms,endpoint_ms,stt_queue_ms,stt_ms,llm_queue_ms,llm_first_token_ms,commit_wait_ms,stt_rtfx,stt_tokens,llm_ttft_ms,llm_prefill_tokens,llm_prefill_tps,llm_generated_tokens,llm_decode_tps,response_latency_ms,error";
 
     fn turn() -> TurnReport {
         TurnReport {
@@ -80,7 +91,7 @@ mod tests {
             file: Some("a b.wav".into()),
             transcript: Some("say \"hi\", then stop".into()),
             response: Some("héllo".into()),
-            stt_ms: Some(540.0),
+            terms_ms: [("stt".to_string(), 540.0)].into(),
             stt_tokens: Some(5),
             llm_decode_tps: Some(20.0),
             ..TurnReport::default()
@@ -101,7 +112,7 @@ mod tests {
         assert_eq!(
             lines.next(),
             Some(
-                "3,false,\"a b.wav\",\"say \"\"hi\"\", then stop\",,,6,,,540.000,,5,,,,,,,20.000,,"
+                "3,false,\"a b.wav\",\"say \"\"hi\"\", then stop\",,,6,,,,540.000,,,,,5,,,,,20.000,,"
             )
         );
         assert_eq!(lines.next(), None);
@@ -129,7 +140,9 @@ mod tests {
         };
         let csv = to_csv(&r);
         let lines: Vec<&str> = csv.lines().collect();
-        assert_eq!(lines[0], format!("{HEADER},upper_busy_ms"));
+        // its terms in their place on the path, its busy time at the end
+        let header = HEADER.replace(",stt_ms,", ",stt_ms,upper_queue_ms,upper_ms,");
+        assert_eq!(lines[0], format!("{header},upper_busy_ms"));
         assert!(lines[1].ends_with(",20.000,,,2.500"), "{}", lines[1]);
         // a turn the stage never saw has an empty cell
         assert!(lines[2].ends_with(",,"), "{}", lines[2]);

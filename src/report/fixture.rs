@@ -334,5 +334,6 @@ pub(crate) fn context(run: &RunResult) -> super::TurnContext<'_> {
         failed: run.outcome.failed.as_deref(),
         pace: run.pace,
         clock: run.clock,
+        topology: &run.topology,
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use voxline_core::{Clock, PipelineEvent, Span, TimedEvent, Transcript, UtteranceInfo};
+use voxline_core::{Clock, PipelineEvent, Span, TimedEvent, Topology, Transcript, UtteranceInfo};
 use voxline_llm::{Token, TurnComplete};
 
 use super::clocks;
@@ -13,7 +13,6 @@ use super::schema::{StageWork, TurnReport};
 use super::simulate::SimJob;
 use crate::pipeline::Pace;
 use crate::stats::Percentiles;
-use crate::topology::{LLM, STT};
 
 /// `a` → `b` in ms, negative when `b` is earlier.
 pub(crate) fn ms(a: Instant, b: Instant) -> f64 {
@@ -37,14 +36,25 @@ pub(crate) struct Gathered {
     done: Option<TurnComplete>,
     /// The first error, as `stage: message`.
     error: Option<String>,
-    /// The STT's call: start, end, busy ms.
-    pub(super) stt_span: Option<(Instant, Instant, f64)>,
-    /// The LLM's call: start, first output, end, busy ms.
-    pub(super) llm_span: Option<(Instant, Instant, Instant, f64)>,
     /// The attempt's commit: (sent at, confirmed at) stream positions, and when.
     pub(super) commit: Option<(u64, u64, Instant)>,
-    /// Every stage's calls for the turn: first start, last end, busy ms.
-    work: BTreeMap<String, (Instant, Instant, f64)>,
+    /// Every stage's calls for the turn, by stage.
+    pub(super) calls: BTreeMap<String, Calls>,
+}
+
+/// One stage's calls for one turn, merged.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Calls {
+    /// The first call's start.
+    pub(super) start: Instant,
+    /// The first output any of them sent.
+    pub(super) first_out: Option<Instant>,
+    /// The last call's end.
+    pub(super) end: Instant,
+    /// Time they computed, ms.
+    pub(super) busy_ms: f64,
+    /// Outputs sent.
+    pub(super) outputs: u32,
 }
 
 impl Gathered {
@@ -77,21 +87,21 @@ impl Gathered {
     pub(crate) fn span(&mut self, s: &Span) {
         // service time: waits for room downstream or for the cores are not work
         let busy = s.busy().as_secs_f64() * 1000.0;
-        let work = self
-            .work
-            .entry(s.stage.clone())
-            .or_insert((s.started, s.finished, 0.0));
-        *work = (work.0.min(s.started), work.1.max(s.finished), work.2 + busy);
-        if s.stage == STT {
-            self.stt_span = Some((s.started, s.finished, busy));
-        } else if s.stage == LLM {
-            self.llm_span = Some((
-                s.started,
-                s.first_emit.unwrap_or(s.finished),
-                s.finished,
-                busy,
-            ));
-        }
+        let c = self.calls.entry(s.stage.clone()).or_insert(Calls {
+            start: s.started,
+            first_out: None,
+            end: s.finished,
+            busy_ms: 0.0,
+            outputs: 0,
+        });
+        c.start = c.start.min(s.started);
+        c.end = c.end.max(s.finished);
+        c.busy_ms += busy;
+        c.outputs += s.emitted;
+        c.first_out = match (c.first_out, s.first_emit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
 
     /// Whether the turn has ended: answered, or failed.
@@ -99,18 +109,9 @@ impl Gathered {
         self.done.is_some() || self.error.is_some()
     }
 
-    /// STT started → transcript, when both were seen.
-    pub(crate) fn stt_service(&self) -> Option<f64> {
-        self.stt_span
-            .zip(self.transcript.as_ref())
-            .map(|((st, _, _), (_, tr_at))| ms(st, *tr_at))
-    }
-
-    /// LLM started → first token, when both were seen.
-    pub(crate) fn llm_first_token(&self) -> Option<f64> {
-        self.llm_span
-            .filter(|_| !self.tokens.is_empty())
-            .map(|(st, _, _, _)| ms(st, self.tokens[0]))
+    /// The calls of `stage` for this turn, if it ran on it.
+    pub(super) fn calls(&self, stage: &str) -> Option<&Calls> {
+        self.calls.get(stage)
     }
 
     /// Whether the utterance itself was seen (a cancelled attempt's never is).
@@ -131,6 +132,8 @@ pub(crate) struct TurnContext<'a> {
     pub pace: Pace,
     /// The session clock.
     pub clock: Clock,
+    /// The pipeline's shape: the latency terms it declares.
+    pub topology: &'a Topology,
 }
 
 /// The report of utterance `id` (turn `n`, from 0), and at fast pace the
@@ -153,13 +156,13 @@ pub(crate) fn turn_report(
         spec_sample: g.commit.map(|(sent, _, _)| sent),
         audio_ms: u.duration_ms(),
         work: g
-            .work
+            .calls
             .iter()
-            .map(|(stage, (a, b, busy))| {
+            .map(|(stage, c)| {
                 let work = StageWork {
-                    start_ms: cx.clock.ms_since_origin(*a),
-                    end_ms: cx.clock.ms_since_origin(*b),
-                    busy_ms: *busy,
+                    start_ms: cx.clock.ms_since_origin(c.start),
+                    end_ms: cx.clock.ms_since_origin(c.end),
+                    busy_ms: c.busy_ms,
                 };
                 (stage.clone(), work)
             })
@@ -228,16 +231,33 @@ pub(crate) fn turn_report(
     // The latency terms, on the wall clock or the virtual one.
     let job = match cx.pace {
         Pace::Realtime | Pace::Live => {
-            clocks::on_wall_clock(&mut t, g, &u, utt_at, cx.clock);
+            clocks::on_wall_clock(&mut t, g, &u, utt_at, cx.clock, cx.topology);
             None
         }
-        Pace::Fast => Some(clocks::on_virtual_clock(&mut t, g)),
+        Pace::Fast => Some(clocks::on_virtual_clock(&mut t, g, cx.topology)),
     };
     Some((t, job))
 }
 
-/// The figures derived from a turn's latencies, once they are final.
-pub(crate) fn finish_turn(t: &mut TurnReport) {
+/// The figures derived from a turn's latencies, once they are final: the
+/// engines' terms under their own names, the rates, and the latencies that
+/// came out negative dropped.
+pub(crate) fn finish_turn(t: &mut TurnReport, topology: &Topology) {
+    use crate::topology::{LLM, STT};
+    use voxline_core::TermPart;
+    let term = |stage: &voxline_core::StageId, part: TermPart| {
+        topology
+            .latency_terms()
+            .into_iter()
+            .find(|x| &x.stage == stage && x.part == part)
+            .and_then(|x| t.terms_ms.get(&x.name).copied())
+    };
+    t.stt_queue_ms = term(&STT, TermPart::Queue);
+    t.stt_ms = term(&STT, TermPart::Service);
+    t.llm_queue_ms = term(&LLM, TermPart::Queue);
+    t.llm_first_token_ms = term(&LLM, TermPart::FirstOutput);
+    t.llm_ttft_ms = t.llm_queue_ms.zip(t.llm_first_token_ms).map(|(q, f)| q + f);
+    t.llm_ms = t.timeline.stages.get(LLM.as_str()).map(|[a, b]| b - a);
     drop_negative_latencies(t);
     if let Some(s) = t.stt_ms.filter(|s| *s > 0.0) {
         t.stt_rtfx = Some(t.audio_ms / s);
@@ -281,6 +301,10 @@ fn drop_negative_latencies(t: &mut TurnReport) {
 mod tests {
     use super::*;
     use crate::report::fixture;
+
+    fn standard() -> Topology {
+        crate::topology::standard(crate::topology::AudioEdge::Replay, 4)
+    }
 
     fn close(a: Option<f64>, b: f64) -> bool {
         a.is_some_and(|a| (a - b).abs() < 1e-6)
@@ -365,23 +389,42 @@ mod tests {
         assert_eq!((upper.start_ms, upper.busy_ms), (2500.0, 8.0));
         assert!((upper.end_ms - 2603.0).abs() < 1e-6, "{upper:?}");
         assert_eq!(t.work.get("stt").map(|w| w.busy_ms), Some(790.0));
-        assert_eq!(g.stt_service(), Some(790.0));
-        assert_eq!(g.llm_first_token(), Some(190.0));
+        // the first output of either call
+        let c = g.calls(fixture::UPPER).unwrap();
+        assert_eq!((c.outputs, c.first_out), (2, Some(fixture::at(o, 2505))));
     }
 
     #[test]
     fn finishing_a_turn_derives_its_rates() {
         let mut t = TurnReport {
             audio_ms: 1000.0,
-            stt_ms: Some(500.0),
+            terms_ms: [
+                ("stt", 500.0),
+                ("llm_queue", 5.0),
+                ("llm_first_token", 200.0),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
             stt_tokens: Some(5),
-            llm_first_token_ms: Some(200.0),
             llm_prefill_tokens: Some(20),
             endpoint_delay_ms: Some(700.0),
             response_latency_ms: Some(1500.0),
             ..TurnReport::default()
         };
-        finish_turn(&mut t);
+        t.timeline.stages.insert("llm".into(), [100.0, 600.0]);
+        finish_turn(&mut t, &standard());
+        // the engines' terms under their own names
+        assert_eq!(
+            (
+                t.stt_queue_ms,
+                t.stt_ms,
+                t.llm_queue_ms,
+                t.llm_first_token_ms
+            ),
+            (None, Some(500.0), Some(5.0), Some(200.0))
+        );
+        assert_eq!((t.llm_ttft_ms, t.llm_ms), (Some(205.0), Some(500.0)));
         assert_eq!(t.stt_rtfx, Some(2.0));
         assert_eq!(t.stt_tps, Some(10.0));
         assert_eq!(t.llm_prefill_tps, Some(100.0));
@@ -396,10 +439,10 @@ mod tests {
             response_latency_ms: Some(400.0),
             true_end_sample: 20_000,
             closed_sample: 19_200,
-            stt_ms: Some(0.0),
+            terms_ms: [("stt".to_string(), 0.0)].into(),
             ..TurnReport::default()
         };
-        finish_turn(&mut t);
+        finish_turn(&mut t, &standard());
         assert_eq!(t.endpoint_delay_ms, None);
         assert_eq!(t.response_latency_ms, None);
         assert_eq!(

@@ -86,6 +86,36 @@ pub fn to_markdown(r: &Report) -> String {
         s,
         "\n\\* p99 of fewer than 100 turns is close to the maximum.\n"
     );
+    // the response latency, term by term, as the topology declares them
+    let terms = r.topology.latency_terms();
+    if terms
+        .iter()
+        .any(|x| r.summary.terms_ms.contains_key(&x.name))
+    {
+        let _ = writeln!(
+            s,
+            "| latency term | stage | mean ms | p50 | p95 | share of the mean |\n|---|---|---|---|---|---|"
+        );
+        let total: f64 = terms
+            .iter()
+            .filter_map(|x| r.summary.terms_ms.get(&x.name).map(|p| p.mean))
+            .sum();
+        for x in &terms {
+            if let Some(p) = r.summary.terms_ms.get(&x.name) {
+                let share = if total > 0.0 {
+                    100.0 * p.mean / total
+                } else {
+                    0.0
+                };
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {:.1} | {:.1} | {:.1} | {share:.0}% |",
+                    x.name, x.stage, p.mean, p.p50, p.p95
+                );
+            }
+        }
+        s.push('\n');
+    }
     let _ = writeln!(s, "| stage | items | busy ms | utilisation | tokens/s | queue wait p95 ms | max queue | dropped |\n|---|---|---|---|---|---|---|---|");
     for st in &r.stages {
         let _ = writeln!(
@@ -102,11 +132,19 @@ pub fn to_markdown(r: &Report) -> String {
             st.dropped
         );
     }
-    let _ = writeln!(s, "\n| turn | transcript | WER | endpoint | stt queue | stt | llm queue | first token | response latency | decode tok/s |\n|---|---|---|---|---|---|---|---|---|---|");
+    let _ = write!(s, "\n| turn | transcript | WER | endpoint delay |");
+    for x in &terms {
+        let _ = write!(s, " {} |", x.name.replace('_', " "));
+    }
+    let _ = writeln!(
+        s,
+        " response latency | decode tok/s |\n|---|---|---|---|{}---|---|",
+        "---|".repeat(terms.len())
+    );
     for t in &r.turns {
-        let _ = writeln!(
+        let _ = write!(
             s,
-            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {}{} | {} | {} | {} |",
             t.id,
             if t.warmup { " (warm-up)" } else { "" },
             t.transcript
@@ -116,10 +154,13 @@ pub fn to_markdown(r: &Report) -> String {
                 .replace('|', "/"),
             f(t.wer),
             f(t.endpoint_delay_ms),
-            f(t.stt_queue_ms),
-            f(t.stt_ms),
-            f(t.llm_queue_ms),
-            f(t.llm_first_token_ms),
+        );
+        for x in &terms {
+            let _ = write!(s, " {} |", f(t.terms_ms.get(&x.name).copied()));
+        }
+        let _ = writeln!(
+            s,
+            " {} | {} |",
             f(t.response_latency_ms),
             f(t.llm_decode_tps)
         );
@@ -172,12 +213,18 @@ mod tests {
             queue_capacity: 4,
             dropped: 0,
         });
+        r.topology = crate::topology::standard(crate::topology::AudioEdge::Replay, 4);
+        s.terms_ms
+            .insert("stt".into(), Percentiles::of(&[300.0, 500.0]).unwrap());
+        s.terms_ms
+            .insert("llm_first_token".into(), Percentiles::of(&[100.0]).unwrap());
         r.turns.push(TurnReport {
             id: 1,
             warmup: true,
             transcript: Some("either | or".into()),
             wer: Some(0.0),
             endpoint_delay_ms: Some(700.0),
+            terms_ms: [("stt".to_string(), 540.0)].into(),
             response_latency_ms: Some(1680.26),
             ..TurnReport::default()
         });
@@ -204,13 +251,32 @@ mod tests {
         assert!(!md.contains("| STT ms |"));
         assert!(lines.contains(&"| stt | 2 | 1234 | 0.290 | 6.5 | – | 1/4 | 0 |"));
         // a '|' in a transcript would split the row; an error stands in for a transcript
+        // the decomposition: the terms measured, in critical-path order
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with("| latency term |"))
+            .unwrap();
+        assert!(
+            lines[at + 2].starts_with("| stt | stt | 400.0 | 300.0 | 50")
+                && lines[at + 2].ends_with(" | 80% |"),
+            "{md}"
+        );
+        assert_eq!(
+            lines[at + 3],
+            "| llm_first_token | llm | 100.0 | 100.0 | 100.0 | 20% |"
+        );
+        assert_eq!(lines[at + 4], "");
+        // a column per term in the turns' table
+        assert!(lines.contains(&"| turn | transcript | WER | endpoint delay | endpoint | stt queue | stt | llm queue | llm first token | commit wait | response latency | decode tok/s |"), "{md}");
         assert!(
             lines.contains(
-                &"| 1 (warm-up) | either / or | 0.0 | 700.0 | – | – | – | – | 1680.3 | – |"
+                &"| 1 (warm-up) | either / or | 0.0 | 700.0 | – | – | 540.0 | – | – | – | 1680.3 | – |"
             ),
             "{md}"
         );
-        assert!(lines.contains(&"| 2 | stt: whisper failed | – | – | – | – | – | – | – | – |"));
+        assert!(
+            lines.contains(&"| 2 | stt: whisper failed | – | – | – | – | – | – | – | – | – | – |")
+        );
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //! Definitions (DESIGN.md §3): endpoint delay = true end of speech →
 //! utterance closed; STT latency = utterance closed → transcript, less
 //! the time queued; LLM TTFT = transcript ready → first token; response
-//! latency = end of speech → first token = endpoint delay + STT queue wait +
-//! STT + LLM queue wait + LLM time to first token (exactly; the report checks).
+//! latency = end of speech → first token = the sum of the terms the
+//! topology declares ([`voxline_core::Topology::latency_terms`]: the
+//! endpoint, each stage's queue wait and service, the LLM's time to its
+//! first token, the commit wait), exactly.
 //!
 //! With `--pace realtime` the terms are read off the wall clock. With
 //! `--pace fast` audio arrives faster than real time, so the terms are
@@ -117,6 +119,7 @@ pub fn build(
         failed: run.outcome.failed.as_deref(),
         pace: run.pace,
         clock,
+        topology: &run.topology,
     };
     // turns counted for the warm-up: cancelled attempts (spans, no utterance) are not turns
     let mut n = 0;
@@ -136,15 +139,15 @@ pub fn build(
         Pace::Realtime | Pace::Live => clock.ms_since_origin(run.outcome.finished),
         Pace::Fast => {
             let cores = SimCores::of(run.cpu_share);
-            audio_ms.max(simulate(&jobs, cores, &mut turns))
+            audio_ms.max(simulate(&jobs, cores, &mut turns, &run.topology))
         }
     };
     for t in &mut turns {
-        finish_turn(t);
+        finish_turn(t, &run.topology);
     }
     let stages = stage_reports(run, &turns, session_ms);
     let stages = if run.pace == Pace::Fast {
-        with_virtual_waits(stages, &turns)
+        with_virtual_waits(stages, &turns, &run.topology)
     } else {
         stages
     };
@@ -164,6 +167,12 @@ pub fn build(
         processing_ms: pick(&|t| t.processing_ms),
         speculation: spec,
         endpoint_delay_ms: pick(&|t| t.endpoint_delay_ms),
+        terms_ms: run
+            .topology
+            .latency_terms()
+            .into_iter()
+            .filter_map(|x| Some((x.name.clone(), pick(&|t| t.terms_ms.get(&x.name).copied())?)))
+            .collect(),
         stt_ms: pick(&|t| t.stt_ms),
         stt_rtfx: pick(&|t| t.stt_rtfx),
         llm_ttft_ms: pick(&|t| t.llm_ttft_ms),
@@ -176,7 +185,7 @@ pub fn build(
     };
     let mut terms = TermTotals::default();
     for t in &counted {
-        terms.add(t);
+        terms.add(t, &run.topology);
     }
     summary.bottleneck = bottleneck(&stages, &terms, &run.topology);
     summary.budget = BudgetResult {
@@ -259,44 +268,66 @@ mod tests {
         assert_eq!(s.wer, Some(0.0));
         assert_eq!(s.engine_threads_peak, 2);
         // the warm-up turn counts in no percentile: one answered turn is left
+        // (on the virtual clock `upper` takes its 2 ms before the LLM)
         assert_eq!(
             s.response_latency_ms.map(|p| (p.n, p.mean)),
-            Some((1, 880.0))
+            Some((1, 882.0))
         );
         assert_eq!(r.cold_start.model_load_ms, 12.5);
-        assert_eq!(r.cold_start.first_turn_response_latency_ms, Some(1680.0));
+        assert_eq!(r.cold_start.first_turn_response_latency_ms, Some(1685.0));
         let names: Vec<&str> = r.stages.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["vad", "stt", "upper", "llm", "sink"]);
         assert_eq!(s.bottleneck.throughput.as_deref(), Some("stt"));
         assert_eq!(s.bottleneck.latency.as_deref(), Some("stt"));
         // the mean terms of the counted turns add up to their mean latency
         let terms: f64 = s.bottleneck.latency_terms_ms.values().sum();
-        assert!((terms - 880.0).abs() < 1e-9, "{terms}");
+        assert!((terms - 882.0).abs() < 1e-9, "{terms}");
+        // the decomposition has every declared term, the added stage's too
+        let declared: Vec<String> = (r.topology.latency_terms().into_iter())
+            .map(|x| x.name)
+            .collect();
+        assert_eq!(declared.len(), 8);
+        for name in &declared {
+            assert!(s.terms_ms.contains_key(name), "{name}");
+            assert!(s.bottleneck.latency_terms_ms.contains_key(name), "{name}");
+        }
+        assert_eq!(s.terms_ms["upper"].mean, 2.0);
         assert!(s.budget.passed && !s.budget.given);
     }
 
     #[test]
     fn at_fast_pace_the_virtual_clock_gives_the_latencies() {
         let r = report(Pace::Fast, CpuShare::Split);
-        // turn 1: speech ended at 1000 ms, closed at 1700, STT 790 ms, first
-        // token 190 ms later; turn 3: sent at 3250, first token at 3880
+        // turn 1: speech ended at 1000 ms, closed at 1700, STT 790 ms,
+        // `upper` 5 ms, first token 190 ms later; turn 3: sent at 3250,
+        // `upper` 2 ms, first token at 3882
         assert_eq!(
             latencies(&r),
-            [(1, Some(1680.0)), (3, Some(880.0)), (4, None)]
+            [(1, Some(1685.0)), (3, Some(882.0)), (4, None)]
         );
         let t3 = &r.turns[1];
-        assert_eq!(t3.timeline.stt_ms, Some([3250.0, 3790.0]));
-        assert_eq!(t3.timeline.first_token_ms, Some(3880.0));
-        assert_eq!(t3.processing_ms, Some(180.0));
+        assert_eq!(
+            t3.timeline.stages.get("stt").copied(),
+            Some([3250.0, 3790.0])
+        );
+        assert_eq!(
+            t3.timeline.stages.get("upper").copied(),
+            Some([3790.0, 3792.0])
+        );
+        assert_eq!(t3.timeline.first_token_ms, Some(3882.0));
+        assert_eq!(t3.processing_ms, Some(182.0));
         // split cores: turn 4's STT starts when it closes, at 4000 ms, while
-        // the LLM still answers turn 3 (until 4080 ms, when the session ends)
+        // the LLM still answers turn 3 (until 4082 ms, when the session ends)
         assert_eq!(r.turns[2].stt_queue_ms, Some(0.0));
-        assert_eq!(r.summary.session_s, 4.08);
+        assert_eq!(r.summary.session_s, 4.082);
         // shared cores: it waits for that answer
         let r = report(Pace::Fast, CpuShare::Shared);
-        assert_eq!(r.turns[2].timeline.stt_ms, Some([4080.0, 4120.0]));
-        assert_eq!(r.turns[2].stt_queue_ms, Some(80.0));
-        assert_eq!(r.summary.session_s, 4.12);
+        assert_eq!(
+            r.turns[2].timeline.stages.get("stt").copied(),
+            Some([4082.0, 4122.0])
+        );
+        assert_eq!(r.turns[2].stt_queue_ms, Some(82.0));
+        assert_eq!(r.summary.session_s, 4.122);
         // the rates are derived once the latencies are final
         assert!((t3.stt_rtfx.unwrap() - 1018.75 / 540.0).abs() < 1e-9);
         assert!((t3.llm_prefill_tps.unwrap() - 20.0 / 0.09).abs() < 1e-9);

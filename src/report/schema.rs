@@ -12,7 +12,7 @@ use voxline_llm::Stop;
 use crate::stats::Percentiles;
 
 /// Version of the report schema.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// One turn: an utterance and what became of it.
 #[derive(Debug, Clone, Serialize, Default)]
@@ -85,6 +85,14 @@ pub struct TurnReport {
     pub llm_ms: Option<f64>,
     /// End of speech → first token.
     pub response_latency_ms: Option<f64>,
+    /// The response latency's terms, by name, as the topology declares them
+    /// ([`voxline_core::Topology::latency_terms`]: `endpoint`, then each
+    /// stage's `<stage>_queue` and `<stage>`, the last stage's
+    /// `<stage>_first_<output>`, `commit_wait`); when the turn has them all,
+    /// they add up to `response_latency_ms` exactly. `stt_queue_ms`, `stt_ms`,
+    /// `llm_queue_ms` and `llm_first_token_ms` are the engines' terms again,
+    /// under the names they had before the terms were declared.
+    pub terms_ms: BTreeMap<String, f64>,
     /// Why generation stopped.
     pub stop: Option<Stop>,
     /// Earlier turns of the conversation the LLM dropped from this turn's
@@ -118,17 +126,16 @@ pub struct StageWork {
 
 /// A turn's moments on the report's clock (ms since the session origin; the
 /// virtual clock at fast pace).
-#[derive(Debug, Clone, Copy, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Default)]
 pub struct TurnTimeline {
     /// True end of speech.
     pub end_of_speech_ms: f64,
     /// Utterance closed by the VAD.
     pub closed_ms: f64,
-    /// STT started / finished.
-    pub stt_ms: Option<[f64; 2]>,
-    /// LLM started / finished.
-    pub llm_ms: Option<[f64; 2]>,
-    /// First token.
+    /// Each stage on the response's path (those that own a queue term):
+    /// started / finished.
+    pub stages: BTreeMap<String, [f64; 2]>,
+    /// First token (the response's first output) shown.
     pub first_token_ms: Option<f64>,
 }
 
@@ -230,6 +237,9 @@ pub struct Summary {
     pub speculation: SpecSummary,
     /// Endpoint delay.
     pub endpoint_delay_ms: Option<Percentiles>,
+    /// The response latency's decomposition: each declared term's
+    /// percentiles (and mean) over the counted turns, by term name.
+    pub terms_ms: BTreeMap<String, Percentiles>,
     /// STT latency.
     pub stt_ms: Option<Percentiles>,
     /// STT real-time factor (audio s / STT s), per turn.
@@ -511,13 +521,7 @@ mod tests {
         );
         assert_eq!(
             keys(&v["turns"][0]["timeline"]),
-            [
-                "closed_ms",
-                "end_of_speech_ms",
-                "first_token_ms",
-                "llm_ms",
-                "stt_ms"
-            ]
+            ["closed_ms", "end_of_speech_ms", "first_token_ms", "stages"]
         );
     }
 }

@@ -7,21 +7,20 @@ use super::schema::{Report, ReportClock};
 use crate::topology::{LLM, STT, VAD};
 
 /// Each turn's bars, one per row of `rows`: `(row, start, end)` in ms on
-/// the report's clock. The STT and the LLM are where the report's clock put
-/// them; a stage added to the pipeline is where it ran on the wall clock, or
-/// on the virtual clock right after the row before it, for its busy time.
+/// the report's clock. A stage on the response's path is where the report's
+/// clock put it; any other is where it ran on the wall clock, or on the
+/// virtual clock right after the row before it, for its busy time.
 fn timeline_bars(r: &Report, rows: &[&str]) -> Vec<(usize, f64, f64)> {
     let mut bars = Vec::new();
     for t in &r.turns {
-        let tl = t.timeline;
+        let tl = &t.timeline;
         let start_speech = tl.end_of_speech_ms - t.audio_ms.min(tl.end_of_speech_ms);
         let mut previous_end = tl.closed_ms;
         for (row, name) in rows.iter().enumerate() {
             let span = match *name {
                 "speech" => Some([start_speech, tl.end_of_speech_ms]),
                 "endpoint" => Some([tl.end_of_speech_ms, tl.closed_ms]),
-                n if n == STT => tl.stt_ms,
-                n if n == LLM => tl.llm_ms,
+                n if tl.stages.contains_key(n) => tl.stages.get(n).copied(),
                 n => t.work.get(n).map(|w| {
                     if r.clock == ReportClock::Wall {
                         [w.start_ms, w.end_ms]
@@ -148,8 +147,8 @@ mod tests {
         };
         t.timeline.end_of_speech_ms = 2000.0;
         t.timeline.closed_ms = 2700.0;
-        t.timeline.stt_ms = Some([2700.0, 3200.0]);
-        t.timeline.llm_ms = Some([3300.0, 3600.0]);
+        t.timeline.stages.insert("stt".into(), [2700.0, 3200.0]);
+        t.timeline.stages.insert("llm".into(), [3300.0, 3600.0]);
         t.work.insert(
             "upper".into(),
             StageWork {

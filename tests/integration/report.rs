@@ -38,7 +38,7 @@ fn report_json_matches_the_golden_schema_and_budgets_set_the_exit_code() {
     let pass = dir.path().join("pass.toml");
     std::fs::write(
         &pass,
-        "[response_latency_ms]\np50 = 60000\n[max]\nerrors = 0\ndropped = 0\n",
+        "[response_latency_ms]\np50 = 60000\n[terms.stt]\np95 = 60000\n[max]\nerrors = 0\ndropped = 0\n",
     )
     .unwrap();
     let out = util::voxline_bin()
@@ -83,8 +83,36 @@ fn report_json_matches_the_golden_schema_and_budgets_set_the_exit_code() {
     let extra: Vec<_> = got.difference(&golden).collect();
     assert!(missing.is_empty() && extra.is_empty(), "report schema changed (bump SCHEMA_VERSION if a field changed meaning, then VOXLINE_BLESS=1): missing {missing:?}, new {extra:?}");
     // the fields the issue names are there, with values
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], 3);
     let t = &v["turns"][0];
+    // the decomposition: every declared term, adding up to the response latency
+    let terms = t["terms_ms"].as_object().unwrap();
+    let names: Vec<&str> = terms.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "commit_wait",
+            "endpoint",
+            "llm_first_token",
+            "llm_queue",
+            "stt",
+            "stt_queue"
+        ]
+    );
+    let sum: f64 = terms.values().map(|v| v.as_f64().unwrap()).sum();
+    assert!(
+        (sum - t["response_latency_ms"].as_f64().unwrap()).abs() < 0.01,
+        "{t}"
+    );
+    assert_eq!(terms["stt"], t["stt_ms"]);
+    assert!(v["summary"]["terms_ms"]["llm_first_token"]["p50"].is_number());
+    let checks = v["summary"]["budget"]["checks"].as_array().unwrap();
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["limit"] == "terms.stt.p95 <= 60000"),
+        "{checks:?}"
+    );
     for k in [
         "id",
         "transcript",
@@ -123,6 +151,27 @@ fn report_json_matches_the_golden_schema_and_budgets_set_the_exit_code() {
             assert!(!s[k].is_null(), "stage {k}");
         }
     }
+
+    // a budget on a term the pipeline does not have: one line, exit 2, before any model loads
+    let typo = dir.path().join("typo.toml");
+    std::fs::write(&typo, "[terms.sst]\np95 = 100\n").unwrap();
+    let out = util::voxline_bin()
+        .args([
+            "replay",
+            util::fixture("q_capital.wav").to_str().unwrap(),
+            "--quiet",
+        ])
+        .arg("--budget")
+        .arg(&typo)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("[terms.sst], which this pipeline does not have; its latency terms are: endpoint, stt_queue, stt, llm_queue, llm_first_token, commit_wait"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 
     // an impossible budget: exit 1, the report lists the violation with its measured value
     let fail = dir.path().join("fail.toml");

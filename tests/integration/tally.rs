@@ -28,7 +28,7 @@ fn a_tally_reports_what_the_whole_record_does_and_keeps_only_the_last_turns() {
     assert!(turns >= 4, "{whole:#}");
 
     let tallied = |keep: usize| {
-        let mut tally = Tally::keeping(run.clock, 1, keep);
+        let mut tally = Tally::keeping(run.clock, run.topology.clone(), 1, keep);
         for ev in &run.events {
             tally.event(ev);
         }

@@ -1,5 +1,6 @@
 //! A stage added through the public API, in about 40 lines: its row shows
-//! in the report, the timeline and the CSV with no change to their code.
+//! in the report, the timeline and the CSV, and its terms in the latency
+//! decomposition, with no change to their code.
 
 use voxline_core::{Emitter, Stage, StageError, Transcript};
 use voxline_llm::TurnComplete;
@@ -52,8 +53,56 @@ fn an_added_stage_has_its_row_in_the_report_the_timeline_and_the_csv() {
     let row = &report.stages[2];
     assert_eq!(row.items, heard.len());
     assert!(row.busy_ms > 0.0 && row.queue_capacity > 0, "{row:?}");
+    // its terms, in their place on the path, in every turn, the summary's
+    // decomposition and the bottleneck's means
+    let declared: Vec<String> = (report.topology.latency_terms().into_iter())
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(
+        declared,
+        [
+            "endpoint",
+            "stt_queue",
+            "stt",
+            "upper_queue",
+            "upper",
+            "llm_queue",
+            "llm_first_token",
+            "commit_wait"
+        ]
+    );
+    for t in report.turns.iter().filter(|t| t.response.is_some()) {
+        assert_eq!(t.terms_ms.len(), declared.len(), "{:?}", t.terms_ms);
+        let sum: f64 = t.terms_ms.values().sum();
+        assert!(
+            (sum - t.response_latency_ms.unwrap()).abs() < 0.01,
+            "{:?}",
+            t.terms_ms
+        );
+    }
+    for name in ["upper_queue", "upper"] {
+        assert!(report.summary.terms_ms.contains_key(name), "{name}");
+        assert!(
+            report
+                .summary
+                .bottleneck
+                .latency_terms_ms
+                .contains_key(name),
+            "{name}"
+        );
+    }
     let csv = voxline::bench::to_csv(&report);
-    assert!(csv.lines().next().unwrap().ends_with(",upper_busy_ms"));
+    let header = csv.lines().next().unwrap();
+    assert!(header.ends_with(",upper_busy_ms"), "{header}");
+    assert!(
+        header.contains(",stt_ms,upper_queue_ms,upper_ms,llm_queue_ms,"),
+        "{header}"
+    );
+    let md = voxline::bench::to_markdown(&report);
+    assert!(
+        md.lines().any(|l| l.starts_with("| upper | upper | ")),
+        "{md}"
+    );
     for line in csv.lines().skip(1) {
         let busy: f64 = line.rsplit(',').next().unwrap().parse().unwrap();
         assert!(busy >= 0.0, "{line}");

@@ -100,4 +100,6 @@ pub use stage::{
     drive, on_thread, CancelProbe, Emitter, OnThread, Stage, StageError, StageErrorSource,
     StartError, StartStage,
 };
-pub use topology::{EdgeId, EdgeSpec, StageId, StageSpec, Topology, TopologyError};
+pub use topology::{
+    EdgeId, EdgeSpec, Latency, LatencyTerm, StageId, StageSpec, TermPart, Topology, TopologyError,
+};

@@ -20,6 +20,33 @@
 //! let (_tx, rx) = topology.channel::<Transcript>(&WORDS).unwrap();
 //! assert_eq!(rx.stats().capacity(), 8);
 //! ```
+//!
+//! Each stage also declares which part of a turn's response latency it owns
+//! ([`Latency`]): the endpointer owns the time from the end of speech to the
+//! utterance; every stage after it owns the wait on its input edge and its
+//! service time (input taken → output sent); the stage whose first output is
+//! the response owns the time to that output. [`Topology::latency_terms`]
+//! lists the terms in critical-path order; they add up to the response
+//! latency exactly, and the report's decomposition, its bottleneck, the
+//! virtual-clock simulator, the budget's keys and the CSV all iterate over
+//! them, so a stage added to the topology has its terms in all of them.
+//!
+//! ```
+//! use voxline_core::{EdgeId, FullPolicy, Latency, StageId, Topology};
+//!
+//! let (audio, text, words) = (EdgeId::new("audio"), EdgeId::new("text"), EdgeId::new("words"));
+//! let t = Topology::new()
+//!     .edge(audio.clone(), 8, FullPolicy::Block)
+//!     .edge(text.clone(), 2, FullPolicy::Block)
+//!     .edge(words.clone(), 2, FullPolicy::Block)
+//!     .stage(StageId::new("vad"), audio, Some(text.clone()))
+//!     .stage(StageId::new("llm"), text, Some(words.clone()))
+//!     .stage(StageId::new("sink"), words, None)
+//!     .latency(&StageId::new("vad"), Latency::Endpoint)
+//!     .latency(&StageId::new("llm"), Latency::FirstOutput("token"));
+//! let names: Vec<String> = t.latency_terms().iter().map(|t| t.name.clone()).collect();
+//! assert_eq!(names, ["endpoint", "llm_queue", "llm_first_token", "commit_wait"]);
+//! ```
 
 use std::borrow::Cow;
 use std::fmt;
@@ -117,6 +144,57 @@ pub struct EdgeSpec {
     pub policy: FullPolicy,
 }
 
+/// Which part of a turn's response latency (end of speech → the response's
+/// first output) a stage owns; see the [module documentation](self).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Latency {
+    /// None: the stage is off the response's critical path (a sink, or a
+    /// stage that only watches).
+    Off,
+    /// The endpointer: the end of speech → the utterance sent downstream
+    /// (for a speculative attempt, the attempt sent).
+    Endpoint,
+    /// The wait on its input edge, then its service: input taken → its
+    /// first output sent on.
+    Service,
+    /// The wait on its input edge, then the time to its first output, which
+    /// is the response (named: `"token"` gives the term `<stage>_first_token`).
+    FirstOutput(&'static str),
+}
+
+/// The part of a turn's latency one [`LatencyTerm`] measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TermPart {
+    /// The end of speech → the utterance sent (the [`Latency::Endpoint`] stage).
+    Endpoint,
+    /// The stage's input waiting on its edge: the previous stage's output
+    /// sent → this stage took it.
+    Queue,
+    /// Input taken → the stage's first output sent.
+    Service,
+    /// Input taken → the response's first output.
+    FirstOutput,
+    /// A speculative turn's first output, ready before the commit, held by
+    /// the runtime's commit gate until it (the runtime's term, after the
+    /// last stage's; 0 for a turn that was not speculative).
+    CommitWait,
+}
+
+/// One term of a turn's response latency, as [`Topology::latency_terms`]
+/// lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatencyTerm {
+    /// Its name in reports, budgets and CSV columns: `endpoint`,
+    /// `<stage>_queue`, `<stage>` (service), `<stage>_first_<output>`,
+    /// `commit_wait`.
+    pub name: String,
+    /// The stage that owns it (for [`TermPart::CommitWait`], the stage whose
+    /// output the commit gate held).
+    pub stage: StageId,
+    /// What it measures.
+    pub part: TermPart,
+}
+
 /// One stage of a [`Topology`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StageSpec {
@@ -126,6 +204,10 @@ pub struct StageSpec {
     pub input: EdgeId,
     /// The edge it writes (`None`: a sink).
     pub output: Option<EdgeId>,
+    /// The part of a turn's latency it owns (declared with
+    /// [`Topology::latency`]; by default [`Latency::Service`], or
+    /// [`Latency::Off`] for a sink).
+    pub latency: Latency,
 }
 
 impl StageSpec {
@@ -182,13 +264,92 @@ impl Topology {
     /// stages declared so far.
     #[must_use]
     pub fn stage(mut self, id: StageId, input: EdgeId, output: Option<EdgeId>) -> Self {
-        self.stages.push(StageSpec { id, input, output });
+        let latency = if output.is_some() {
+            Latency::Service
+        } else {
+            Latency::Off
+        };
+        self.stages.push(StageSpec {
+            id,
+            input,
+            output,
+            latency,
+        });
         self
+    }
+
+    /// Declares the part of a turn's latency stage `id` owns (a no-op when
+    /// it is not declared).
+    #[must_use]
+    pub fn latency(mut self, id: &StageId, latency: Latency) -> Self {
+        if let Some(s) = self.stages.iter_mut().find(|s| &s.id == id) {
+            s.latency = latency;
+        }
+        self
+    }
+
+    /// The terms of a turn's response latency, in critical-path order: the
+    /// endpoint, then each stage's queue and service up to the stage whose
+    /// first output is the response, then the commit wait. Stages before
+    /// the endpointer or after that one, and those declared
+    /// [`Latency::Off`], own none. Empty when no stage declares
+    /// [`Latency::Endpoint`] followed by one that declares
+    /// [`Latency::FirstOutput`] (the response latency is then not defined).
+    #[must_use]
+    pub fn latency_terms(&self) -> Vec<LatencyTerm> {
+        let mut terms = Vec::new();
+        let term = |name: String, stage: &StageId, part| LatencyTerm {
+            name,
+            stage: stage.clone(),
+            part,
+        };
+        for s in &self.stages {
+            let id = &s.id;
+            match s.latency {
+                Latency::Off => {}
+                Latency::Endpoint => {
+                    terms.clear();
+                    terms.push(term("endpoint".into(), id, TermPart::Endpoint));
+                }
+                // before the endpointer, a stage is not on the turn's path
+                Latency::Service | Latency::FirstOutput(_) if terms.is_empty() => {}
+                Latency::Service => {
+                    terms.push(term(format!("{id}_queue"), id, TermPart::Queue));
+                    terms.push(term(id.to_string(), id, TermPart::Service));
+                }
+                Latency::FirstOutput(what) => {
+                    terms.push(term(format!("{id}_queue"), id, TermPart::Queue));
+                    terms.push(term(
+                        format!("{id}_first_{what}"),
+                        id,
+                        TermPart::FirstOutput,
+                    ));
+                    terms.push(term("commit_wait".into(), id, TermPart::CommitWait));
+                    return terms;
+                }
+            }
+        }
+        Vec::new()
+    }
+
+    /// The stages that own a queue term (their service or first output is
+    /// on the response's critical path), in flow order.
+    #[must_use]
+    pub fn latency_stages(&self) -> Vec<&StageSpec> {
+        let terms = self.latency_terms();
+        self.stages
+            .iter()
+            .filter(|s| {
+                terms
+                    .iter()
+                    .any(|t| t.stage == s.id && t.part == TermPart::Queue)
+            })
+            .collect()
     }
 
     /// Inserts stage `id` right after stage `after`, on the edge `after`
     /// writes: `after` now writes `output` instead, which `id` reads, and
-    /// `id` writes what `after` wrote. Declare `output` with
+    /// `id` writes what `after` wrote; it owns [`Latency::Service`]. Declare `output` with
     /// [`Topology::edge`]. A no-op when `after` is not declared or is a sink.
     #[must_use]
     pub fn insert_after(mut self, after: &StageId, id: StageId, output: EdgeId) -> Self {
@@ -204,6 +365,7 @@ impl Topology {
                 id,
                 input: output,
                 output: Some(old),
+                latency: Latency::Service,
             },
         );
         self
@@ -350,6 +512,63 @@ mod tests {
             zero.channel::<Transcript>(&A),
             Err(TopologyError::Edge(_))
         ));
+    }
+
+    #[test]
+    fn the_latency_terms_follow_the_declaration_up_to_the_first_output() {
+        const MID: StageId = StageId::new("mid");
+        let mid_in = EdgeId::owned("mid_in".into());
+        let t = line()
+            .latency(&ONE, Latency::Endpoint)
+            .latency(&END, Latency::FirstOutput("token"));
+        let names = |t: &Topology| -> Vec<String> {
+            t.latency_terms().into_iter().map(|t| t.name).collect()
+        };
+        assert_eq!(
+            names(&t),
+            ["endpoint", "end_queue", "end_first_token", "commit_wait"]
+        );
+        // an inserted stage owns its queue and its service
+        let t = t
+            .edge(mid_in.clone(), 2, FullPolicy::Block)
+            .insert_after(&ONE, MID, mid_in);
+        assert_eq!(
+            names(&t),
+            [
+                "endpoint",
+                "mid_queue",
+                "mid",
+                "end_queue",
+                "end_first_token",
+                "commit_wait"
+            ]
+        );
+        let parts: Vec<TermPart> = t.latency_terms().iter().map(|t| t.part).collect();
+        assert_eq!(
+            parts,
+            [
+                TermPart::Endpoint,
+                TermPart::Queue,
+                TermPart::Service,
+                TermPart::Queue,
+                TermPart::FirstOutput,
+                TermPart::CommitWait
+            ]
+        );
+        let on_path: Vec<&str> = t.latency_stages().iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(on_path, ["mid", "end"]);
+        // an undeclared stage is a no-op; a stage off the path owns nothing
+        let off = t
+            .clone()
+            .latency(&MID, Latency::Off)
+            .latency(&StageId::new("x"), Latency::Off);
+        assert_eq!(
+            names(&off),
+            ["endpoint", "end_queue", "end_first_token", "commit_wait"]
+        );
+        // no first output: no response latency to decompose
+        assert!(line().latency_terms().is_empty());
+        assert_eq!(line().stages()[1].latency, Latency::Off, "a sink");
     }
 
     #[test]
