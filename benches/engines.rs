@@ -146,19 +146,10 @@ fn pipeline_vs_raw(c: &mut Criterion) {
     segs.extend(ep.finish());
     let utterance = segs.remove(0).samples;
     let settings = voxline::settings::EngineSettings {
-        whisper_model: s.whisper.clone(),
-        llm_model: s.llm.clone(),
-        threads: s.budget,
-        audio_ctx: voxline_stt::AudioCtx::Default,
-        stt_gpu: false,
-        flash_attn: false,
-        n_gpu_layers: 0,
         max_tokens: 33,
-        n_ctx: 2048,
         system_prompt: "You are a helpful assistant. Answer in detail.".into(),
-        cache_prompt: true,
         memory: false,
-        sampling: voxline_llm::Sampling::default(),
+        ..voxline::settings::EngineSettings::local(s.whisper.clone(), s.llm.clone(), s.budget)
     };
     let mut g = c.benchmark_group("pipeline_vs_raw");
     g.sample_size(10)

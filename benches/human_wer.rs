@@ -53,19 +53,12 @@ fn main() {
         .and_then(|t| t.parse().ok())
         .unwrap_or(8);
     let settings = EngineSettings {
-        whisper_model: util::whisper_model(),
-        llm_model: util::llm_model(),
-        threads: ThreadBudget::split(None, None).unwrap(),
-        audio_ctx: voxline_stt::AudioCtx::Default,
-        stt_gpu: false,
-        flash_attn: false,
-        n_gpu_layers: 0,
         max_tokens,
-        n_ctx: 2048,
-        system_prompt: voxline_llm::DEFAULT_SYSTEM_PROMPT.into(),
-        cache_prompt: true,
-        memory: true,
-        sampling: voxline_llm::Sampling::default(),
+        ..EngineSettings::local(
+            util::whisper_model(),
+            util::llm_model(),
+            ThreadBudget::split(None, None).unwrap(),
+        )
     };
 
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)

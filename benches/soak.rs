@@ -39,19 +39,12 @@ fn main() {
         .collect();
     files.sort();
     let settings = voxline::settings::EngineSettings {
-        whisper_model: util::whisper_model(),
-        llm_model: util::llm_model(),
-        threads: voxline::settings::ThreadBudget::split(None, None).unwrap(),
-        audio_ctx: voxline_stt::AudioCtx::Default,
-        stt_gpu: false,
-        flash_attn: false,
-        n_gpu_layers: 0,
         max_tokens: 32,
-        n_ctx: 2048,
-        system_prompt: voxline_llm::DEFAULT_SYSTEM_PROMPT.into(),
-        cache_prompt: true,
-        memory: true,
-        sampling: voxline_llm::Sampling::default(),
+        ..voxline::settings::EngineSettings::local(
+            util::whisper_model(),
+            util::llm_model(),
+            voxline::settings::ThreadBudget::split(None, None).unwrap(),
+        )
     };
     let start = Instant::now();
     let rss0 = rss_mb();

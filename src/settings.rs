@@ -222,31 +222,98 @@ impl ThreadBudget {
     }
 }
 
-/// Everything the engines need.
+/// The speech-to-text engine, and its own settings.
 #[derive(Debug, Clone)]
-pub struct EngineSettings {
-    /// whisper.cpp ggml model.
-    pub whisper_model: PathBuf,
-    /// GGUF language model.
-    pub llm_model: PathBuf,
-    /// Thread budget.
-    pub threads: ThreadBudget,
-    /// whisper encoder window.
+#[non_exhaustive]
+pub enum SttBackend {
+    /// whisper.cpp in this process, on the pipeline's threads.
+    Whisper(WhisperSettings),
+}
+
+/// whisper.cpp's settings.
+#[derive(Debug, Clone)]
+pub struct WhisperSettings {
+    /// The ggml model file.
+    pub model: PathBuf,
+    /// The encoder window.
     pub audio_ctx: AudioCtx,
-    /// Offload whisper to the GPU.
-    pub stt_gpu: bool,
-    /// whisper's flash attention.
+    /// Offload to the GPU.
+    pub gpu: bool,
+    /// Flash attention.
     pub flash_attn: bool,
-    /// LLM layers offloaded to the GPU.
+}
+
+/// The language model's engine, and its own settings.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum LlmBackend {
+    /// llama.cpp in this process, on the pipeline's threads.
+    Llama(LlamaSettings),
+}
+
+/// llama.cpp's settings.
+#[derive(Debug, Clone)]
+pub struct LlamaSettings {
+    /// The GGUF model file.
+    pub model: PathBuf,
+    /// Layers offloaded to the GPU.
     pub n_gpu_layers: u32,
-    /// Most tokens per answer.
-    pub max_tokens: u32,
-    /// LLM context size.
+    /// Context size, tokens.
     pub n_ctx: u32,
-    /// System prompt.
-    pub system_prompt: String,
     /// Reuse the cached system prompt and history KV across turns.
     pub cache_prompt: bool,
+}
+
+impl SttBackend {
+    /// Its name in the report.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Whisper(_) => "whisper",
+        }
+    }
+
+    /// The model file it reads.
+    #[must_use]
+    pub fn model(&self) -> &std::path::Path {
+        match self {
+            Self::Whisper(w) => &w.model,
+        }
+    }
+}
+
+impl LlmBackend {
+    /// Its name in the report.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Llama(_) => "llama",
+        }
+    }
+
+    /// The model file it reads.
+    #[must_use]
+    pub fn model(&self) -> &std::path::Path {
+        match self {
+            Self::Llama(l) => &l.model,
+        }
+    }
+}
+
+/// Everything the engines need: which backend each stage runs, with its
+/// own settings, and what any backend of a kind takes.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Speech to text.
+    pub stt: SttBackend,
+    /// The language model.
+    pub llm: LlmBackend,
+    /// Thread budget.
+    pub threads: ThreadBudget,
+    /// Most tokens per answer.
+    pub max_tokens: u32,
+    /// System prompt.
+    pub system_prompt: String,
     /// Remember earlier turns.
     pub memory: bool,
     /// Sampling.
@@ -254,26 +321,86 @@ pub struct EngineSettings {
 }
 
 impl EngineSettings {
+    /// whisper.cpp with `whisper_model` and llama.cpp with `llm_model`, in
+    /// this process on `threads`, with the command line's defaults: the
+    /// full encoder window, no GPU, a 2048-token context with the prompt
+    /// cached, the default system prompt, memory on, greedy sampling and at
+    /// most 64 tokens per answer.
+    #[must_use]
+    pub fn local(whisper_model: PathBuf, llm_model: PathBuf, threads: ThreadBudget) -> Self {
+        Self {
+            stt: SttBackend::Whisper(WhisperSettings {
+                model: whisper_model,
+                audio_ctx: AudioCtx::Default,
+                gpu: false,
+                flash_attn: false,
+            }),
+            llm: LlmBackend::Llama(LlamaSettings {
+                model: llm_model,
+                n_gpu_layers: 0,
+                n_ctx: 2048,
+                cache_prompt: true,
+            }),
+            threads,
+            max_tokens: 64,
+            system_prompt: voxline_llm::DEFAULT_SYSTEM_PROMPT.into(),
+            memory: true,
+            sampling: Sampling::default(),
+        }
+    }
+
+    /// whisper's settings (the speech-to-text backend).
+    #[must_use]
+    pub fn whisper(&self) -> &WhisperSettings {
+        match &self.stt {
+            SttBackend::Whisper(w) => w,
+        }
+    }
+
+    /// whisper's settings, to change.
+    pub fn whisper_mut(&mut self) -> &mut WhisperSettings {
+        match &mut self.stt {
+            SttBackend::Whisper(w) => w,
+        }
+    }
+
+    /// llama.cpp's settings (the language model's backend).
+    #[must_use]
+    pub fn llama(&self) -> &LlamaSettings {
+        match &self.llm {
+            LlmBackend::Llama(l) => l,
+        }
+    }
+
+    /// llama.cpp's settings, to change.
+    pub fn llama_mut(&mut self) -> &mut LlamaSettings {
+        match &mut self.llm {
+            LlmBackend::Llama(l) => l,
+        }
+    }
+
     /// The whisper engine's configuration.
     #[must_use]
     pub fn stt_config(&self) -> SttConfig {
-        let mut c = SttConfig::new(&self.whisper_model, self.threads.stt);
-        c.audio_ctx = self.audio_ctx;
-        c.use_gpu = self.stt_gpu;
-        c.flash_attn = self.flash_attn;
+        let w = self.whisper();
+        let mut c = SttConfig::new(&w.model, self.threads.stt);
+        c.audio_ctx = w.audio_ctx;
+        c.use_gpu = w.gpu;
+        c.flash_attn = w.flash_attn;
         c
     }
 
     /// The LLM engine's configuration.
     #[must_use]
     pub fn llm_config(&self) -> LlmConfig {
-        let mut c = LlmConfig::new(&self.llm_model, self.threads.llm);
+        let l = self.llama();
+        let mut c = LlmConfig::new(&l.model, self.threads.llm);
         c.decode_threads = self.threads.llm_decode;
-        c.n_gpu_layers = self.n_gpu_layers;
+        c.n_gpu_layers = l.n_gpu_layers;
         c.max_tokens = self.max_tokens;
-        c.n_ctx = self.n_ctx;
+        c.n_ctx = l.n_ctx;
         c.system_prompt.clone_from(&self.system_prompt);
-        c.cache_prompt = self.cache_prompt;
+        c.cache_prompt = l.cache_prompt;
         c.memory = self.memory;
         c.sampling = self.sampling.clone();
         c

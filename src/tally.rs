@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use voxline_core::{Clock, PipelineEvent, Span, SpanKind, TimedEvent, Topology, UtteranceId};
 
-use crate::pipeline::{Pace, RunResult};
+use crate::pipeline::{Observer, Pace, RunResult};
 use crate::report::{
     self, finish_turn, turn_report, ColdStart, Gathered, Report, RunConfig, SpecSummary,
     StageTotals, Summary, TermTotals, TokenTotals, TurnContext, TurnReport,
@@ -118,6 +118,13 @@ impl Tally {
     #[must_use]
     pub fn new(clock: Clock, topology: Topology, warmup: usize) -> Self {
         Self::keeping(clock, topology, warmup, TURNS_KEPT)
+    }
+
+    /// A tally for a live session about to run: the run gives it its clock
+    /// and topology when it starts ([`Observer::start`]).
+    #[must_use]
+    pub fn for_session(warmup: usize) -> Self {
+        Self::new(Clock::start(), Topology::new(), warmup)
     }
 
     /// As [`Tally::new`], keeping the detail of the last `keep` turns.
@@ -396,5 +403,20 @@ impl Tally {
             r.summary.budget = b.evaluate(&r);
         }
         r
+    }
+}
+
+impl Observer for Tally {
+    fn start(&mut self, clock: Clock, topology: &Topology) {
+        self.clock = clock;
+        self.topology = topology.clone();
+    }
+
+    fn span(&mut self, span: &Span) {
+        Tally::span(self, span);
+    }
+
+    fn event(&mut self, event: &TimedEvent) {
+        Tally::event(self, event);
     }
 }

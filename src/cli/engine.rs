@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use voxline::settings::{CpuShare, EngineSettings, ThreadBudget};
+use voxline::settings::{
+    CpuShare, EngineSettings, LlamaSettings, LlmBackend, SttBackend, ThreadBudget, WhisperSettings,
+};
 use voxline::BadInput;
 use voxline_models::fetch;
 use voxline_models::location;
@@ -233,17 +235,21 @@ impl EngineArgs {
             )));
         }
         let settings = EngineSettings {
-            whisper_model,
-            llm_model,
+            stt: SttBackend::Whisper(WhisperSettings {
+                model: whisper_model,
+                audio_ctx,
+                gpu: self.stt_gpu,
+                flash_attn: self.flash_attn,
+            }),
+            llm: LlmBackend::Llama(LlamaSettings {
+                model: llm_model,
+                n_gpu_layers: self.n_gpu_layers,
+                n_ctx: self.n_ctx,
+                cache_prompt: !self.no_prompt_cache,
+            }),
             threads,
-            audio_ctx,
-            stt_gpu: self.stt_gpu,
-            flash_attn: self.flash_attn,
-            n_gpu_layers: self.n_gpu_layers,
             max_tokens: self.max_tokens,
-            n_ctx: self.n_ctx,
             system_prompt: self.system_prompt.clone(),
-            cache_prompt: !self.no_prompt_cache,
             memory: !self.no_memory,
             sampling: voxline_llm::Sampling {
                 temperature: self.temperature,

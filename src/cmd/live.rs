@@ -138,7 +138,6 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         // ~1 minute of 10 ms device blocks: a stalled VAD thread must not lose speech
         audio_queue_frames: 6000,
         capture_buffer_ms: args.capture_buffer_ms,
-        warmup: args.out.warmup,
     });
     let Some(ran) = session.run(Run {
         source,

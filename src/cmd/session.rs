@@ -6,6 +6,7 @@
 //! own checks, its source and what it makes of the report.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Context as _;
@@ -15,6 +16,7 @@ use voxline::output::{self, Output};
 use voxline::pipeline::{self, EventHook, Pace, RunOptions, RunResult, Source};
 use voxline::report::{self, Report, RunConfig};
 use voxline::settings::EngineSettings;
+use voxline::tally::Tally;
 use voxline::BadInput;
 use voxline_audio::VadConfig;
 use voxline_core::ShutdownHandle;
@@ -147,6 +149,9 @@ impl Session {
             return Ok(None);
         }
         let board = voxline_core::SpecBoard::new();
+        // a live session's report is tallied as it goes (nothing is kept)
+        let tally = matches!(run.source, Source::Live(_) | Source::Pushed(_))
+            .then(|| Arc::new(Mutex::new(Tally::for_session(run.warmup))));
         let opts = RunOptions {
             pace: run.pace,
             vad: self.vad,
@@ -156,6 +161,7 @@ impl Session {
             cpu_share: self.settings.threads.share,
             speculation: self.endpointing.speculation().map(|ms| (board.clone(), ms)),
             cancel_on_stop: run.cancel_on_stop,
+            observer: tally.clone().map(|t| t as pipeline::SharedObserver),
             ..RunOptions::default()
         };
         let (stt, llm) = engine_stages(stt, llm, &run.fault, &self.settings.threads);
@@ -167,12 +173,16 @@ impl Session {
         let result = pipeline::run_source(run.source, stt, llm, &opts, Some(shutdown))?;
         let mut config = RunConfig::from_settings(&self.settings, pace, run.files, run.warmup);
         self.endpointing.record(&mut config);
-        let report = report::build(
-            &result,
-            config,
-            model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0,
-            self.budget.as_ref(),
-        );
+        let load_ms = model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0;
+        let report = match tally {
+            Some(t) => {
+                // every thread is joined: nothing else holds it now
+                let mut t = t.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                t.close(result.outcome.failed.as_deref());
+                t.report(&result, config, load_ms, self.budget.as_ref())
+            }
+            None => report::build(&result, config, load_ms, self.budget.as_ref()),
+        };
         Ok(Some(Ran { result, report }))
     }
 }
@@ -238,8 +248,8 @@ fn plan_outputs(
         .filter_map(|(f, p)| p.map(|p| (*f, p)))
         .collect();
     let mut inputs: Vec<PathBuf> = recordings.to_vec();
-    inputs.push(settings.whisper_model.clone());
-    inputs.push(settings.llm_model.clone());
+    inputs.push(settings.stt.model().to_path_buf());
+    inputs.push(settings.llm.model().to_path_buf());
     inputs.extend(other_inputs.iter().flatten().map(|p| p.to_path_buf()));
     let mut planned = output::plan(&given, &inputs, recordings)?.into_iter();
     Ok(outputs

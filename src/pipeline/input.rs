@@ -93,8 +93,6 @@ pub enum PushedAudio {
 pub struct Pushed {
     /// Where the audio comes from.
     pub audio: crossbeam_channel::Receiver<PushedAudio>,
-    /// Leading turns left out of the summary's figures.
-    pub warmup: usize,
 }
 
 /// Where a replayed file sits in the pipeline's stream (16 kHz positions).

@@ -20,8 +20,6 @@ pub struct LiveOptions {
     /// The capture period to ask the device for, in ms (`None`: the smallest
     /// it supports from 10 ms up).
     pub capture_buffer_ms: Option<u32>,
-    /// Leading turns left out of the summary's figures.
-    pub warmup: usize,
 }
 
 /// What the live capture did.

@@ -19,5 +19,5 @@ mod sink;
 pub use assembly::{Extras, TranscriptStage};
 pub use input::{open_inputs, Input, InputSpan, Pace, Pushed, PushedAudio, Source};
 pub use live::{LiveOptions, LiveReport};
-pub use options::{EventHook, RunOptions, SpanHook};
+pub use options::{EventHook, Observer, RunOptions, SharedObserver, SpanHook};
 pub use run::{run, run_source, run_source_with, run_with, RunError, RunResult};

@@ -2,7 +2,7 @@
 //! speculation ([`RunOptions`]).
 
 use voxline_audio::VadConfig;
-use voxline_core::{Span, TimedEvent};
+use voxline_core::{Clock, Span, TimedEvent, Topology};
 
 use super::Pace;
 
@@ -11,6 +11,27 @@ pub type EventHook = std::sync::Arc<dyn Fn(&TimedEvent) + Send + Sync>;
 
 /// Called with every span as the runtime records it, from the stage threads.
 pub type SpanHook = std::sync::Arc<dyn Fn(&Span) + Send + Sync>;
+
+/// Where a live or pushed session's spans and events go as they happen.
+/// Such a session may run for weeks, so the run keeps none of them (its
+/// result's `outcome.spans` and `events` stay empty); an observer that
+/// keeps bounded totals (the report's tally) stands in for them.
+pub trait Observer: Send {
+    /// The run is about to start, on `clock`, shaped as `topology`.
+    fn start(&mut self, clock: Clock, topology: &Topology);
+    /// A span, as the runtime records it (from a stage thread).
+    fn span(&mut self, span: &Span);
+    /// An event, as the sinks see it (after the speculation gate).
+    fn event(&mut self, event: &TimedEvent);
+}
+
+/// An [`Observer`] the stage threads and the event thread share.
+pub type SharedObserver = std::sync::Arc<std::sync::Mutex<dyn Observer>>;
+
+/// Locks `o`, whoever panicked holding it.
+pub(crate) fn lock(o: &SharedObserver) -> std::sync::MutexGuard<'_, dyn Observer + 'static> {
+    o.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// How to run.
 #[derive(Clone)]
@@ -29,9 +50,11 @@ pub struct RunOptions {
     pub queue_capacity: usize,
     /// Called with every event.
     pub on_event: Option<EventHook>,
-    /// Called with every span (a live or pushed session's spans are then
-    /// also tallied; a replay's are kept for the report as well).
+    /// Called with every span (a replay's are kept for the report as well).
     pub on_span: Option<SpanHook>,
+    /// A live or pushed session's spans and events (not kept), as they
+    /// happen; ignored for a replay, whose are kept.
+    pub observer: Option<SharedObserver>,
     /// How the two engines share the cores: taking turns on them (one CPU
     /// lease) or each owning a part of them.
     pub cpu_share: crate::settings::CpuShare,
@@ -76,6 +99,7 @@ impl Default for RunOptions {
             queue_capacity: 16,
             on_event: None,
             on_span: None,
+            observer: None,
             cpu_share: crate::settings::CpuShare::Split,
             speculation: None,
             lease: None,

@@ -11,11 +11,9 @@ use voxline_core::{
 use voxline_llm::{LlmOut, TurnComplete};
 
 use super::live::live_source;
-use super::sink::{lock_tally, EventSink, SharedTally};
-use super::{
-    Extras, Input, InputSpan, LiveOptions, LiveReport, Pace, Pushed, PushedAudio, RunOptions,
-    Source,
-};
+use super::options::{lock, Observer, SharedObserver};
+use super::sink::EventSink;
+use super::{Extras, Input, InputSpan, LiveReport, Pace, PushedAudio, RunOptions, Source};
 use crate::topology::{self, AudioEdge};
 use crate::BadInput;
 
@@ -82,10 +80,16 @@ pub struct RunResult {
     pub engine_threads_peak: usize,
     /// The live capture's figures, for a live session.
     pub live: Option<LiveReport>,
-    /// A live session's measurements, taken as they happened (its
-    /// `outcome.spans` and `events` are then empty: a session of weeks
-    /// keeps only bounded totals and the last turns; see [`crate::tally`]).
-    pub tally: Option<crate::tally::Tally>,
+}
+
+/// What a live or pushed session without an observer does with its spans
+/// and events: nothing (they are not kept either).
+struct Discard;
+
+impl Observer for Discard {
+    fn start(&mut self, _: Clock, _: &voxline_core::Topology) {}
+    fn span(&mut self, _: &voxline_core::Span) {}
+    fn event(&mut self, _: &voxline_core::TimedEvent) {}
 }
 
 /// Replays `inputs` through VAD → `stt` → `llm`, returning every event and span.
@@ -191,12 +195,15 @@ where
     let (audio_tx, audio_rx) = topology.channel::<AudioFrame>(&topology::AUDIO)?;
     // drops are counted in 16 kHz frames, like the capture ring's
     let audio_tx = audio_tx.measure_drops(|f| f.samples.len() as u64);
-    // live: spans and events are tallied as they happen, not kept
-    let tally: Option<SharedTally> = match &source {
-        Source::Live(LiveOptions { warmup, .. }) | Source::Pushed(Pushed { warmup, .. }) => {
-            Some(std::sync::Arc::new(std::sync::Mutex::new(
-                crate::tally::Tally::new(clock, topology.clone(), *warmup),
-            )))
+    // live: spans and events go to the observer as they happen, not kept
+    let observer: Option<SharedObserver> = match &source {
+        Source::Live(_) | Source::Pushed(_) => {
+            let o = opts
+                .observer
+                .clone()
+                .unwrap_or_else(|| std::sync::Arc::new(std::sync::Mutex::new(Discard)));
+            lock(&o).start(clock, &topology);
+            Some(o)
         }
         Source::Replay(_) => None,
     };
@@ -224,16 +231,16 @@ where
     };
     let mut sink = EventSink::new(clock, opts.console, opts.events.as_ref())?;
     let mut builder = Pipeline::builder(clock);
-    if let Some(t) = &tally {
-        let spans = t.clone();
+    if let Some(o) = &observer {
+        let spans = o.clone();
         let hook = opts.on_span.clone();
         builder = builder.observe_spans(move |s| {
             if let Some(h) = &hook {
                 h(&s);
             }
-            lock_tally(&spans).span(&s);
+            lock(&spans).span(&s);
         });
-        sink.tally = Some(t.clone());
+        sink.observer = Some(o.clone());
     }
     if let (true, Some(stop)) = (replaying, &shutdown) {
         // Ctrl-C during replay: stop feeding, cancel what is queued, finish what runs.
@@ -326,7 +333,7 @@ where
     if let Some((samples, stopped, report)) = streamed {
         // the end of input (a live capture holds a sender of its own, now gone)
         drop(audio_tx);
-        let mut run = finish_run(
+        let run = finish_run(
             topology,
             p,
             sink_thread,
@@ -340,15 +347,6 @@ where
             samples,
             report,
         );
-        if let Some(t) = tally {
-            // every thread is joined: nothing else holds the tally now
-            let mut t = std::mem::replace(
-                &mut *lock_tally(&t),
-                crate::tally::Tally::new(clock, Default::default(), 0),
-            );
-            t.close(run.outcome.failed.as_deref());
-            run.tally = Some(t);
-        }
         return Ok(run);
     }
     let mut pos: u64 = 0;
@@ -532,6 +530,5 @@ fn finish_run(
         cpu_share: opts.cpu_share,
         engine_threads_peak: opts.meter.peak(),
         live,
-        tally: None,
     }
 }

@@ -1,5 +1,5 @@
 //! The event sink: every event to the console, the event log (JSON lines)
-//! and the run's result, or a live session's tally.
+//! and the run's result, or a live session's observer.
 
 use std::io::Write;
 
@@ -8,13 +8,7 @@ use voxline_llm::{Token, TurnComplete};
 
 use crate::BadInput;
 
-/// A live session's tally, shared by the stage threads (spans) and the
-/// event thread (events).
-pub(super) type SharedTally = std::sync::Arc<std::sync::Mutex<crate::tally::Tally>>;
-
-pub(super) fn lock_tally(t: &SharedTally) -> std::sync::MutexGuard<'_, crate::tally::Tally> {
-    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use super::options::{lock, SharedObserver};
 
 /// Writes events to the console and an optional JSONL output (a regular
 /// file is written under a partial name and moved into place at the end).
@@ -24,8 +18,8 @@ pub(super) struct EventSink {
     file: Option<(crate::output::Output, crate::output::Writer)>,
     /// Every event, for the report (replay: a file ends).
     events: Vec<TimedEvent>,
-    /// Live: events go into the tally instead and are not kept.
-    pub(super) tally: Option<SharedTally>,
+    /// Live: events go to the observer instead and are not kept.
+    pub(super) observer: Option<SharedObserver>,
     write_error: Option<String>,
 }
 
@@ -53,7 +47,7 @@ impl EventSink {
             console: console && !output.is_some_and(crate::output::Output::is_stdout),
             file,
             events: Vec::new(),
-            tally: None,
+            observer: None,
             write_error: None,
         })
     }
@@ -97,8 +91,8 @@ impl EventSink {
                 _ => {}
             }
         }
-        match &self.tally {
-            Some(t) => lock_tally(t).event(&ev),
+        match &self.observer {
+            Some(o) => lock(o).event(&ev),
             None => self.events.push(ev),
         }
     }

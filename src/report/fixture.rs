@@ -301,7 +301,6 @@ pub(crate) fn run(pace: Pace, cpu_share: crate::settings::CpuShare) -> RunResult
         cpu_share,
         engine_threads_peak: 2,
         live: None,
-        tally: None,
     }
 }
 

@@ -66,10 +66,6 @@ pub fn build(
     model_load_ms: f64,
     budget: Option<&crate::budget::Budget>,
 ) -> Report {
-    if let Some(tally) = &run.tally {
-        // a live session: measured as it ran, in bounded memory
-        return tally.report(run, config, model_load_ms, budget);
-    }
     let warmup = config.warmup;
     let clock = run.clock;
     let mut by_id: BTreeMap<u64, Gathered> = BTreeMap::new();

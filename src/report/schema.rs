@@ -295,6 +295,10 @@ pub struct RunConfig {
     pub cache_prompt: bool,
     /// Multi-turn memory.
     pub memory: bool,
+    /// The speech-to-text backend (`whisper`).
+    pub stt_backend: String,
+    /// The language model's backend (`llama`).
+    pub llm_backend: String,
     /// whisper model file name.
     pub whisper_model: String,
     /// LLM file name.
@@ -336,13 +340,15 @@ impl RunConfig {
                 settings.threads.llm,
             ],
             cpu_share: settings.threads.share,
-            audio_ctx: settings.audio_ctx.to_string(),
+            audio_ctx: settings.whisper().audio_ctx.to_string(),
             max_tokens: settings.max_tokens,
-            n_ctx: settings.n_ctx,
-            cache_prompt: settings.cache_prompt,
+            n_ctx: settings.llama().n_ctx,
+            cache_prompt: settings.llama().cache_prompt,
             memory: settings.memory,
-            whisper_model: name(&settings.whisper_model),
-            llm_model: name(&settings.llm_model),
+            stt_backend: settings.stt.name().into(),
+            llm_backend: settings.llm.name().into(),
+            whisper_model: name(settings.stt.model()),
+            llm_model: name(settings.llm.model()),
             inputs,
             warmup,
             // through its shortest decimal form, so 0.7 is written 0.7, not 0.699999988
@@ -431,23 +437,29 @@ pub struct BaselineResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::settings::{EngineSettings, ThreadBudget};
+    use crate::settings::{
+        EngineSettings, LlamaSettings, LlmBackend, SttBackend, ThreadBudget, WhisperSettings,
+    };
 
     #[test]
     fn a_run_config_names_the_models_by_file_and_keeps_the_shortest_temperature() {
         let threads = ThreadBudget::priority(Some(2)).expect("a budget");
         let settings = EngineSettings {
-            whisper_model: PathBuf::from("models/ggml-tiny.en-q8_0.bin"),
-            llm_model: PathBuf::from("downloads/llm/SmolLM2.gguf"),
+            stt: SttBackend::Whisper(WhisperSettings {
+                model: PathBuf::from("models/ggml-tiny.en-q8_0.bin"),
+                audio_ctx: voxline_stt::AudioCtx::Auto { pad: 64 },
+                gpu: false,
+                flash_attn: false,
+            }),
+            llm: LlmBackend::Llama(LlamaSettings {
+                model: PathBuf::from("downloads/llm/SmolLM2.gguf"),
+                n_gpu_layers: 0,
+                n_ctx: 2048,
+                cache_prompt: true,
+            }),
             threads,
-            audio_ctx: voxline_stt::AudioCtx::Auto { pad: 64 },
-            stt_gpu: false,
-            flash_attn: false,
-            n_gpu_layers: 0,
             max_tokens: 48,
-            n_ctx: 2048,
             system_prompt: String::new(),
-            cache_prompt: true,
             memory: false,
             sampling: voxline_llm::Sampling {
                 temperature: 0.7,
@@ -468,6 +480,10 @@ mod tests {
         assert_eq!((c.max_tokens, c.n_ctx), (48, 2048));
         assert!(c.cache_prompt && !c.memory);
         assert_eq!(c.whisper_model, "ggml-tiny.en-q8_0.bin");
+        assert_eq!(
+            (c.stt_backend.as_str(), c.llm_backend.as_str()),
+            ("whisper", "llama")
+        );
         assert_eq!(c.llm_model, "SmolLM2.gguf");
         assert_eq!(c.inputs, [PathBuf::from("a.wav")]);
         assert_eq!(c.warmup, 2);

@@ -291,10 +291,7 @@ impl Hub {
         };
         let extras = (self.stages)();
         let stop = leaving.clone();
-        let source = Source::Pushed(Pushed {
-            audio: audio_rx,
-            warmup: 0,
-        });
+        let source = Source::Pushed(Pushed { audio: audio_rx });
         let thread = std::thread::Builder::new()
             .name(format!("session-{slot}"))
             .spawn(move || {

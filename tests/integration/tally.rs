@@ -39,10 +39,9 @@ fn a_tally_reports_what_the_whole_record_does_and_keeps_only_the_last_turns() {
         assert_eq!(tally.open_turns(), 0);
         // what a live run leaves: no spans, no events, the tally
         let mut live = clone_run(&run);
-        live.tally = Some(tally);
         live.events.clear();
         live.outcome.spans.clear();
-        json(&build(&live, config.clone(), 12.0, None))
+        json(&tally.report(&live, config.clone(), 12.0, None))
     };
     let all = tallied(usize::MAX);
     assert_eq!(all["summary"], whole["summary"]);
@@ -76,7 +75,6 @@ fn clone_run(run: &voxline::pipeline::RunResult) -> voxline::pipeline::RunResult
         cpu_share: run.cpu_share,
         engine_threads_peak: run.engine_threads_peak,
         live: run.live.clone(),
-        tally: None,
         topology: run.topology.clone(),
     }
 }

@@ -119,7 +119,7 @@ fn with_upper() -> voxline::pipeline::Extras {
 
 fn hub_settings() -> (voxline::settings::EngineSettings, voxline_audio::VadConfig) {
     let mut s = util::settings(8);
-    s.n_ctx = 1024;
+    s.llama_mut().n_ctx = 1024;
     s.threads = voxline::settings::ThreadBudget::priority(Some(2)).unwrap();
     let vad = voxline_audio::VadConfig {
         hangover_ms: voxline::settings::DEFAULT_HANGOVER_MS,

@@ -86,19 +86,12 @@ pub fn engine_lock() -> std::sync::MutexGuard<'static, ()> {
 /// Engine settings for tests: the default models, the machine's cores split in two, short answers.
 pub fn settings(max_tokens: u32) -> voxline::settings::EngineSettings {
     voxline::settings::EngineSettings {
-        whisper_model: whisper_model(),
-        llm_model: llm_model(),
-        threads: voxline::settings::ThreadBudget::split(None, None).unwrap(),
-        audio_ctx: voxline_stt::AudioCtx::Default,
-        stt_gpu: false,
-        flash_attn: false,
-        n_gpu_layers: 0,
         max_tokens,
-        n_ctx: 2048,
-        system_prompt: voxline_llm::DEFAULT_SYSTEM_PROMPT.into(),
-        cache_prompt: true,
-        memory: true,
-        sampling: voxline_llm::Sampling::default(),
+        ..voxline::settings::EngineSettings::local(
+            whisper_model(),
+            llm_model(),
+            voxline::settings::ThreadBudget::split(None, None).unwrap(),
+        )
     }
 }
 

@@ -545,7 +545,7 @@ pub(super) fn cases() -> Vec<Case> {
                     br#"{"schema_version": 1, "summary": {}}"#,
                 )
             },
-            expect: vec!["schema1.json", "schema version 1", "writes version 2"],
+            expect: vec!["schema1.json", "schema version 1", "writes version 3"],
             ..Case::ONE_LINE
         },
         Case {
