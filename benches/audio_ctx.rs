@@ -37,7 +37,7 @@ fn main() {
     fixtures.sort();
     let mut clips = Vec::new();
     for f in &fixtures {
-        let Ok(Some(sc)) = voxline::sidecar::Sidecar::load_for(f) else {
+        let Ok(Some(sc)) = voxline_pipeline::sidecar::Sidecar::load_for(f) else {
             continue;
         };
         let mut src = voxline_audio::WavSource::open(f).unwrap();

@@ -21,7 +21,7 @@ struct Setup {
     whisper: std::path::PathBuf,
     llm: std::path::PathBuf,
     audio: Vec<f32>,
-    budget: voxline::settings::ThreadBudget,
+    budget: voxline_pipeline::settings::ThreadBudget,
 }
 
 fn setup() -> Setup {
@@ -32,7 +32,7 @@ fn setup() -> Setup {
         whisper: util::whisper_model(),
         llm: util::llm_model(),
         audio: util::read_16k(&util::fixture("q_capital.wav")),
-        budget: voxline::settings::ThreadBudget::split(total, None).unwrap(),
+        budget: voxline_pipeline::settings::ThreadBudget::split(total, None).unwrap(),
     }
 }
 
@@ -145,11 +145,15 @@ fn pipeline_vs_raw(c: &mut Criterion) {
     let mut segs = ep.push(&s.audio);
     segs.extend(ep.finish());
     let utterance = segs.remove(0).samples;
-    let settings = voxline::settings::EngineSettings {
+    let settings = voxline_pipeline::settings::EngineSettings {
         max_tokens: 33,
         system_prompt: "You are a helpful assistant. Answer in detail.".into(),
         memory: false,
-        ..voxline::settings::EngineSettings::local(s.whisper.clone(), s.llm.clone(), s.budget)
+        ..voxline_pipeline::settings::EngineSettings::local(
+            s.whisper.clone(),
+            s.llm.clone(),
+            s.budget,
+        )
     };
     let mut g = c.benchmark_group("pipeline_vs_raw");
     g.sample_size(10)
@@ -176,9 +180,10 @@ fn pipeline_vs_raw(c: &mut Criterion) {
         let stt = voxline_stt::SttStage::new(SttEngine::load(settings.stt_config()).unwrap());
         let llm =
             voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(settings.llm_config()).unwrap());
-        let inputs = voxline::pipeline::open_inputs(std::slice::from_ref(&file)).unwrap();
-        let run = voxline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();
-        let r = voxline::report::build(&run, voxline::report::RunConfig::default(), 0.0, None);
+        let inputs = voxline_pipeline::pipeline::open_inputs(std::slice::from_ref(&file)).unwrap();
+        let run =
+            voxline_pipeline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();
+        let r = voxline_report::build(&run, voxline_report::RunConfig::default(), 0.0, None);
         let t = &r.turns[0];
         let stt_ms = t.stt_ms.unwrap();
         let decode = Duration::from_secs_f64(32.0 / t.llm_decode_tps.unwrap());

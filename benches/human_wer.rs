@@ -7,7 +7,7 @@
 //!
 //! - **raw**: `SttEngine::transcribe` on the whole clip, as read;
 //! - **pipeline**: the clips replayed one after another (1 s of silence
-//!   between them) through `voxline::pipeline::run` with the real stages and
+//!   between them) through `voxline_pipeline::pipeline::run` with the real stages and
 //!   the command line's defaults (VAD hangover, speculative turn-taking);
 //!   a clip's transcript is every committed utterance cut from it, in order.
 //!
@@ -23,10 +23,10 @@ mod util;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use voxline::pipeline::{Pace, RunOptions};
-use voxline::settings::{EngineSettings, ThreadBudget};
 use voxline_audio::VadConfig;
 use voxline_core::PipelineEvent;
+use voxline_pipeline::pipeline::{Pace, RunOptions};
+use voxline_pipeline::settings::{EngineSettings, ThreadBudget};
 use voxline_stt::{normalise, word_error_rate, SttEngine};
 
 /// One recording and what each side made of it.
@@ -70,7 +70,7 @@ fn main() {
     paths.sort();
     let mut clips: Vec<Clip> = Vec::new();
     for path in paths {
-        let Ok(Some(sc)) = voxline::sidecar::Sidecar::load_for(&path) else {
+        let Ok(Some(sc)) = voxline_pipeline::sidecar::Sidecar::load_for(&path) else {
             continue;
         };
         let (Some(first), Some(last)) = (sc.turns.first(), sc.turns.last()) else {
@@ -112,15 +112,15 @@ fn main() {
     let opts = RunOptions {
         pace: Pace::Fast,
         vad: VadConfig {
-            hangover_ms: voxline::settings::DEFAULT_HANGOVER_MS,
+            hangover_ms: voxline_pipeline::settings::DEFAULT_HANGOVER_MS,
             ..VadConfig::default()
         },
-        speculation: Some((board, voxline::settings::DEFAULT_SPEC_SILENCE_MS)),
+        speculation: Some((board, voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS)),
         ..RunOptions::default()
     };
     let files: Vec<PathBuf> = clips.iter().map(|c| c.path.clone()).collect();
-    let inputs = voxline::pipeline::open_inputs(&files).unwrap();
-    let run = voxline::pipeline::run(inputs, stt, llm, &opts, None).unwrap();
+    let inputs = voxline_pipeline::pipeline::open_inputs(&files).unwrap();
+    let run = voxline_pipeline::pipeline::run(inputs, stt, llm, &opts, None).unwrap();
     assert!(run.outcome.failed.is_none(), "{:?}", run.outcome.failed);
     let cancelled: BTreeSet<u64> = run
         .events

@@ -58,7 +58,7 @@ fn main() {
     );
     for max_utterance_ms in limits {
         let vad = VadConfig {
-            hangover_ms: voxline::settings::DEFAULT_HANGOVER_MS,
+            hangover_ms: voxline_pipeline::settings::DEFAULT_HANGOVER_MS,
             max_utterance_ms,
             ..VadConfig::default()
         };

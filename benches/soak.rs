@@ -38,12 +38,12 @@ fn main() {
         .filter(|p| p.extension().is_some_and(|e| e == "wav"))
         .collect();
     files.sort();
-    let settings = voxline::settings::EngineSettings {
+    let settings = voxline_pipeline::settings::EngineSettings {
         max_tokens: 32,
-        ..voxline::settings::EngineSettings::local(
+        ..voxline_pipeline::settings::EngineSettings::local(
             util::whisper_model(),
             util::llm_model(),
-            voxline::settings::ThreadBudget::split(None, None).unwrap(),
+            voxline_pipeline::settings::ThreadBudget::split(None, None).unwrap(),
         )
     };
     let start = Instant::now();
@@ -56,9 +56,10 @@ fn main() {
         );
         let llm =
             voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(settings.llm_config()).unwrap());
-        let inputs = voxline::pipeline::open_inputs(&files).unwrap();
-        let run = voxline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();
-        let r = voxline::report::build(&run, voxline::report::RunConfig::default(), 0.0, None);
+        let inputs = voxline_pipeline::pipeline::open_inputs(&files).unwrap();
+        let run =
+            voxline_pipeline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();
+        let r = voxline_report::build(&run, voxline_report::RunConfig::default(), 0.0, None);
         let p50 = r.summary.response_latency_ms.map_or(f64::NAN, |p| p.p50);
         let rss = rss_mb();
         println!(

@@ -1,5 +1,6 @@
 //! `voxline`: the command line. Thin: it validates arguments into settings
-//! and calls the library (`voxline::*`, `voxline_models`).
+//! and calls the library crates (`voxline_pipeline`, `voxline_report`, `voxline_serve`,
+//! `voxline_capacity`, `voxline_models`).
 //!
 //! Exit codes: 0 ok; 1 a budget was broken; 2 bad input or usage; 3 runtime failure.
 //!
@@ -9,8 +10,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use voxline::pipeline;
-use voxline::BadInput;
+use voxline_pipeline::pipeline;
+use voxline_pipeline::BadInput;
 
 mod cli;
 mod cmd;

@@ -58,7 +58,7 @@ pub(crate) fn install_signal_handler(handle: ShutdownHandle) {
                 handle.request();
                 let _ = tokio::signal::ctrl_c().await;
             }
-            voxline::output::remove_partials();
+            voxline_pipeline::output::remove_partials();
             let code = 128 + SIGNAL.load(std::sync::atomic::Ordering::Relaxed).max(2);
             // SAFETY: `_exit` ends the process at once. Unlike `exit` it runs no
             // atexit handlers or C++ static destructors, which would tear down

@@ -4,13 +4,13 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use voxline::settings::{
-    CpuShare, EngineSettings, LlamaSettings, LlmBackend, SttBackend, ThreadBudget, WhisperSettings,
-};
-use voxline::BadInput;
 use voxline_models::fetch;
 use voxline_models::location;
 use voxline_models::registry::{self, Role};
+use voxline_pipeline::settings::{
+    CpuShare, EngineSettings, LlamaSettings, LlmBackend, SttBackend, ThreadBudget, WhisperSettings,
+};
+use voxline_pipeline::BadInput;
 
 use crate::cmd::models::fetch_command;
 
@@ -130,7 +130,7 @@ impl EngineArgs {
             self.threads,
             self.stt_threads,
             shared,
-            voxline::settings::available_cores(),
+            voxline_pipeline::settings::available_cores(),
         )?;
         warnings.extend(capped);
         let threads = if self.cpu_share == CpuShare::Priority {

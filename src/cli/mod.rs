@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use voxline::pipeline::Pace;
+use voxline_pipeline::pipeline::Pace;
 
 mod engine;
 mod vad;

@@ -2,9 +2,9 @@
 //! `--spec-silence-ms`, ...) and their validation into a [`VadConfig`].
 
 use clap::Args;
-use voxline::report::RunConfig;
-use voxline::BadInput;
 use voxline_audio::VadConfig;
+use voxline_pipeline::BadInput;
+use voxline_report::RunConfig;
 
 #[derive(Args, Clone)]
 pub(crate) struct VadArgs {
@@ -19,7 +19,7 @@ pub(crate) struct VadArgs {
     #[arg(long, default_value_t = VadConfig::default().min_speech_ms)]
     pub(crate) min_speech_ms: u32,
     /// Silence that ends an utterance, ms.
-    #[arg(long, default_value_t = voxline::settings::DEFAULT_HANGOVER_MS)]
+    #[arg(long, default_value_t = voxline_pipeline::settings::DEFAULT_HANGOVER_MS)]
     pub(crate) hangover_ms: u32,
     /// Audio kept before the detected start, ms.
     #[arg(long, default_value_t = VadConfig::default().pre_roll_ms)]
@@ -30,7 +30,7 @@ pub(crate) struct VadArgs {
     /// Silence after the last confident speech frame (--spec-threshold) after
     /// which a turn is sent to STT and the LLM early (speculatively), ms; the
     /// hangover then commits it, or resumed speech cancels it.
-    #[arg(long, default_value_t = voxline::settings::DEFAULT_SPEC_SILENCE_MS)]
+    #[arg(long, default_value_t = voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS)]
     pub(crate) spec_silence_ms: u32,
     /// Wait for the hangover before any work starts (no speculative turns).
     #[arg(long)]

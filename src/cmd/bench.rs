@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use voxline::pipeline::{self, Source};
-use voxline::report;
-use voxline::BadInput;
+use voxline_pipeline::pipeline::{self, Source};
+use voxline_pipeline::BadInput;
+use voxline_report as report;
 
 use super::session::{finish_report, outcome_of, write_output, Run, Session};
 use crate::cli::BenchArgs;
@@ -22,14 +22,14 @@ pub(crate) fn make_out_dir(out: &Path) -> Result<(), BadInput> {
         BadInput(format!(
             "--out {}: cannot create the output directory ({}); give --out a writable directory",
             out.display(),
-            voxline::io_reason(&e)
+            voxline_pipeline::io_reason(&e)
         ))
     })
 }
 
-/// `bench --sessions`: the capacity of shared engines (see `voxline::capacity`).
+/// `bench --sessions`: the capacity of shared engines (see `voxline_capacity`).
 pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
-    use voxline::capacity;
+    use voxline_capacity as capacity;
     if let Some(bad) = args.sessions.iter().find(|&&n| n == 0 || n > 64) {
         return Err(BadInput(format!(
             "--sessions {bad}: give session counts from 1 to 64, e.g. --sessions 1,2,4,8"
@@ -37,7 +37,7 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
         .into());
     }
     if let Some(url) = &args.via {
-        voxline::serve::client::check_url(url).map_err(BadInput::from_display)?;
+        voxline_serve::client::check_url(url).map_err(BadInput::from_display)?;
     }
     let session = Session::new(&args.engine, &args.vad, args.budget.as_deref())?;
     let files = collect_wavs(&args.fixtures)?;
@@ -92,8 +92,8 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
         )
         .map_err(|e| match e {
             capacity::CapacityError::Remote(
-                voxline::serve::client::ClientError::Url { .. }
-                | voxline::serve::client::ClientError::Connect { .. },
+                voxline_serve::client::ClientError::Url { .. }
+                | voxline_serve::client::ClientError::Connect { .. },
             ) => anyhow::Error::new(BadInput(e.to_string())),
             other => other.into(),
         })?,
@@ -132,7 +132,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         return Err(BadInput("--repeat 0: play the fixtures at least once".into()).into());
     }
     let files = collect_wavs(&args.fixtures)?;
-    let fault = voxline::fault::Fault::from_env()?;
+    let fault = voxline_pipeline::fault::Fault::from_env()?;
     let all: Vec<PathBuf> = (0..args.repeat)
         .flat_map(|_| files.iter().cloned())
         .collect();
@@ -145,7 +145,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     let baseline = args
         .baseline
         .as_deref()
-        .map(|b| voxline::bench::load_baseline(b).map(|v| (b.to_path_buf(), v)))
+        .map(|b| voxline_report::bench::load_baseline(b).map(|v| (b.to_path_buf(), v)))
         .transpose()?;
     make_out_dir(&args.out)?;
     let names = ["report.json", "report.md", "report.csv", "timeline.svg"];
@@ -215,19 +215,20 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     };
     let (result, mut rep) = (ran.result, ran.report);
     if let Some((path, base)) = &baseline {
-        let (metrics, verdict) = voxline::bench::compare_values(&serde_json::to_value(&rep)?, base);
+        let (metrics, verdict) =
+            voxline_report::bench::compare_values(&serde_json::to_value(&rep)?, base);
         rep.baseline = Some(report::BaselineResult {
             path: path.clone(),
             verdict,
             metrics,
         });
     }
-    let svg = voxline::bench::timeline_svg(&rep)
+    let svg = voxline_report::bench::timeline_svg(&rep)
         .map_err(|e| anyhow::anyhow!("drawing the timeline: {e}"))?;
     for (out, bytes) in [
         (&json_out, serde_json::to_vec_pretty(&rep)?),
         (&md_out, report::to_markdown(&rep).into_bytes()),
-        (&csv_out, voxline::bench::to_csv(&rep).into_bytes()),
+        (&csv_out, voxline_report::bench::to_csv(&rep).into_bytes()),
         (&svg_out, svg.into_bytes()),
     ] {
         if let Some(o) = out {
@@ -235,7 +236,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         }
     }
     if let Some(t) = &trace_out {
-        write_output(t, voxline::bench::chrome_trace(&result).as_bytes())?;
+        write_output(t, voxline_report::bench::chrome_trace(&result).as_bytes())?;
     }
     finish_report(&rep, None, false)?;
     if let Some(b) = &rep.baseline {
@@ -263,7 +264,7 @@ pub(crate) fn collect_wavs(items: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> 
                 BadInput(format!(
                     "{}: cannot list the directory ({}); check its permissions",
                     item.display(),
-                    voxline::io_reason(&e)
+                    voxline_pipeline::io_reason(&e)
                 ))
             })?;
             let mut wavs: Vec<PathBuf> = rd

@@ -1,8 +1,8 @@
 //! `voxline live` and `voxline devices`: the microphone.
 
-use voxline::output::Output;
-use voxline::pipeline::{LiveOptions, Pace, Source};
-use voxline::BadInput;
+use voxline_pipeline::output::Output;
+use voxline_pipeline::pipeline::{LiveOptions, Pace, Source};
+use voxline_pipeline::BadInput;
 
 use super::session::{finish_report, outcome_of, Run, Session};
 use crate::cli::{DevicesArgs, LiveArgs};
@@ -104,7 +104,7 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
             })
         })
         .transpose()?;
-    let fault = voxline::fault::Fault::from_env()?;
+    let fault = voxline_pipeline::fault::Fault::from_env()?;
     if args.max_turns == Some(0) {
         return Err(BadInput("--max-turns 0: allow at least one turn".into()).into());
     }

@@ -1,9 +1,9 @@
 //! `voxline models`: install, list and verify the models.
 
-use voxline::BadInput;
 use voxline_models::fetch::{self, FetchEvent, FetchOptions, FileState};
 use voxline_models::location::{self, ModelsDir, ModelsDirSource};
 use voxline_models::registry;
+use voxline_pipeline::BadInput;
 
 use crate::cli::ModelsCommand;
 use crate::Outcome;

@@ -1,7 +1,7 @@
 //! `voxline replay`: recorded audio through the whole pipeline.
 
-use voxline::output::Output;
-use voxline::pipeline::{self, Source};
+use voxline_pipeline::output::Output;
+use voxline_pipeline::pipeline::{self, Source};
 
 use super::session::{finish_report, outcome_of, Run, Session};
 use crate::cli::ReplayArgs;
@@ -20,7 +20,7 @@ pub(crate) fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     )?)
     .map_err(|_| anyhow::anyhow!("internal: two outputs planned"))?;
     let inputs = pipeline::open_inputs(&args.files)?;
-    let fault = voxline::fault::Fault::from_env()?;
+    let fault = voxline_pipeline::fault::Fault::from_env()?;
     let quiet = args.out.quiet;
     let Some(ran) = session.run(Run {
         source: Source::Replay(inputs),

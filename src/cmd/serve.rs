@@ -1,14 +1,14 @@
-//! `voxline serve`: the assistant over WebSocket (see `voxline::serve`).
+//! `voxline serve`: the assistant over WebSocket (see `voxline_serve`).
 
-use voxline::BadInput;
+use voxline_pipeline::BadInput;
 
 use crate::cli::ServeArgs;
 use crate::Outcome;
 
 pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
     use std::time::Duration;
-    use voxline::serve::{self, ServeOptions};
-    use voxline::sessions::Hub;
+    use voxline_pipeline::sessions::Hub;
+    use voxline_serve::{self as serve, ServeOptions};
     let listen: std::net::SocketAddr = args.listen.parse().map_err(|_| {
         BadInput(format!(
             "--listen {}: give an address and port, e.g. 127.0.0.1:8787 or 0.0.0.0:8787",

@@ -10,16 +10,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Context as _;
-use voxline::budget::Budget;
-use voxline::fault::Fault;
-use voxline::output::{self, Output};
-use voxline::pipeline::{self, EventHook, Pace, RunOptions, RunResult, Source};
-use voxline::report::{self, Report, RunConfig};
-use voxline::settings::EngineSettings;
-use voxline::tally::Tally;
-use voxline::BadInput;
 use voxline_audio::VadConfig;
 use voxline_core::ShutdownHandle;
+use voxline_pipeline::fault::Fault;
+use voxline_pipeline::output::{self, Output};
+use voxline_pipeline::pipeline::{self, EventHook, Pace, RunOptions, RunResult, Source};
+use voxline_pipeline::settings::EngineSettings;
+use voxline_pipeline::BadInput;
+use voxline_report::budget::Budget;
+use voxline_report::tally::Tally;
+use voxline_report::{self as report, Report, RunConfig};
 
 use crate::cli::{EngineArgs, VadArgs};
 use crate::signals::install_signal_handler;
@@ -92,9 +92,12 @@ impl Session {
         let loaded = budget.map(Budget::load).transpose()?;
         if let (Some(b), Some(path)) = (&loaded, budget) {
             // the CLI's pipeline is the standard one
-            let standard = voxline::topology::standard(voxline::topology::AudioEdge::Replay, 1);
+            let standard = voxline_pipeline::topology::standard(
+                voxline_pipeline::topology::AudioEdge::Replay,
+                1,
+            );
             b.check_terms(&standard)
-                .map_err(|e| voxline::BadInput(format!("{}: {}", path.display(), e.0)))?;
+                .map_err(|e| voxline_pipeline::BadInput(format!("{}: {}", path.display(), e.0)))?;
         }
         Ok(Self {
             settings,
@@ -208,25 +211,27 @@ fn load_engines(
 fn engine_stages(
     stt: voxline_stt::SttEngine,
     llm: voxline_llm::LlmModel,
-    fault: &Option<voxline::fault::Fault>,
-    threads: &voxline::settings::ThreadBudget,
+    fault: &Option<voxline_pipeline::fault::Fault>,
+    threads: &voxline_pipeline::settings::ThreadBudget,
 ) -> (
-    voxline::fault::Faulty<voxline_stt::SttStage>,
+    voxline_pipeline::fault::Faulty<voxline_stt::SttStage>,
     impl voxline_core::StartStage<
-        Stage = voxline::fault::Faulty<voxline_llm::RunningLlmStage<voxline_llm::LlmEngine>>,
+        Stage = voxline_pipeline::fault::Faulty<
+            voxline_llm::RunningLlmStage<voxline_llm::LlmEngine>,
+        >,
     >,
 ) {
     // in priority mode both engines' threads follow the cores other processes leave free
-    let governor = (threads.share == voxline::settings::CpuShare::Priority)
+    let governor = (threads.share == voxline_pipeline::settings::CpuShare::Priority)
         .then(|| voxline_core::CpuGovernor::new(threads.total, true));
     let stt = voxline_stt::SttStage::new(stt).with_governor(governor.clone());
     let llm = voxline_llm::LlmStage::new(llm).with_governor(governor);
     let llm_fault = fault.clone();
     (
-        voxline::fault::Faulty::new(stt, fault.clone()),
+        voxline_pipeline::fault::Faulty::new(stt, fault.clone()),
         // the engine's context is made on the stage's thread
         voxline_core::on_thread(voxline_llm::STAGE_NAME, move || {
-            Ok(voxline::fault::Faulty::new(
+            Ok(voxline_pipeline::fault::Faulty::new(
                 voxline_core::StartStage::start(llm)?,
                 llm_fault,
             ))

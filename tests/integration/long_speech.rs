@@ -36,7 +36,7 @@ fn a_long_monologue_is_transcribed_as_well_as_its_sentences() {
     let bare = monologue::transcribe_each(&mut engine, &sentences, 0);
     let mut stt = SttStage::new(engine);
     let vad = VadConfig {
-        hangover_ms: voxline::settings::DEFAULT_HANGOVER_MS,
+        hangover_ms: voxline_pipeline::settings::DEFAULT_HANGOVER_MS,
         max_utterance_ms: MAX_UTTERANCE_MS,
         ..VadConfig::default()
     };

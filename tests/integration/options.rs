@@ -48,7 +48,7 @@ fn threads_above_the_cores_are_capped_with_one_warning() {
     let _g = util::engine_lock();
     let tmp = tempfile::tempdir().unwrap();
     let report = tmp.path().join("report.json");
-    let cores = voxline::settings::available_cores();
+    let cores = voxline_pipeline::settings::available_cores();
     let asked = (cores * 8).to_string();
     let (code, _, err) = run(replay(
         &util::fixture("q_capital.wav"),
@@ -148,21 +148,23 @@ fn negative_latencies_never_reach_the_report_or_pass_a_budget() {
     let _g = util::engine_lock();
     let s = util::settings(4);
     let (stt, llm) = util::stages(&s);
-    let mut inputs = voxline::pipeline::open_inputs(&[util::fixture("q_capital.wav")]).unwrap();
+    let mut inputs =
+        voxline_pipeline::pipeline::open_inputs(&[util::fixture("q_capital.wav")]).unwrap();
     let sc = inputs[0].sidecar.as_mut().unwrap();
     sc.turns[0].end_sample = 1_000_000_000_000;
-    let run = voxline::pipeline::run(
+    let run = voxline_pipeline::pipeline::run(
         inputs,
         stt,
         llm,
-        &voxline::pipeline::RunOptions::default(),
+        &voxline_pipeline::pipeline::RunOptions::default(),
         None,
     )
     .unwrap();
-    let budget = voxline::budget::Budget::parse("[response_latency_ms]\np50 = 100\n").unwrap();
-    let rep = voxline::report::build(
+    let budget =
+        voxline_report::budget::Budget::parse("[response_latency_ms]\np50 = 100\n").unwrap();
+    let rep = voxline_report::build(
         &run,
-        voxline::report::RunConfig::default(),
+        voxline_report::RunConfig::default(),
         0.0,
         Some(&budget),
     );

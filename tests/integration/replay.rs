@@ -148,8 +148,8 @@ fn a_slow_llm_loses_nothing_and_queues_stay_bounded() {
         .iter()
         .map(|f| util::fixture(f))
         .collect();
-    let inputs = voxline::pipeline::open_inputs(&files).unwrap();
-    let opts = voxline::pipeline::RunOptions {
+    let inputs = voxline_pipeline::pipeline::open_inputs(&files).unwrap();
+    let opts = voxline_pipeline::pipeline::RunOptions {
         queue_capacity: 1,
         ..Default::default()
     };
@@ -158,7 +158,7 @@ fn a_slow_llm_loses_nothing_and_queues_stay_bounded() {
         let llm = voxline_core::StartStage::start(llm)?;
         Ok(Slow(llm, std::time::Duration::from_millis(3000)))
     });
-    let run = voxline::pipeline::run(inputs, stt, slow_llm, &opts, None).unwrap();
+    let run = voxline_pipeline::pipeline::run(inputs, stt, slow_llm, &opts, None).unwrap();
     assert!(run.outcome.failed.is_none());
     let utterances: Vec<u64> = run
         .events

@@ -307,13 +307,13 @@ fn synthetic(
     first: Duration,
     per_token: Duration,
     tokens: u32,
-) -> voxline::report::Report {
+) -> voxline_report::Report {
     let files: Vec<_> = ["multi_turn.wav", "q_tea.wav"]
         .iter()
         .map(|f| util::fixture(f))
         .collect();
-    let inputs = voxline::pipeline::open_inputs(&files).unwrap();
-    let run = voxline::pipeline::run(
+    let inputs = voxline_pipeline::pipeline::open_inputs(&files).unwrap();
+    let run = voxline_pipeline::pipeline::run(
         inputs,
         FixedStt(stt),
         FixedLlm {
@@ -325,7 +325,7 @@ fn synthetic(
         None,
     )
     .unwrap();
-    voxline::report::build(&run, voxline::report::RunConfig::default(), 0.0, None)
+    voxline_report::build(&run, voxline_report::RunConfig::default(), 0.0, None)
 }
 
 #[test]
@@ -396,9 +396,10 @@ fn history_dropped_to_fit_the_context_is_reported() {
     let mut s = util::settings(32);
     s.llama_mut().n_ctx = 80;
     let (stt, llm) = util::stages(&s);
-    let inputs = voxline::pipeline::open_inputs(&[util::fixture("multi_turn.wav")]).unwrap();
-    let run = voxline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();
-    let r = voxline::report::build(&run, voxline::report::RunConfig::default(), 0.0, None);
+    let inputs =
+        voxline_pipeline::pipeline::open_inputs(&[util::fixture("multi_turn.wav")]).unwrap();
+    let run = voxline_pipeline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();
+    let r = voxline_report::build(&run, voxline_report::RunConfig::default(), 0.0, None);
     assert_eq!(r.turns.len(), 3, "{:?}", r.turns);
     let dropped: Vec<u32> = r
         .turns
@@ -416,7 +417,7 @@ fn history_dropped_to_fit_the_context_is_reported() {
 fn the_llm_stage_rate_is_the_decode_rate_of_its_turns() {
     let _g = util::engine_lock();
     let stage =
-        |r: &voxline::report::Report| r.stages.iter().find(|s| s.name == "llm").cloned().unwrap();
+        |r: &voxline_report::Report| r.stages.iter().find(|s| s.name == "llm").cloned().unwrap();
     // one turn: the stage's tokens/s is that turn's decode tokens/s
     let (_, r) = util::replay(&["q_capital.wav"], 24);
     let t = &r.turns[0];

@@ -6,11 +6,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use voxline::capacity::remote::{get, scrape, Remote};
-use voxline::capacity::{play, Script, TurnSeen};
-use voxline::serve::client::{ClientError, WsClient};
-use voxline::serve::metrics::{parse_exposition, sample};
-use voxline::serve::protocol::{Hello, SampleFormat, ServerEvent};
+use voxline_capacity::remote::{get, scrape, Remote};
+use voxline_capacity::{play, Script, TurnSeen};
+use voxline_serve::client::{ClientError, WsClient};
+use voxline_serve::metrics::{parse_exposition, sample};
+use voxline_serve::protocol::{Hello, SampleFormat, ServerEvent};
 
 use crate::util;
 

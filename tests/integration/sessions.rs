@@ -1,27 +1,27 @@
-//! Many conversations on shared engines (`voxline::sessions`), with the real
+//! Many conversations on shared engines (`voxline_pipeline::sessions`), with the real
 //! models and fixtures.
 
 use std::time::{Duration, Instant};
 
-use voxline::capacity::{play, Conversation, Local, Script};
-use voxline::serve::protocol::ServerEvent;
-use voxline::sessions::{Hub, HubError, Session};
 use voxline_audio::VadConfig;
+use voxline_capacity::{play, Conversation, Local, Script};
+use voxline_pipeline::sessions::{Hub, HubError, Session};
+use voxline_serve::protocol::ServerEvent;
 
 use crate::util;
 
 fn hub(sessions: usize, max_tokens: u32) -> Hub {
     let mut s = util::settings(max_tokens);
     s.llama_mut().n_ctx = 1024;
-    s.threads = voxline::settings::ThreadBudget::priority(Some(2)).unwrap();
+    s.threads = voxline_pipeline::settings::ThreadBudget::priority(Some(2)).unwrap();
     let vad = VadConfig {
-        hangover_ms: voxline::settings::DEFAULT_HANGOVER_MS,
+        hangover_ms: voxline_pipeline::settings::DEFAULT_HANGOVER_MS,
         ..VadConfig::default()
     };
     Hub::start(
         &s,
         vad,
-        Some(voxline::settings::DEFAULT_SPEC_SILENCE_MS),
+        Some(voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS),
         sessions,
     )
     .unwrap()

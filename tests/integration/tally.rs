@@ -1,13 +1,13 @@
 //! A live session's report is tallied as the session runs, in bounded
-//! memory (`voxline::tally`); it must say what a report gathered from the
+//! memory (`voxline_report::tally`); it must say what a report gathered from the
 //! whole record says.
 
 use crate::util;
-use voxline::pipeline::Pace;
-use voxline::report::{build, RunConfig};
-use voxline::tally::Tally;
+use voxline_pipeline::pipeline::Pace;
+use voxline_report::tally::Tally;
+use voxline_report::{build, RunConfig};
 
-fn json(r: &voxline::report::Report) -> serde_json::Value {
+fn json(r: &voxline_report::Report) -> serde_json::Value {
     serde_json::to_value(r).unwrap()
 }
 
@@ -61,8 +61,8 @@ fn a_tally_reports_what_the_whole_record_does_and_keeps_only_the_last_turns() {
 }
 
 /// A copy of the run's plain fields (`RunResult` holds no handles).
-fn clone_run(run: &voxline::pipeline::RunResult) -> voxline::pipeline::RunResult {
-    voxline::pipeline::RunResult {
+fn clone_run(run: &voxline_pipeline::pipeline::RunResult) -> voxline_pipeline::pipeline::RunResult {
+    voxline_pipeline::pipeline::RunResult {
         clock: run.clock,
         pace: run.pace,
         outcome: run.outcome.clone(),

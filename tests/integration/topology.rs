@@ -31,12 +31,14 @@ impl Stage for Upper {
 fn an_added_stage_has_its_row_in_the_report_the_timeline_and_the_csv() {
     let _g = util::engine_lock();
     let (stt, llm) = util::stages(&util::settings(8));
-    let inputs = voxline::pipeline::open_inputs(&[util::fixture("q_capital.wav")]).unwrap();
-    let extras = voxline::pipeline::Extras::default().after_stt(Upper);
+    let inputs =
+        voxline_pipeline::pipeline::open_inputs(&[util::fixture("q_capital.wav")]).unwrap();
+    let extras = voxline_pipeline::pipeline::Extras::default().after_stt(Upper);
     let run =
-        voxline::pipeline::run_with(inputs, stt, llm, extras, &Default::default(), None).unwrap();
+        voxline_pipeline::pipeline::run_with(inputs, stt, llm, extras, &Default::default(), None)
+            .unwrap();
     assert!(run.outcome.failed.is_none(), "{:?}", run.outcome.failed);
-    let report = voxline::report::build(&run, Default::default(), 0.0, None);
+    let report = voxline_report::build(&run, Default::default(), 0.0, None);
     // the LLM answered what the added stage made of the transcript
     let heard: Vec<&str> = (run.events.iter())
         .filter_map(|e| e.event.engine::<TurnComplete>())
@@ -91,14 +93,14 @@ fn an_added_stage_has_its_row_in_the_report_the_timeline_and_the_csv() {
             "{name}"
         );
     }
-    let csv = voxline::bench::to_csv(&report);
+    let csv = voxline_report::bench::to_csv(&report);
     let header = csv.lines().next().unwrap();
     assert!(header.ends_with(",upper_busy_ms"), "{header}");
     assert!(
         header.contains(",stt_ms,upper_queue_ms,upper_ms,llm_queue_ms,"),
         "{header}"
     );
-    let md = voxline::bench::to_markdown(&report);
+    let md = voxline_report::bench::to_markdown(&report);
     assert!(
         md.lines().any(|l| l.starts_with("| upper | upper | ")),
         "{md}"
@@ -107,22 +109,25 @@ fn an_added_stage_has_its_row_in_the_report_the_timeline_and_the_csv() {
         let busy: f64 = line.rsplit(',').next().unwrap().parse().unwrap();
         assert!(busy >= 0.0, "{line}");
     }
-    let svg = voxline::bench::timeline_svg(&report).unwrap();
+    let svg = voxline_report::bench::timeline_svg(&report).unwrap();
     let labelled = svg.lines().any(|l| l.trim() == "upper");
     assert!(labelled, "no timeline row for the added stage");
 }
 
 /// The one line of wiring: the pipeline with the added stage, for every path.
-fn with_upper() -> voxline::pipeline::Extras {
-    voxline::pipeline::Extras::default().after_stt(Upper)
+fn with_upper() -> voxline_pipeline::pipeline::Extras {
+    voxline_pipeline::pipeline::Extras::default().after_stt(Upper)
 }
 
-fn hub_settings() -> (voxline::settings::EngineSettings, voxline_audio::VadConfig) {
+fn hub_settings() -> (
+    voxline_pipeline::settings::EngineSettings,
+    voxline_audio::VadConfig,
+) {
     let mut s = util::settings(8);
     s.llama_mut().n_ctx = 1024;
-    s.threads = voxline::settings::ThreadBudget::priority(Some(2)).unwrap();
+    s.threads = voxline_pipeline::settings::ThreadBudget::priority(Some(2)).unwrap();
     let vad = voxline_audio::VadConfig {
-        hangover_ms: voxline::settings::DEFAULT_HANGOVER_MS,
+        hangover_ms: voxline_pipeline::settings::DEFAULT_HANGOVER_MS,
         ..voxline_audio::VadConfig::default()
     };
     (s, vad)
@@ -131,18 +136,18 @@ fn hub_settings() -> (voxline::settings::EngineSettings, voxline_audio::VadConfi
 #[test]
 fn the_added_stage_runs_in_serve_and_its_client_hears_what_it_made() {
     use std::time::Duration;
-    use voxline::serve::client::WsClient;
-    use voxline::serve::metrics::{parse_exposition, sample};
-    use voxline::serve::protocol::{Hello, ServerEvent};
+    use voxline_serve::client::WsClient;
+    use voxline_serve::metrics::{parse_exposition, sample};
+    use voxline_serve::protocol::{Hello, ServerEvent};
     let _g = util::engine_lock();
     let (s, vad) = hub_settings();
-    let hub = voxline::sessions::Hub::start(&s, vad, None, 1)
+    let hub = voxline_pipeline::sessions::Hub::start(&s, vad, None, 1)
         .unwrap()
         .with_stages(with_upper)
         .unwrap();
     let stop = voxline_core::ShutdownHandle::new();
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let opts = voxline::serve::ServeOptions {
+    let opts = voxline_serve::ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         token: None,
         idle_timeout: Duration::from_secs(30),
@@ -151,7 +156,7 @@ fn the_added_stage_runs_in_serve_and_its_client_hears_what_it_made() {
     };
     let halt = stop.clone();
     let server = std::thread::spawn(move || {
-        voxline::serve::serve_until(hub, opts, |a| addr_tx.send(a).unwrap(), Some(halt))
+        voxline_serve::serve_until(hub, opts, |a| addr_tx.send(a).unwrap(), Some(halt))
     });
     let addr = addr_rx.recv_timeout(Duration::from_secs(60)).unwrap();
     let url = format!("ws://{addr}/ws");
@@ -178,7 +183,7 @@ fn the_added_stage_runs_in_serve_and_its_client_hears_what_it_made() {
         "{heard:?}"
     );
     assert_eq!(&answered, last, "the LLM answered what the stage made");
-    let metrics = voxline::capacity::remote::scrape(&url, None).unwrap();
+    let metrics = voxline_capacity::remote::scrape(&url, None).unwrap();
     let m = parse_exposition(&metrics);
     assert!(
         metrics.contains(r#"voxline_stage_busy_seconds_total{stage="upper"}"#),
@@ -199,14 +204,14 @@ fn the_added_stage_runs_in_bench_sessions_and_has_its_share_of_the_run() {
     let _g = util::engine_lock();
     let (s, vad) = hub_settings();
     let fixtures = vec![util::fixture("multi_turn.wav")];
-    let script = voxline::capacity::Script::load(&fixtures, Duration::from_millis(500)).unwrap();
-    let opts = voxline::capacity::CapacityOptions {
+    let script = voxline_capacity::Script::load(&fixtures, Duration::from_millis(500)).unwrap();
+    let opts = voxline_capacity::CapacityOptions {
         sessions: vec![1],
         stagger: Duration::ZERO,
         think: Duration::from_millis(500),
         spec_silence_ms: None,
     };
-    let report = voxline::capacity::run_with(
+    let report = voxline_capacity::run_with(
         &s,
         &vad,
         &script,

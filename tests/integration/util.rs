@@ -84,20 +84,20 @@ pub fn engine_lock() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Engine settings for tests: the default models, the machine's cores split in two, short answers.
-pub fn settings(max_tokens: u32) -> voxline::settings::EngineSettings {
-    voxline::settings::EngineSettings {
+pub fn settings(max_tokens: u32) -> voxline_pipeline::settings::EngineSettings {
+    voxline_pipeline::settings::EngineSettings {
         max_tokens,
-        ..voxline::settings::EngineSettings::local(
+        ..voxline_pipeline::settings::EngineSettings::local(
             whisper_model(),
             llm_model(),
-            voxline::settings::ThreadBudget::split(None, None).unwrap(),
+            voxline_pipeline::settings::ThreadBudget::split(None, None).unwrap(),
         )
     }
 }
 
 /// Loads both engines as pipeline stages.
 pub fn stages(
-    s: &voxline::settings::EngineSettings,
+    s: &voxline_pipeline::settings::EngineSettings,
 ) -> (voxline_stt::SttStage, voxline_llm::LlmStage) {
     let stt = voxline_stt::SttEngine::load(s.stt_config()).unwrap();
     let llm = voxline_llm::LlmModel::load(s.llm_config()).unwrap();
@@ -111,20 +111,23 @@ pub fn stages(
 pub fn replay(
     files: &[&str],
     max_tokens: u32,
-) -> (voxline::pipeline::RunResult, voxline::report::Report) {
+) -> (
+    voxline_pipeline::pipeline::RunResult,
+    voxline_report::Report,
+) {
     let s = settings(max_tokens);
     let (stt, llm) = stages(&s);
     let paths: Vec<PathBuf> = files.iter().map(|f| fixture(f)).collect();
-    let inputs = voxline::pipeline::open_inputs(&paths).unwrap();
-    let run = voxline::pipeline::run(
+    let inputs = voxline_pipeline::pipeline::open_inputs(&paths).unwrap();
+    let run = voxline_pipeline::pipeline::run(
         inputs,
         stt,
         llm,
-        &voxline::pipeline::RunOptions::default(),
+        &voxline_pipeline::pipeline::RunOptions::default(),
         None,
     )
     .unwrap();
-    let report = voxline::report::build(&run, voxline::report::RunConfig::default(), 0.0, None);
+    let report = voxline_report::build(&run, voxline_report::RunConfig::default(), 0.0, None);
     (run, report)
 }
 

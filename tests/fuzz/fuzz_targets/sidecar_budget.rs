@@ -7,8 +7,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use voxline::budget::Budget;
-use voxline::sidecar::Sidecar;
+use voxline_report::budget::Budget;
+use voxline_pipeline::sidecar::Sidecar;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(s) = Sidecar::parse(data) {

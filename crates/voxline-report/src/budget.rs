@@ -1,0 +1,419 @@
+//! Budgets: limits a run must meet, as TOML. A broken limit fails the run
+//! (exit code 1), so CI can gate on it.
+//!
+//! ```toml
+//! [response_latency_ms]   # end of speech → first token, over counted turns
+//! p50 = 2500
+//! p95 = 4000
+//! [stt_ms]                # any of: response_latency_ms, endpoint_delay_ms,
+//! p95 = 1500              # stt_ms, llm_ttft_ms — each with p50/p90/p95/p99
+//! [terms.llm_queue]       # any latency term the pipeline declares: endpoint,
+//! p95 = 300               # stt_queue, stt, llm_queue, llm_first_token,
+//!                         # commit_wait, and an added stage's (ms)
+//! [min]
+//! llm_decode_tps = 20.0   # median per-turn decode tokens/s
+//! llm_prefill_tps = 100.0 # median per-turn prefill tokens/s
+//! stt_rtfx = 1.0          # median audio seconds per STT second
+//! [max]
+//! dropped = 0             # audio dropped, 16 kHz frames (16000 = 1 s)
+//! errors = 0              # turns that ended in an error
+//! wer = 0.1               # mean word error rate against the sidecars
+//! ```
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use std::collections::BTreeMap;
+
+use voxline_core::Topology;
+
+use crate::stats::Percentiles;
+use crate::{BudgetCheck, BudgetResult, Report};
+use voxline_pipeline::BadInput;
+
+/// Upper limits on percentiles, in ms.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PercentileLimits {
+    /// Limit on the median.
+    pub p50: Option<f64>,
+    /// Limit on the 90th percentile.
+    pub p90: Option<f64>,
+    /// Limit on the 95th percentile.
+    pub p95: Option<f64>,
+    /// Limit on the 99th percentile.
+    pub p99: Option<f64>,
+}
+
+/// Lower limits.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MinLimits {
+    /// Median decode tokens/s.
+    pub llm_decode_tps: Option<f64>,
+    /// Median prefill tokens/s.
+    pub llm_prefill_tps: Option<f64>,
+    /// Median STT real-time factor.
+    pub stt_rtfx: Option<f64>,
+}
+
+/// Upper limits on counts and accuracy.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaxLimits {
+    /// Audio dropped anywhere, in 16 kHz frames (16 000 = 1 s).
+    pub dropped: Option<u64>,
+    /// Turns that ended in an error.
+    pub errors: Option<u64>,
+    /// Mean word error rate.
+    pub wer: Option<f64>,
+}
+
+/// A budget file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// End of speech → first token.
+    pub response_latency_ms: Option<PercentileLimits>,
+    /// True end of speech → utterance closed.
+    pub endpoint_delay_ms: Option<PercentileLimits>,
+    /// STT latency.
+    pub stt_ms: Option<PercentileLimits>,
+    /// LLM time to first token.
+    pub llm_ttft_ms: Option<PercentileLimits>,
+    /// Limits on the response latency's terms, by the names the topology
+    /// declares ([`Topology::latency_terms`]), in ms.
+    pub terms: Option<BTreeMap<String, PercentileLimits>>,
+    /// Lower limits.
+    pub min: Option<MinLimits>,
+    /// Upper limits.
+    pub max: Option<MaxLimits>,
+}
+
+impl Budget {
+    /// Reads and parses a budget file.
+    ///
+    /// # Errors
+    /// [`BadInput`] naming the file and the problem (unreadable, invalid TOML, unknown key, no limits).
+    pub fn load(path: &Path) -> Result<Self, BadInput> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            BadInput(format!(
+                "{}: cannot read the budget ({}); check the path given to --budget",
+                path.display(),
+                voxline_pipeline::io_reason(&e)
+            ))
+        })?;
+        Self::parse(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses budget TOML.
+    ///
+    /// # Errors
+    /// A message saying what is wrong.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let b: Self = toml::from_str(text).map_err(|e| {
+            let at = e.span().map_or(String::new(), |span| {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                format!(" (line {line})")
+            });
+            format!("invalid budget{at}: {}", e.message().replace('\n', " "))
+        })?;
+        if b == Self::default() {
+            return Err("the budget sets no limits; see the README for its keys".into());
+        }
+        b.check_ranges()?;
+        Ok(b)
+    }
+
+    /// Checks that every `[terms.NAME]` the budget limits is a term of a
+    /// pipeline shaped as `topology` (a misspelt term would never be
+    /// measured, and would fail every run).
+    ///
+    /// # Errors
+    /// [`BadInput`] naming the unknown term and the terms there are.
+    pub fn check_terms(&self, topology: &Topology) -> Result<(), BadInput> {
+        let declared: Vec<String> = topology
+            .latency_terms()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        for name in self.terms.iter().flat_map(BTreeMap::keys) {
+            if !declared.contains(name) {
+                return Err(BadInput(format!(
+                    "the budget limits [terms.{name}], which this pipeline does not have; its latency terms are: {}",
+                    declared.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The percentile tables: the named ones, then the terms'.
+    fn percentile_tables(&self) -> Vec<(String, &PercentileLimits)> {
+        let mut tables: Vec<(String, &PercentileLimits)> = [
+            ("response_latency_ms", &self.response_latency_ms),
+            ("endpoint_delay_ms", &self.endpoint_delay_ms),
+            ("stt_ms", &self.stt_ms),
+            ("llm_ttft_ms", &self.llm_ttft_ms),
+        ]
+        .into_iter()
+        .filter_map(|(name, l)| Some((name.to_owned(), l.as_ref()?)))
+        .collect();
+        for (name, l) in self.terms.iter().flatten() {
+            tables.push((format!("terms.{name}"), l));
+        }
+        tables
+    }
+
+    /// Every limit must be a finite number, 0 or more: a negative or NaN
+    /// limit would silently fail (or pass) every run.
+    fn check_ranges(&self) -> Result<(), String> {
+        let mut limits: Vec<(String, f64, &str)> = Vec::new();
+        for (table, l) in self.percentile_tables() {
+            for (q, v) in [
+                ("p50", l.p50),
+                ("p90", l.p90),
+                ("p95", l.p95),
+                ("p99", l.p99),
+            ] {
+                if let Some(v) = v {
+                    limits.push((format!("{table}.{q}"), v, "milliseconds"));
+                }
+            }
+        }
+        if let Some(m) = &self.min {
+            for (k, v, unit) in [
+                ("llm_decode_tps", m.llm_decode_tps, "tokens per second"),
+                ("llm_prefill_tps", m.llm_prefill_tps, "tokens per second"),
+                ("stt_rtfx", m.stt_rtfx, "a real-time factor"),
+            ] {
+                if let Some(v) = v {
+                    limits.push((format!("min.{k}"), v, unit));
+                }
+            }
+        }
+        if let Some(w) = self.max.as_ref().and_then(|m| m.wer) {
+            limits.push(("max.wer".into(), w, "a word error rate"));
+        }
+        for (key, v, unit) in limits {
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!(
+                    "{key} = {v} is out of range: give a finite number from 0 up ({unit})"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a report against the budget.
+    #[must_use]
+    pub fn evaluate(&self, r: &Report) -> BudgetResult {
+        let mut checks = Vec::new();
+        let s = &r.summary;
+        let pct = |checks: &mut Vec<BudgetCheck>,
+                   name: &str,
+                   l: &PercentileLimits,
+                   got: Option<Percentiles>| {
+            for (q, limit, v) in [
+                ("p50", l.p50, got.map(|p| p.p50)),
+                ("p90", l.p90, got.map(|p| p.p90)),
+                ("p95", l.p95, got.map(|p| p.p95)),
+                ("p99", l.p99, got.map(|p| p.p99)),
+            ] {
+                if let Some(limit) = limit {
+                    checks.push(BudgetCheck {
+                        limit: format!("{name}.{q} <= {limit}"),
+                        measured: v,
+                        passed: v.is_some_and(|v| v <= limit),
+                    });
+                }
+            }
+        };
+        for (table, l) in self.percentile_tables() {
+            let got = match table.as_str() {
+                "response_latency_ms" => s.response_latency_ms,
+                "endpoint_delay_ms" => s.endpoint_delay_ms,
+                "stt_ms" => s.stt_ms,
+                "llm_ttft_ms" => s.llm_ttft_ms,
+                term => term
+                    .strip_prefix("terms.")
+                    .and_then(|name| s.terms_ms.get(name).copied()),
+            };
+            pct(&mut checks, &table, l, got);
+        }
+        if let Some(m) = &self.min {
+            for (name, limit, v) in [
+                (
+                    "llm_decode_tps",
+                    m.llm_decode_tps,
+                    s.llm_decode_tps.map(|p| p.p50),
+                ),
+                (
+                    "llm_prefill_tps",
+                    m.llm_prefill_tps,
+                    s.llm_prefill_tps.map(|p| p.p50),
+                ),
+                ("stt_rtfx", m.stt_rtfx, s.stt_rtfx.map(|p| p.p50)),
+            ] {
+                if let Some(limit) = limit {
+                    checks.push(BudgetCheck {
+                        limit: format!("{name}.p50 >= {limit}"),
+                        measured: v,
+                        passed: v.is_some_and(|v| v >= limit),
+                    });
+                }
+            }
+        }
+        if let Some(m) = &self.max {
+            if let Some(limit) = m.dropped {
+                checks.push(BudgetCheck {
+                    limit: format!("dropped <= {limit}"),
+                    measured: Some(s.dropped as f64),
+                    passed: s.dropped <= limit,
+                });
+            }
+            if let Some(limit) = m.errors {
+                let errors =
+                    s.errors as u64 + r.input_errors.len() as u64 + u64::from(r.failed.is_some());
+                checks.push(BudgetCheck {
+                    limit: format!("errors <= {limit}"),
+                    measured: Some(errors as f64),
+                    passed: errors <= limit,
+                });
+            }
+            if let Some(limit) = m.wer {
+                checks.push(BudgetCheck {
+                    limit: format!("wer <= {limit}"),
+                    measured: s.wer,
+                    passed: s.wer.is_some_and(|w| w <= limit),
+                });
+            }
+        }
+        let violations: Vec<BudgetCheck> = checks.iter().filter(|c| !c.passed).cloned().collect();
+        BudgetResult {
+            given: true,
+            passed: violations.is_empty(),
+            checks,
+            violations,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Summary;
+
+    fn report(latencies: &[f64], dropped: u64) -> Report {
+        Report {
+            summary: Summary {
+                response_latency_ms: Percentiles::of(latencies),
+                dropped,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn passes_and_fails_with_the_measured_values() {
+        let b =
+            Budget::parse("[response_latency_ms]\np50 = 1000\np95 = 2000\n[max]\ndropped = 0\n")
+                .unwrap();
+        let ok = b.evaluate(&report(&[500.0, 900.0, 1500.0], 0));
+        assert!(ok.passed, "{ok:?}");
+        assert_eq!(ok.checks.len(), 3);
+        let bad = b.evaluate(&report(&[1500.0, 1600.0, 2500.0], 2));
+        assert!(!bad.passed);
+        let names: Vec<&str> = bad.violations.iter().map(|v| v.limit.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "response_latency_ms.p50 <= 1000",
+                "response_latency_ms.p95 <= 2000",
+                "dropped <= 0"
+            ]
+        );
+        assert!((bad.violations[0].measured.unwrap() - 1600.0).abs() < 1.0);
+        // nothing measured → a limit cannot pass
+        let none = b.evaluate(&report(&[], 0));
+        assert!(!none.passed);
+        assert_eq!(none.violations[0].measured, None);
+    }
+
+    #[test]
+    fn a_term_is_limited_by_its_declared_name() {
+        let b = Budget::parse("[terms.llm_queue]\np95 = 100\n[terms.upper]\np50 = 5\n").unwrap();
+        let standard =
+            voxline_pipeline::topology::standard(voxline_pipeline::topology::AudioEdge::Replay, 2);
+        let e = b.check_terms(&standard).unwrap_err().0;
+        assert_eq!(
+            e,
+            "the budget limits [terms.upper], which this pipeline does not have; its latency terms are: endpoint, stt_queue, stt, llm_queue, llm_first_token, commit_wait"
+        );
+        let upper = voxline_core::StageId::new("upper");
+        let with_upper = standard
+            .edge(
+                voxline_pipeline::topology::edge_into(&upper),
+                2,
+                voxline_core::FullPolicy::Block,
+            )
+            .insert_after(
+                &voxline_pipeline::topology::STT,
+                upper.clone(),
+                voxline_pipeline::topology::edge_into(&upper),
+            );
+        b.check_terms(&with_upper).unwrap();
+        let mut r = report(&[900.0], 0);
+        r.summary
+            .terms_ms
+            .insert("llm_queue".into(), Percentiles::of(&[50.0, 150.0]).unwrap());
+        r.summary
+            .terms_ms
+            .insert("upper".into(), Percentiles::of(&[2.0]).unwrap());
+        let got = b.evaluate(&r);
+        let verdicts: Vec<(&str, bool)> = (got.checks.iter())
+            .map(|c| (c.limit.as_str(), c.passed))
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                ("terms.llm_queue.p95 <= 100", false),
+                ("terms.upper.p50 <= 5", true)
+            ]
+        );
+        assert!(Budget::parse("[terms.stt]\np95 = -1")
+            .unwrap_err()
+            .contains("terms.stt.p95 = -1"));
+    }
+
+    #[test]
+    fn rejects_typos_and_empty_budgets() {
+        assert!(Budget::parse("[response_latency]\np50 = 1")
+            .unwrap_err()
+            .contains("unknown field"));
+        assert!(Budget::parse("[min]\nllm_decode_tps = \"fast\"").is_err());
+        assert!(Budget::parse("").unwrap_err().contains("no limits"));
+        for (text, key) in [
+            (
+                "[response_latency_ms]\np50 = -5",
+                "response_latency_ms.p50 = -5",
+            ),
+            (
+                "[response_latency_ms]\np50 = nan",
+                "response_latency_ms.p50 = NaN",
+            ),
+            ("[stt_ms]\np99 = inf", "stt_ms.p99 = inf"),
+            ("[min]\nllm_decode_tps = nan", "min.llm_decode_tps = NaN"),
+            ("[max]\nwer = -0.1", "max.wer = -0.1"),
+        ] {
+            let e = Budget::parse(text).unwrap_err();
+            assert!(e.contains(key) && e.contains("from 0 up"), "{text:?}: {e}");
+        }
+        assert!(Budget::parse("[response_latency_ms]\np50 = 0").is_ok());
+        assert!(Budget::parse("[max\n")
+            .unwrap_err()
+            .starts_with("invalid budget"));
+    }
+}

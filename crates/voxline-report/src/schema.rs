@@ -1,0 +1,543 @@
+//! The report's schema: what `report.json` holds (every field is
+//! serialised as named here; [`SCHEMA_VERSION`] changes when a field
+//! changes meaning or disappears, and the golden schema test holds it).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+use voxline_core::EdgeStatsSnapshot;
+use voxline_llm::Stop;
+
+use crate::stats::Percentiles;
+
+/// Version of the report schema.
+pub const SCHEMA_VERSION: u32 = 3;
+
+/// One turn: an utterance and what became of it.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct TurnReport {
+    /// Utterance id (from 1).
+    pub id: u64,
+    /// Excluded from the summary as warm-up.
+    pub warmup: bool,
+    /// The recording it came from.
+    pub file: Option<PathBuf>,
+    /// What whisper heard.
+    pub transcript: Option<String>,
+    /// What the sidecar says was said.
+    pub expected: Option<String>,
+    /// Word error rate against `expected`.
+    pub wer: Option<f64>,
+    /// The answer.
+    pub response: Option<String>,
+    /// Stream position of the utterance start (16 kHz).
+    pub start_sample: u64,
+    /// End of speech as the VAD saw it.
+    pub end_sample: u64,
+    /// End of speech per the sidecar (else the VAD's).
+    pub true_end_sample: u64,
+    /// Where the VAD closed the utterance (confirmed the end, for a speculative turn).
+    pub closed_sample: u64,
+    /// Where the speculative attempt that became this turn was sent.
+    pub spec_sample: Option<u64>,
+    /// Utterance length.
+    pub audio_ms: f64,
+    /// True end of speech → utterance closed (for a speculative turn: its end confirmed, the commit).
+    pub endpoint_delay_ms: Option<f64>,
+    /// Speculative turns: true end of speech → the attempt was sent downstream.
+    pub spec_delay_ms: Option<f64>,
+    /// Speculative turns: the first token was ready this long before the commit released it.
+    pub commit_wait_ms: Option<f64>,
+    /// Utterance committed (closed) → first token shown: the processing the user waits for after the endpointer decided.
+    pub processing_ms: Option<f64>,
+    /// Utterance closed → STT started.
+    pub stt_queue_ms: Option<f64>,
+    /// STT started → transcript.
+    pub stt_ms: Option<f64>,
+    /// Audio seconds per STT second.
+    pub stt_rtfx: Option<f64>,
+    /// Transcript tokens.
+    pub stt_tokens: Option<u32>,
+    /// Transcript tokens per STT second.
+    pub stt_tps: Option<f64>,
+    /// Transcript ready → LLM started.
+    pub llm_queue_ms: Option<f64>,
+    /// Transcript ready → first token (queue wait included).
+    pub llm_ttft_ms: Option<f64>,
+    /// LLM started → first token (prefill and first sample).
+    pub llm_first_token_ms: Option<f64>,
+    /// Tokens of the rendered prompt.
+    pub llm_prompt_tokens: Option<u32>,
+    /// Prompt tokens evaluated this turn (the rest came from the KV cache), per llama.cpp.
+    pub llm_prefill_tokens: Option<u32>,
+    /// Prefill tokens per second.
+    pub llm_prefill_tps: Option<f64>,
+    /// Tokens sampled (end-of-generation included).
+    pub llm_generated_tokens: Option<u32>,
+    /// Tokens streamed as text.
+    pub llm_streamed_tokens: usize,
+    /// Decode tokens per second: (n − 1) / (t_last − t_first).
+    pub llm_decode_tps: Option<f64>,
+    /// Gaps between streamed tokens.
+    pub inter_token_ms: Option<Percentiles>,
+    /// LLM started → turn complete.
+    pub llm_ms: Option<f64>,
+    /// End of speech → first token.
+    pub response_latency_ms: Option<f64>,
+    /// The response latency's terms, by name, as the topology declares them
+    /// ([`voxline_core::Topology::latency_terms`]: `endpoint`, then each
+    /// stage's `<stage>_queue` and `<stage>`, the last stage's
+    /// `<stage>_first_<output>`, `commit_wait`); when the turn has them all,
+    /// they add up to `response_latency_ms` exactly. `stt_queue_ms`, `stt_ms`,
+    /// `llm_queue_ms` and `llm_first_token_ms` are the engines' terms again,
+    /// under the names they had before the terms were declared.
+    pub terms_ms: BTreeMap<String, f64>,
+    /// Why generation stopped.
+    pub stop: Option<Stop>,
+    /// Earlier turns of the conversation the LLM dropped from this turn's
+    /// prompt to fit its context (0: the whole history was kept).
+    pub llm_history_dropped: Option<u32>,
+    /// The error that ended the turn, as `stage: message`.
+    pub error: Option<String>,
+    /// Why a figure of this turn was left out (e.g. a latency that came out
+    /// negative because the recorded end of speech is after the answer began).
+    pub note: Option<String>,
+    /// When things happened, in ms on the report's clock (for timelines).
+    pub timeline: TurnTimeline,
+    /// Each stage's measured work on this turn, by stage (not in the JSON;
+    /// the CSV and the timeline show it for every stage of the topology).
+    #[serde(skip)]
+    pub work: BTreeMap<String, StageWork>,
+}
+
+/// One stage's work on one turn, as measured: its calls for the turn, from
+/// the first start to the last end on the session clock (ms since its
+/// origin), and the time they computed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageWork {
+    /// The first call's start.
+    pub start_ms: f64,
+    /// The last call's end.
+    pub end_ms: f64,
+    /// Busy time (waits for room downstream or for the cores excluded).
+    pub busy_ms: f64,
+}
+
+/// A turn's moments on the report's clock (ms since the session origin; the
+/// virtual clock at fast pace).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct TurnTimeline {
+    /// True end of speech.
+    pub end_of_speech_ms: f64,
+    /// Utterance closed by the VAD.
+    pub closed_ms: f64,
+    /// Each stage on the response's path (those that own a queue term):
+    /// started / finished.
+    pub stages: BTreeMap<String, [f64; 2]>,
+    /// First token (the response's first output) shown.
+    pub first_token_ms: Option<f64>,
+}
+
+/// One stage over the whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageReport {
+    /// Stage name.
+    pub name: String,
+    /// Items processed.
+    pub items: usize,
+    /// Time busy (blocked output excluded).
+    pub busy_ms: f64,
+    /// busy / session time: above 1.0 the stage cannot keep up with real time.
+    pub utilization: f64,
+    /// Tokens produced (STT: transcript tokens; LLM: tokens streamed as
+    /// text, the end-of-generation token excluded).
+    pub tokens: Option<u64>,
+    /// STT: tokens per busy second. LLM: decode tokens/s, the definition of
+    /// `llm_decode_tps` ((n − 1) / (t_last − t_first) over a turn's streamed
+    /// tokens) pooled over the turns: their gaps over their decode time.
+    pub tokens_per_s: Option<f64>,
+    /// Time items waited in the stage's input queue.
+    pub queue_wait_ms: Option<Percentiles>,
+    /// Deepest the input queue got.
+    pub queue_max_depth: usize,
+    /// Input queue capacity.
+    pub queue_capacity: usize,
+    /// Items dropped from the input queue.
+    pub dropped: u64,
+}
+
+/// The stages that limit the pipeline.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Bottleneck {
+    /// Stage with the highest utilisation (limits throughput).
+    pub throughput: Option<String>,
+    /// Largest term of the response latency (limits latency): endpoint, stt_queue, stt, llm_queue or llm_first_token.
+    pub latency: Option<String>,
+    /// One line on each, with the numbers.
+    pub reason: String,
+    /// Mean of each latency term over the counted turns, ms.
+    pub latency_terms_ms: BTreeMap<String, f64>,
+}
+
+/// One limit checked against a budget.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BudgetCheck {
+    /// The limit, e.g. `response_latency_ms.p95 <= 3000`.
+    pub limit: String,
+    /// The measured value (null when there was nothing to measure).
+    pub measured: Option<f64>,
+    /// Whether it held.
+    pub passed: bool,
+}
+
+/// The budget verdict.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct BudgetResult {
+    /// Whether a budget was given.
+    pub given: bool,
+    /// True when every limit held (or no budget was given).
+    pub passed: bool,
+    /// Every limit checked.
+    pub checks: Vec<BudgetCheck>,
+    /// The limits that failed.
+    pub violations: Vec<BudgetCheck>,
+}
+
+/// Cold start: what the first turn costs beyond a warm one.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ColdStart {
+    /// Loading both models (and evaluating the system prompt).
+    pub model_load_ms: f64,
+    /// Response latency of the first turn.
+    pub first_turn_response_latency_ms: Option<f64>,
+}
+
+/// Run-wide figures.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Summary {
+    /// Utterances seen.
+    pub turns: usize,
+    /// Turns answered.
+    pub completed: usize,
+    /// Turns that ended in an error.
+    pub errors: usize,
+    /// Turns excluded as warm-up.
+    pub warmup_turns: usize,
+    /// Audio replayed, seconds.
+    pub audio_s: f64,
+    /// Session length on the report's clock, seconds.
+    pub session_s: f64,
+    /// End of speech → first token.
+    pub response_latency_ms: Option<Percentiles>,
+    /// Turn committed (closed) → first token.
+    pub processing_ms: Option<Percentiles>,
+    /// Speculative turn-taking: attempts started, committed, cancelled, and
+    /// the CPU time (stage busy time) cancelled attempts cost.
+    pub speculation: SpecSummary,
+    /// Endpoint delay.
+    pub endpoint_delay_ms: Option<Percentiles>,
+    /// The response latency's decomposition: each declared term's
+    /// percentiles (and mean) over the counted turns, by term name.
+    pub terms_ms: BTreeMap<String, Percentiles>,
+    /// STT latency.
+    pub stt_ms: Option<Percentiles>,
+    /// STT real-time factor (audio s / STT s), per turn.
+    pub stt_rtfx: Option<Percentiles>,
+    /// LLM time to first token.
+    pub llm_ttft_ms: Option<Percentiles>,
+    /// LLM decode tokens/s, per turn.
+    pub llm_decode_tps: Option<Percentiles>,
+    /// LLM prefill tokens/s, per turn.
+    pub llm_prefill_tps: Option<Percentiles>,
+    /// Mean word error rate over turns with a sidecar.
+    pub wer: Option<f64>,
+    /// Audio dropped (capture ring and audio queue together), in 16 kHz
+    /// frames: 16 000 is a second.
+    pub dropped: u64,
+    /// The most engine threads that computed at once (never above the thread budget).
+    pub engine_threads_peak: usize,
+    /// The bottlenecks.
+    pub bottleneck: Bottleneck,
+    /// The budget verdict.
+    pub budget: BudgetResult,
+}
+
+/// What speculative turn-taking did over a run.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct SpecSummary {
+    /// Attempts sent early.
+    pub started: usize,
+    /// Attempts that became turns.
+    pub committed: usize,
+    /// Attempts thrown away because speech resumed.
+    pub cancelled: usize,
+    /// Busy time stages spent on cancelled attempts, ms per stage.
+    pub cancelled_busy_ms: BTreeMap<String, f64>,
+}
+
+/// What the run was configured with (for comparing runs).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct RunConfig {
+    /// Pacing: `realtime`, `fast` or `live`.
+    pub pace: voxline_pipeline::pipeline::Pace,
+    /// Threads in all / whisper / LLM.
+    pub threads: [usize; 3],
+    /// `split`, `shared` (engines take turns on all threads) or `priority` (take turns, critical path first).
+    pub cpu_share: voxline_pipeline::settings::CpuShare,
+    /// whisper encoder window policy.
+    pub audio_ctx: String,
+    /// Max tokens per answer.
+    pub max_tokens: u32,
+    /// LLM context.
+    pub n_ctx: u32,
+    /// System prompt / history KV reuse.
+    pub cache_prompt: bool,
+    /// Multi-turn memory.
+    pub memory: bool,
+    /// The speech-to-text backend (`whisper`).
+    pub stt_backend: String,
+    /// The language model's backend (`llama`).
+    pub llm_backend: String,
+    /// whisper model file name.
+    pub whisper_model: String,
+    /// LLM file name.
+    pub llm_model: String,
+    /// Inputs.
+    pub inputs: Vec<PathBuf>,
+    /// Warm-up turns excluded.
+    pub warmup: usize,
+    /// Silence that ends a turn, ms.
+    pub hangover_ms: u32,
+    /// Silence after which a turn is sent early (speculation), ms; `null` = off.
+    pub spec_silence_ms: Option<u32>,
+    /// Sampling temperature (0 = greedy).
+    pub temperature: f64,
+    /// Sampling seed.
+    pub seed: u32,
+}
+
+impl RunConfig {
+    /// The configuration of a run with these engine settings.
+    #[must_use]
+    pub fn from_settings(
+        settings: &voxline_pipeline::settings::EngineSettings,
+        pace: voxline_pipeline::pipeline::Pace,
+        inputs: Vec<PathBuf>,
+        warmup: usize,
+    ) -> Self {
+        let name = |p: &std::path::Path| {
+            p.file_name().map_or_else(
+                || p.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            )
+        };
+        Self {
+            pace,
+            threads: [
+                settings.threads.total,
+                settings.threads.stt,
+                settings.threads.llm,
+            ],
+            cpu_share: settings.threads.share,
+            audio_ctx: settings.whisper().audio_ctx.to_string(),
+            max_tokens: settings.max_tokens,
+            n_ctx: settings.llama().n_ctx,
+            cache_prompt: settings.llama().cache_prompt,
+            memory: settings.memory,
+            stt_backend: settings.stt.name().into(),
+            llm_backend: settings.llm.name().into(),
+            whisper_model: name(settings.stt.model()),
+            llm_model: name(settings.llm.model()),
+            inputs,
+            warmup,
+            // through its shortest decimal form, so 0.7 is written 0.7, not 0.699999988
+            temperature: settings
+                .sampling
+                .temperature
+                .to_string()
+                .parse()
+                .unwrap_or_default(),
+            seed: settings.sampling.seed,
+            ..Self::default()
+        }
+    }
+}
+
+/// The clock a report's latencies are on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportClock {
+    /// Realtime pace: what was measured on the wall clock.
+    Wall,
+    /// Fast pace: what a live user would have felt, computed from measured
+    /// service times.
+    #[default]
+    Virtual,
+}
+
+impl std::fmt::Display for ReportClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReportClock::Wall => "wall",
+            ReportClock::Virtual => "virtual",
+        })
+    }
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// voxline's version.
+    pub voxline_version: String,
+    /// The clock the latencies are on.
+    pub clock: ReportClock,
+    /// Configuration.
+    pub config: RunConfig,
+    /// The headline figures.
+    pub summary: Summary,
+    /// Cold start.
+    pub cold_start: ColdStart,
+    /// Every turn.
+    pub turns: Vec<TurnReport>,
+    /// Every stage.
+    pub stages: Vec<StageReport>,
+    /// Every edge.
+    pub edges: Vec<EdgeStatsSnapshot>,
+    /// Input problems.
+    pub input_errors: Vec<String>,
+    /// Warnings about the input (a lying header, a near-silent recording).
+    pub input_warnings: Vec<String>,
+    /// Set when a stage failed and the run stopped.
+    pub failed: Option<String>,
+    /// Set when the run was interrupted.
+    pub interrupted: bool,
+    /// The comparison with `--baseline`, when given.
+    pub baseline: Option<BaselineResult>,
+    /// The live capture's figures (live sessions only).
+    pub live: Option<voxline_pipeline::pipeline::LiveReport>,
+    /// The pipeline's stages and edges (not in the JSON: the renderers walk it).
+    #[serde(skip)]
+    pub topology: voxline_core::Topology,
+}
+
+/// This run against an earlier report.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct BaselineResult {
+    /// The baseline report.
+    pub path: PathBuf,
+    /// The run as a whole against the baseline.
+    pub verdict: crate::bench::Overall,
+    /// Each compared metric.
+    pub metrics: Vec<crate::bench::Comparison>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use voxline_pipeline::settings::{
+        EngineSettings, LlamaSettings, LlmBackend, SttBackend, ThreadBudget, WhisperSettings,
+    };
+
+    #[test]
+    fn a_run_config_names_the_models_by_file_and_keeps_the_shortest_temperature() {
+        let threads = ThreadBudget::priority(Some(2)).expect("a budget");
+        let settings = EngineSettings {
+            stt: SttBackend::Whisper(WhisperSettings {
+                model: PathBuf::from("models/ggml-tiny.en-q8_0.bin"),
+                audio_ctx: voxline_stt::AudioCtx::Auto { pad: 64 },
+                gpu: false,
+                flash_attn: false,
+            }),
+            llm: LlmBackend::Llama(LlamaSettings {
+                model: PathBuf::from("downloads/llm/SmolLM2.gguf"),
+                n_gpu_layers: 0,
+                n_ctx: 2048,
+                cache_prompt: true,
+            }),
+            threads,
+            max_tokens: 48,
+            system_prompt: String::new(),
+            memory: false,
+            sampling: voxline_llm::Sampling {
+                temperature: 0.7,
+                seed: 7,
+                ..voxline_llm::Sampling::default()
+            },
+        };
+        let c = RunConfig::from_settings(
+            &settings,
+            voxline_pipeline::pipeline::Pace::Fast,
+            vec!["a.wav".into()],
+            2,
+        );
+        assert_eq!(c.pace, voxline_pipeline::pipeline::Pace::Fast);
+        assert_eq!(c.threads, [threads.total, threads.stt, threads.llm]);
+        assert_eq!(c.cpu_share, voxline_pipeline::settings::CpuShare::Priority);
+        assert_eq!(c.audio_ctx, "auto+64");
+        assert_eq!((c.max_tokens, c.n_ctx), (48, 2048));
+        assert!(c.cache_prompt && !c.memory);
+        assert_eq!(c.whisper_model, "ggml-tiny.en-q8_0.bin");
+        assert_eq!(
+            (c.stt_backend.as_str(), c.llm_backend.as_str()),
+            ("whisper", "llama")
+        );
+        assert_eq!(c.llm_model, "SmolLM2.gguf");
+        assert_eq!(c.inputs, [PathBuf::from("a.wav")]);
+        assert_eq!(c.warmup, 2);
+        // 0.7 as f32 is 0.699999988; the report says what was asked
+        assert_eq!(c.temperature, 0.7);
+        assert_eq!(c.seed, 7);
+        // not taken from the engine settings
+        assert_eq!((c.hangover_ms, c.spec_silence_ms), (0, None));
+    }
+
+    fn keys(v: &serde_json::Value) -> Vec<&str> {
+        v.as_object()
+            .expect("an object")
+            .keys()
+            .map(String::as_str)
+            .collect()
+    }
+
+    #[test]
+    fn what_serves_the_renderers_stays_out_of_the_json() {
+        let mut r = Report::default();
+        r.turns.push(TurnReport::default());
+        r.turns[0].work.insert("upper".into(), StageWork::default());
+        let v = serde_json::to_value(&r).expect("serialisable");
+        let mut top = keys(&v);
+        top.sort_unstable();
+        assert_eq!(
+            top,
+            [
+                "baseline",
+                "clock",
+                "cold_start",
+                "config",
+                "edges",
+                "failed",
+                "input_errors",
+                "input_warnings",
+                "interrupted",
+                "live",
+                "schema_version",
+                "stages",
+                "summary",
+                "turns",
+                "voxline_version"
+            ]
+        );
+        let turn = keys(&v["turns"][0]);
+        assert!(
+            turn.contains(&"timeline") && !turn.contains(&"work"),
+            "{turn:?}"
+        );
+        assert_eq!(
+            keys(&v["turns"][0]["timeline"]),
+            ["closed_ms", "end_of_speech_ms", "first_token_ms", "stages"]
+        );
+    }
+}

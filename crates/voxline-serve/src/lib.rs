@@ -1,0 +1,365 @@
+//! `voxline serve`: the assistant over WebSocket.
+//!
+//! One connection is one conversation on the shared engines of a
+//! [`Hub`]: the client sends a JSON hello (rate, channels, sample format)
+//! and then binary audio frames; the server sends JSON events in the
+//! `--events` schema. tokio runs only the sockets; whisper, the LLM and each
+//! session's VAD stay on their own threads, and a per-connection bridge
+//! thread carries a session's events to its socket through a bounded
+//! outgoing queue.
+//!
+//! Safe by default: it listens on localhost unless told otherwise, and a
+//! non-local address needs a token (`?token=` or `Authorization: Bearer`,
+//! compared in constant time); the N+1th session, a malformed hello or frame
+//! and an idle client each close only their own connection, with a reason.
+//! A client that stops reading loses events from its own queue (counted,
+//! and announced with a `dropped` event when it reads again); it cannot
+//! hold up the engines or the other sessions.
+//!
+//! Routes: `/` (the page), `/worklet.js`, `/ws`, `/healthz`, `/metrics`.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Query, State, WebSocketUpgrade};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::sync::{watch, Notify};
+
+use voxline_pipeline::sessions::Hub;
+
+mod bridge;
+pub mod client;
+mod conn;
+pub mod metrics;
+pub mod protocol;
+pub mod turns;
+
+use metrics::{Load, Metrics, Outcome};
+
+/// The page at `/`: plain HTML and JavaScript, compiled in.
+const PAGE: &str = include_str!("page.html");
+/// The AudioWorklet the page loads: the microphone's samples to the page.
+const WORKLET: &str = include_str!("worklet.js");
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The token clients must present (required for a non-local address).
+    pub token: Option<String>,
+    /// A connection that sends nothing for this long is closed.
+    pub idle_timeout: Duration,
+    /// Time a client has to send its hello.
+    pub hello_timeout: Duration,
+    /// Events queued for one client before they are dropped (counted).
+    pub client_queue: usize,
+}
+
+impl ServeOptions {
+    /// Checks the options: a non-local address needs a token of 16 or more
+    /// characters.
+    ///
+    /// # Errors
+    /// One line saying what is wrong and what to do.
+    pub fn check(&self) -> Result<(), String> {
+        match &self.token {
+            None if !self.listen.ip().is_loopback() => Err(format!(
+                "--listen {}: a non-local address needs --token (or VOXLINE_TOKEN) so that only \
+                 clients that know it can connect; or listen on 127.0.0.1",
+                self.listen
+            )),
+            Some(t) if t.chars().count() < 16 => {
+                Err("--token: use at least 16 characters (e.g. `openssl rand -hex 16`)".to_string())
+            }
+            _ if self.client_queue == 0 => Err("--client-queue: give at least 1 event".to_string()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}; choose another --listen address or port")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The I/O runtime failed.
+    #[error("the network runtime failed: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// Where the server is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Taking connections.
+    Running,
+    /// Ctrl-C: no new connections; turns in flight finish, then each closes.
+    Draining,
+    /// A second Ctrl-C: close every connection now (answers cancelled).
+    Cancel,
+}
+
+/// What every connection shares.
+struct Shared {
+    hub: Hub,
+    metrics: Metrics,
+    load: Load,
+    token: Option<[u8; 32]>,
+    opts: ServeOptions,
+    phase: watch::Receiver<Phase>,
+    live: AtomicUsize,
+    gone: Notify,
+}
+
+impl Shared {
+    /// Whether the request carries the token (always, when none is set).
+    fn authorised(
+        &self,
+        query: &std::collections::HashMap<String, String>,
+        headers: &HeaderMap,
+    ) -> bool {
+        let Some(want) = &self.token else {
+            return true;
+        };
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let given = query.get("token").map(String::as_str).or(bearer);
+        // digests of equal length: the comparison takes the same time
+        // whatever the given token's length and content
+        given.is_some_and(|g| bool::from(digest(g).ct_eq(want)))
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// What a finished server did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeSummary {
+    /// Whether a second Ctrl-C cancelled turns in flight.
+    pub cancelled: bool,
+}
+
+/// Serves `hub` until Ctrl-C/SIGTERM: the first stops taking connections
+/// and lets turns in flight finish, a second cancels them. `bound` hears the
+/// address actually bound (port 0 picks a free one).
+///
+/// # Errors
+/// [`ServeError::Bind`] when the address cannot be bound;
+/// [`ServeError::Runtime`] when the network runtime cannot start.
+pub fn serve(
+    hub: Hub,
+    opts: ServeOptions,
+    bound: impl FnOnce(SocketAddr),
+) -> Result<ServeSummary, ServeError> {
+    serve_until(hub, opts, bound, None)
+}
+
+/// [`serve`], stopping also when `stop` is requested (once: as a first
+/// Ctrl-C; twice is not needed, a request stays raised), e.g. for a server
+/// inside a program that has its own signal handling, or a test.
+///
+/// # Errors
+/// As [`serve`].
+pub fn serve_until(
+    hub: Hub,
+    opts: ServeOptions,
+    bound: impl FnOnce(SocketAddr),
+    stop: Option<voxline_core::ShutdownHandle>,
+) -> Result<ServeSummary, ServeError> {
+    let listener = std::net::TcpListener::bind(opts.listen).map_err(|source| ServeError::Bind {
+        addr: opts.listen,
+        source,
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(ServeError::Runtime)?;
+    let addr = listener.local_addr().map_err(ServeError::Runtime)?;
+    // two threads for the sockets: the engines have their own
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("serve-io")
+        .enable_all()
+        .build()
+        .map_err(ServeError::Runtime)?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(ServeError::Runtime)?;
+        let (phase_tx, phase) = watch::channel(Phase::Running);
+        let shared = Arc::new(Shared {
+            metrics: Metrics::new(hub.max_sessions(), hub.threads()),
+            load: Load::default(),
+            token: opts.token.as_deref().map(digest),
+            hub,
+            opts,
+            phase,
+            live: AtomicUsize::new(0),
+            gone: Notify::new(),
+        });
+        bound(addr);
+        let app = router(Arc::clone(&shared));
+        let mut draining = phase_tx.subscribe();
+        let accept = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let _ = draining.wait_for(|p| *p != Phase::Running).await;
+        });
+        let signals = tokio::spawn(async move {
+            tokio::select! {
+                () = stop_signal() => {}
+                () = requested(stop) => {}
+            }
+            tracing::info!(
+                "stopping: no new connections; turns in flight finish (Ctrl-C again cancels them)"
+            );
+            let _ = phase_tx.send(Phase::Draining);
+            stop_signal().await;
+            let _ = phase_tx.send(Phase::Cancel);
+        });
+        accept.await.map_err(ServeError::Runtime)?;
+        // the listener is closed; wait for the conversations still open
+        loop {
+            let gone = shared.gone.notified();
+            if shared.live.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            gone.await;
+        }
+        let cancelled = *shared.phase.borrow() == Phase::Cancel;
+        signals.abort();
+        Ok(ServeSummary { cancelled })
+    })
+}
+
+/// Once `stop` is requested (never, for none).
+async fn requested(stop: Option<voxline_core::ShutdownHandle>) {
+    let Some(stop) = stop else {
+        return std::future::pending().await;
+    };
+    while !stop.is_requested() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/", get(|| async { Html(PAGE) }))
+        .route(
+            "/worklet.js",
+            get(|| async { ([(header::CONTENT_TYPE, "text/javascript")], WORKLET) }),
+        )
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics_page))
+        .route("/ws", get(upgrade))
+        .with_state(shared)
+}
+
+type Params = Query<std::collections::HashMap<String, String>>;
+
+async fn healthz(State(s): State<Arc<Shared>>) -> Response {
+    let running = *s.phase.borrow() == Phase::Running;
+    let body = serde_json::json!({
+        "status": if running { "ok" } else { "draining" },
+        "sessions": s.hub.sessions(),
+        "max_sessions": s.hub.max_sessions(),
+    });
+    let code = if running {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+async fn metrics_page(
+    State(s): State<Arc<Shared>>,
+    Query(q): Params,
+    headers: HeaderMap,
+) -> Response {
+    if !s.authorised(&q, &headers) {
+        return refused_token();
+    }
+    let text = s.metrics.render(&s.hub.totals(), s.hub.sessions());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+fn refused_token() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        "voxline: missing or wrong token; pass it as ?token=T or `Authorization: Bearer T`\n",
+    )
+        .into_response()
+}
+
+async fn upgrade(
+    State(s): State<Arc<Shared>>,
+    Query(q): Params,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    if !s.authorised(&q, &headers) {
+        s.metrics.connection(Outcome::BadToken);
+        return refused_token();
+    }
+    if *s.phase.borrow() != Phase::Running {
+        s.metrics.connection(Outcome::Shutdown);
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "voxline: the server is shutting down\n",
+        )
+            .into_response();
+    }
+    ws.max_message_size(2 * protocol::MAX_FRAME_BYTES)
+        .on_upgrade(move |socket| conn::run(socket, s))
+}
