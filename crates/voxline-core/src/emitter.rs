@@ -235,8 +235,16 @@ impl<'a, T: Message> Emitter<'a, T> {
             return;
         }
         let at = Instant::now();
-        let event = self.bus.and_then(|_| item.event());
         let id = item.utterance_id();
+        // Published before the item is sent on: a downstream stage that
+        // takes it at once and publishes what it made cannot get its event
+        // onto the bus before this one (observers see events in causal
+        // order, e.g. a stage's revised transcript after the STT's).
+        if let Some(event) = self.bus.and_then(|_| item.event()) {
+            if let Some(bus) = self.bus {
+                bus.publish(TimedEvent { at, event });
+            }
+        }
         match &mut self.target {
             Target::Edge(tx) => {
                 // Holding the CPU lease while waiting for room downstream would
@@ -282,9 +290,6 @@ impl<'a, T: Message> Emitter<'a, T> {
         self.last_emit = Some(at);
         if self.first_utterance.is_none() {
             self.first_utterance = id;
-        }
-        if let (Some(bus), Some(event)) = (self.bus, event) {
-            bus.publish(TimedEvent { at, event });
         }
         self.after_output();
     }

@@ -487,6 +487,68 @@ fn emitted_messages_and_drops_reach_the_event_stream() {
     }
 }
 
+/// An output's event is on the bus before the next stage can take the
+/// output: a stage that re-emits what it was given at once never gets its
+/// event ahead of the one it answered (observers read events in causal
+/// order).
+#[test]
+fn events_reach_the_bus_in_causal_order() {
+    /// Passes each token on, one index later.
+    struct Echo(&'static str);
+    impl Stage for Echo {
+        type In = Token;
+        type Out = Token;
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn process(&mut self, t: Token, out: &mut Emitter<'_, Token>) -> Result<(), StageError> {
+            out.emit(Token {
+                index: t.index + 1,
+                ..t
+            });
+            Ok(())
+        }
+    }
+    const N: u64 = 2000;
+    let mut pipeline = Pipeline::new(Clock::start());
+    let events = pipeline.events();
+    let reader = thread::spawn(move || {
+        let mut seen = Vec::new();
+        while let Ok(e) = events.recv_timeout(HANG) {
+            if let Some(t) = e.event.engine::<Token>() {
+                seen.push((t.id, t.index));
+            }
+        }
+        seen
+    });
+    let (source, a_in) = edge::<Token>("in", 4, FullPolicy::Block);
+    let (a_out, b_in) = edge::<Token>("ab", 4, FullPolicy::Block);
+    let (b_out, sink_in) = edge::<Token>("out", 4, FullPolicy::Block);
+    pipeline.spawn_stage(Echo("a"), a_in, a_out).unwrap();
+    pipeline.spawn_stage(Echo("b"), b_in, b_out).unwrap();
+    pipeline.spawn_sink("sink", sink_in, |_| Ok(())).unwrap();
+    for id in 0..N {
+        let t = Token {
+            id,
+            index: 0,
+            text: String::new(),
+        };
+        source.send(t).unwrap();
+    }
+    drop(source);
+    join_within(pipeline);
+    let seen = reader.join().unwrap();
+    assert_eq!(seen.len() as u64, 2 * N);
+    let mut first = std::collections::HashSet::new();
+    for (id, index) in seen {
+        if index == 1 {
+            first.insert(id);
+        } else {
+            assert!(first.contains(&id), "b's event for {id} came before a's");
+        }
+    }
+}
+
 /// Two stages sharing a CPU lease never run at the same time, and the wait
 /// for the lease is queue wait, not busy time.
 #[test]
