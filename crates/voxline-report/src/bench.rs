@@ -141,10 +141,17 @@ fn lookup(v: &serde_json::Value, path: &str) -> Option<f64> {
     path.split('.').try_fold(v, |v, k| v.get(k))?.as_f64()
 }
 
+/// The oldest report schema a baseline may have: the figures compared
+/// (the summary's percentiles, rates and WER) mean in it what they mean now
+/// (version 3 added the latency terms and moved the timeline's stage spans,
+/// version 2 changed only `summary.dropped`, which is not compared).
+pub const BASELINE_SINCE: u32 = 2;
+
 /// Loads a baseline report.json.
 ///
 /// # Errors
-/// [`BadInput`] when the baseline is unreadable, not a report, or of another schema version.
+/// [`BadInput`] when the baseline is unreadable, not a report, or of a
+/// schema version before [`BASELINE_SINCE`] or after this one.
 pub fn load_baseline(baseline_path: &Path) -> Result<serde_json::Value, BadInput> {
     let text = std::fs::read(baseline_path).map_err(|e| {
         BadInput(format!(
@@ -162,14 +169,16 @@ pub fn load_baseline(baseline_path: &Path) -> Result<serde_json::Value, BadInput
     let version = base
         .get("schema_version")
         .and_then(serde_json::Value::as_u64);
-    if version != Some(u64::from(crate::SCHEMA_VERSION)) {
+    let comparable = u64::from(BASELINE_SINCE)..=u64::from(crate::SCHEMA_VERSION);
+    if !version.is_some_and(|v| comparable.contains(&v)) {
         let found = version.map_or_else(
             || "has no schema_version (is it a voxline report.json?)".to_string(),
             |v| format!("is a report of schema version {v}"),
         );
         return Err(BadInput(format!(
-            "{}: {found}, this voxline writes version {}; re-run the baseline with this version",
+            "{}: {found}, this voxline writes version {} and compares with versions {BASELINE_SINCE} to {}; re-run the baseline with this version",
             baseline_path.display(),
+            crate::SCHEMA_VERSION,
             crate::SCHEMA_VERSION
         )));
     }
@@ -237,6 +246,27 @@ pub fn compare_values(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_baseline_of_an_earlier_comparable_schema_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |v: u32| {
+            let p = dir.path().join(format!("v{v}.json"));
+            std::fs::write(&p, format!(r#"{{"schema_version": {v}, "summary": {{}}}}"#)).unwrap();
+            p
+        };
+        for v in BASELINE_SINCE..=crate::SCHEMA_VERSION {
+            assert!(load_baseline(&write(v)).is_ok(), "version {v}");
+        }
+        for v in [BASELINE_SINCE - 1, crate::SCHEMA_VERSION + 1] {
+            let e = load_baseline(&write(v)).unwrap_err().0;
+            assert!(
+                e.contains(&format!("schema version {v}"))
+                    && e.contains("re-run the baseline with this version"),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn baseline_ratios_and_verdicts() {
