@@ -201,19 +201,39 @@ pub fn build(
         ..Default::default()
     };
     let first_latency = turns.first().and_then(|t| t.response_latency_ms);
+    let clock = match run.pace {
+        Pace::Realtime | Pace::Live => ReportClock::Wall,
+        Pace::Fast => ReportClock::Virtual,
+    };
+    let cold_start = ColdStart {
+        model_load_ms,
+        first_turn_response_latency_ms: first_latency,
+    };
+    assemble(
+        run, clock, config, summary, cold_start, turns, stages, budget,
+    )
+}
+
+/// The report of `run` from its parts (a replay's gathered at the end, a
+/// live session's tallied), its budget verdict given.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn assemble(
+    run: &RunResult,
+    clock: ReportClock,
+    config: RunConfig,
+    summary: Summary,
+    cold_start: ColdStart,
+    turns: Vec<TurnReport>,
+    stages: Vec<StageReport>,
+    budget: Option<&budget::Budget>,
+) -> Report {
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
         voxline_version: env!("CARGO_PKG_VERSION").into(),
-        clock: match run.pace {
-            Pace::Realtime | Pace::Live => ReportClock::Wall,
-            Pace::Fast => ReportClock::Virtual,
-        },
+        clock,
         config,
         summary,
-        cold_start: ColdStart {
-            model_load_ms,
-            first_turn_response_latency_ms: first_latency,
-        },
+        cold_start,
         turns,
         stages,
         edges: run.outcome.edges.clone(),

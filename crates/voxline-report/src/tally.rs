@@ -90,6 +90,9 @@ struct TurnSeries {
 pub struct Tally {
     clock: Clock,
     topology: Topology,
+    /// The stages on the response's path: the only spans a turn keeps
+    /// (not the VAD's per frame, nor the sink's per token).
+    path: Vec<String>,
     warmup: usize,
     keep: usize,
     open: BTreeMap<UtteranceId, Gathered>,
@@ -132,6 +135,7 @@ impl Tally {
     pub fn keeping(clock: Clock, topology: Topology, warmup: usize, keep: usize) -> Self {
         Self {
             clock,
+            path: on_path(&topology),
             topology,
             warmup,
             keep,
@@ -175,8 +179,8 @@ impl Tally {
             .or_default()
             .entry(s.stage.clone())
             .or_default() += busy;
-        // a turn keeps one merged record per stage, however many spans
-        if s.kind == SpanKind::Process {
+        // a turn keeps one merged record per stage on the path
+        if s.kind == SpanKind::Process && self.path.contains(&s.stage) {
             self.open.entry(id).or_default().span(s);
         }
         self.bound_open();
@@ -378,37 +382,34 @@ impl Tally {
         };
         summary.bottleneck = crate::bottleneck(&stages, &self.terms, &run.topology);
         summary.budget.passed = true;
-        let mut r = Report {
-            schema_version: crate::SCHEMA_VERSION,
-            voxline_version: env!("CARGO_PKG_VERSION").into(),
-            clock: crate::ReportClock::Wall,
+        let cold_start = ColdStart {
+            model_load_ms,
+            first_turn_response_latency_ms: self.first_latency.flatten(),
+        };
+        crate::assemble(
+            run,
+            crate::ReportClock::Wall,
             config,
             summary,
-            cold_start: ColdStart {
-                model_load_ms,
-                first_turn_response_latency_ms: self.first_latency.flatten(),
-            },
-            turns: self.turns.iter().cloned().collect(),
+            cold_start,
+            self.turns.iter().cloned().collect(),
             stages,
-            edges: run.outcome.edges.clone(),
-            topology: run.topology.clone(),
-            input_errors: run.input_errors.clone(),
-            input_warnings: run.input_warnings.clone(),
-            failed: run.outcome.failed.clone(),
-            interrupted: run.interrupted,
-            baseline: None,
-            live: run.live.clone(),
-        };
-        if let Some(b) = budget {
-            r.summary.budget = b.evaluate(&r);
-        }
-        r
+            budget,
+        )
     }
+}
+
+/// The names of `topology`'s stages on the response's path.
+fn on_path(topology: &Topology) -> Vec<String> {
+    (topology.latency_stages().iter())
+        .map(|s| s.id.to_string())
+        .collect()
 }
 
 impl Observer for Tally {
     fn start(&mut self, clock: Clock, topology: &Topology) {
         self.clock = clock;
+        self.path = on_path(topology);
         self.topology = topology.clone();
     }
 
