@@ -1,0 +1,235 @@
+//! Cutting a streamed answer into speakable chunks.
+//!
+//! A chunk ends at a sentence end (`.`, `!`, `?`, or a line break) once the
+//! text after it shows it is one (a space or a line break follows, so "3.5"
+//! and "e.g." mid-stream are not cut). The first chunk of an answer may end
+//! earlier, at a clause boundary (`,`, `;`, `:`, a dash) after at least
+//! [`FIRST_CHUNK_MIN_WORDS`] words, so the first sound does not wait for a
+//! long sentence. A sentence longer than [`MAX_CHUNK_CHARS`] is cut at its
+//! last clause boundary, else its last space. What the model writes for the
+//! eye and not the ear (markdown's `*`, `#`, `_`, backticks) is left out.
+
+/// Words the first chunk needs before a clause boundary may end it.
+pub const FIRST_CHUNK_MIN_WORDS: usize = 3;
+
+/// The longest chunk: past it a sentence is cut at a clause or a word.
+pub const MAX_CHUNK_CHARS: usize = 220;
+
+/// Cuts one answer, streamed token by token, into chunks to speak.
+#[derive(Debug, Default, Clone)]
+pub struct Chunker {
+    pending: String,
+    emitted: usize,
+}
+
+fn is_sentence_end(c: char) -> bool {
+    matches!(c, '.' | '!' | '?' | '\n')
+}
+
+fn is_clause_end(c: char) -> bool {
+    matches!(c, ',' | ';' | ':' | '—' | '–')
+}
+
+/// Closing marks that belong to the sentence before them.
+fn is_closer(c: char) -> bool {
+    matches!(c, '"' | '\'' | ')' | ']' | '”' | '’')
+}
+
+/// The text as it is spoken: markup dropped, whitespace collapsed.
+#[must_use]
+pub fn speakable(text: &str) -> String {
+    let kept: String = text
+        .chars()
+        .filter(|c| !matches!(c, '*' | '#' | '_' | '`' | '~'))
+        .collect();
+    let words = kept.split_whitespace().collect::<Vec<_>>().join(" ");
+    // a mark left over from the chunk before (an ellipsis, a dash) is not spoken
+    words
+        .trim_start_matches(|c: char| matches!(c, '.' | ',' | ';' | ':' | '!' | '?' | '-' | '—' | '–') || c.is_whitespace())
+        .to_owned()
+}
+
+impl Chunker {
+    /// A chunker at the start of an answer.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Chunks emitted so far.
+    #[must_use]
+    pub fn emitted(&self) -> usize {
+        self.emitted
+    }
+
+    /// Adds `text` (the next token); returns the chunks it completes, in order.
+    pub fn push(&mut self, text: &str) -> Vec<String> {
+        self.pending.push_str(text);
+        let mut out = Vec::new();
+        while let Some(end) = self.cut() {
+            let rest = self.pending.split_off(end);
+            let chunk = speakable(&std::mem::replace(&mut self.pending, rest));
+            if !chunk.is_empty() && chunk.chars().any(char::is_alphanumeric) {
+                self.emitted += 1;
+                out.push(chunk);
+            } else if !chunk.is_empty() {
+                // punctuation alone is not spoken; it stays with nothing
+            }
+        }
+        out
+    }
+
+    /// The answer ended: the rest, if there is anything to say.
+    pub fn finish(&mut self) -> Option<String> {
+        let chunk = speakable(&std::mem::take(&mut self.pending));
+        if chunk.chars().any(char::is_alphanumeric) {
+            self.emitted += 1;
+            Some(chunk)
+        } else {
+            None
+        }
+    }
+
+    /// Where the pending text may be cut (a byte offset), if anywhere yet.
+    fn cut(&self) -> Option<usize> {
+        let s = &self.pending;
+        let chars: Vec<(usize, char)> = s.char_indices().collect();
+        let first = self.emitted == 0;
+        let mut words = 0usize;
+        let mut in_word = false;
+        let mut last_clause: Option<usize> = None;
+        let mut last_space: Option<usize> = None;
+        for (k, &(i, c)) in chars.iter().enumerate() {
+            if c.is_alphanumeric() {
+                if !in_word {
+                    words += 1;
+                }
+                in_word = true;
+            } else {
+                in_word = false;
+            }
+            // a cut for length falls within the longest chunk
+            let fits = k < MAX_CHUNK_CHARS;
+            if c.is_whitespace() && fits {
+                last_space = Some(i);
+            }
+            let terminal = is_sentence_end(c) || is_clause_end(c);
+            if !terminal {
+                continue;
+            }
+            // the end of the mark and the closers after it
+            let mut j = k + 1;
+            while j < chars.len() && (is_closer(chars[j].1) || is_sentence_end(chars[j].1)) {
+                j += 1;
+            }
+            // a boundary only once the next character shows it is one
+            let Some(&(next_at, next)) = chars.get(j) else {
+                continue;
+            };
+            if c != '\n' && !next.is_whitespace() {
+                continue;
+            }
+            if is_sentence_end(c) && words > 0 {
+                return Some(next_at);
+            }
+            if is_clause_end(c) {
+                if first && words >= FIRST_CHUNK_MIN_WORDS {
+                    return Some(next_at);
+                }
+                if fits {
+                    last_clause = Some(next_at);
+                }
+            }
+        }
+        if s.chars().count() > MAX_CHUNK_CHARS {
+            return last_clause.or(last_space).filter(|&at| at > 0);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(tokens: &[&str]) -> Vec<String> {
+        let mut c = Chunker::new();
+        let mut out = Vec::new();
+        for t in tokens {
+            out.extend(c.push(t));
+        }
+        out.extend(c.finish());
+        out
+    }
+
+    #[test]
+    fn sentences_become_chunks_once_the_next_token_shows_their_end() {
+        let mut c = Chunker::new();
+        assert!(c.push("The capital").is_empty());
+        assert!(c.push(" is Paris.").is_empty(), "a dot is no end until a space follows");
+        assert_eq!(c.push(" It"), ["The capital is Paris."]);
+        assert!(c.push(" is big").is_empty());
+        assert_eq!(c.finish().as_deref(), Some("It is big"));
+        assert_eq!(c.emitted(), 2);
+    }
+
+    #[test]
+    fn the_first_chunk_may_end_at_a_clause_the_others_do_not() {
+        let chunks = stream(&[
+            "Well, ",
+            "the moon is",
+            " far away, about",
+            " 384,400 km, from us. Then,",
+            " again, it is ",
+            "bright.",
+        ]);
+        assert_eq!(
+            chunks,
+            [
+                "Well, the moon is far away,",
+                "about 384,400 km, from us.",
+                "Then, again, it is bright."
+            ]
+        );
+    }
+
+    #[test]
+    fn numbers_and_abbreviations_mid_stream_are_not_cut() {
+        assert_eq!(
+            stream(&["It is 3", ".5 degrees", " today."]),
+            ["It is 3.5 degrees today."]
+        );
+        assert_eq!(stream(&["Hi!", "\"", " Yes?"]), ["Hi!\"", "Yes?"]);
+    }
+
+    #[test]
+    fn markup_and_bare_punctuation_are_not_spoken() {
+        assert_eq!(
+            stream(&["**Sure**", "! ", "... ", "## Tea is ", "`good`."]),
+            ["Sure!", "Tea is good."]
+        );
+        assert!(stream(&["  ", "...", "\n"]).is_empty());
+        assert_eq!(speakable("  a\n\n b  "), "a b");
+    }
+
+    #[test]
+    fn a_long_sentence_is_cut_at_a_clause_or_a_word() {
+        let clause = format!("{} and, {}", "word ".repeat(30), "more ".repeat(20));
+        let chunks = stream(&["Hi there. ", &clause, "end."]);
+        assert_eq!(chunks[0], "Hi there.");
+        assert!(chunks[1].ends_with("and,"), "{chunks:?}");
+        assert!(chunks.iter().all(|c| c.chars().count() <= MAX_CHUNK_CHARS + 10));
+        let words = "word ".repeat(60);
+        let chunks = stream(&["One. ", &words]);
+        assert!(chunks.len() >= 3, "{chunks:?}");
+        assert_eq!(chunks.concat().matches("word").count(), 60);
+    }
+
+    #[test]
+    fn line_breaks_end_chunks() {
+        assert_eq!(
+            stream(&["First line\n", "Second line"]),
+            ["First line", "Second line"]
+        );
+    }
+}

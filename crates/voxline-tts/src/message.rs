@@ -1,0 +1,161 @@
+//! What the speech-synthesis stage emits, and the events they publish:
+//! blocks of audio as each chunk is spoken, then one [`VoiceDone`] per turn.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use voxline_core::{Clock, EngineEvent, Message, PipelineEvent, UtteranceId};
+
+/// One block of the spoken answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VoiceAudio {
+    /// The utterance answered.
+    pub id: UtteranceId,
+    /// Which chunk of the answer, from 0.
+    pub chunk: u32,
+    /// Which block of the chunk, from 0.
+    pub block: u32,
+    /// The block's samples' rate (mono).
+    pub sample_rate: u32,
+    /// The samples, in [-1, 1].
+    pub samples: Arc<[f32]>,
+    /// The chunk's text, on its first block.
+    pub text: Option<Arc<str>>,
+}
+
+/// The end of a turn's voice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VoiceDone {
+    /// The utterance answered.
+    pub id: UtteranceId,
+    /// The voice (`espeak`, `piper`).
+    pub voice: &'static str,
+    /// Chunks spoken.
+    pub chunks: u32,
+    /// Characters spoken.
+    pub chars: u32,
+    /// Samples of audio made.
+    pub audio_samples: u64,
+    /// Their rate.
+    pub sample_rate: u32,
+    /// Chunks that failed to speak (each a turn error too).
+    pub failed_chunks: u32,
+}
+
+impl VoiceDone {
+    /// Seconds of audio made.
+    #[must_use]
+    pub fn audio_s(&self) -> f64 {
+        self.audio_samples as f64 / f64::from(self.sample_rate.max(1))
+    }
+}
+
+/// What the speech-synthesis stage emits.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VoiceOut {
+    /// A block of audio.
+    Audio(VoiceAudio),
+    /// The turn's voice is complete.
+    Done(VoiceDone),
+}
+
+impl Message for VoiceOut {
+    fn utterance_id(&self) -> Option<UtteranceId> {
+        match self {
+            Self::Audio(a) => Some(a.id),
+            Self::Done(d) => Some(d.id),
+        }
+    }
+    fn event(&self) -> Option<PipelineEvent> {
+        Some(match self {
+            Self::Audio(a) => PipelineEvent::engine_event(a.clone()),
+            Self::Done(d) => PipelineEvent::engine_event(d.clone()),
+        })
+    }
+}
+
+/// A block's event: `"type": "voice_audio"` with its place, its rate and
+/// its length (the samples travel beside the event log, not in it).
+impl EngineEvent for VoiceAudio {
+    fn kind(&self) -> &'static str {
+        "voice_audio"
+    }
+    fn utterance_id(&self) -> Option<UtteranceId> {
+        Some(self.id)
+    }
+    fn fields_json(&self, _: &Clock) -> Result<String, serde_json::Error> {
+        #[derive(Serialize)]
+        struct Fields<'a> {
+            chunk: u32,
+            block: u32,
+            sample_rate: u32,
+            samples: usize,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            text: Option<&'a str>,
+        }
+        serde_json::to_string(&Fields {
+            chunk: self.chunk,
+            block: self.block,
+            sample_rate: self.sample_rate,
+            samples: self.samples.len(),
+            text: self.text.as_deref(),
+        })
+    }
+}
+
+/// The turn's voice summary: `"type": "voice_done"`.
+impl EngineEvent for VoiceDone {
+    fn kind(&self) -> &'static str {
+        "voice_done"
+    }
+    fn utterance_id(&self) -> Option<UtteranceId> {
+        Some(self.id)
+    }
+    fn fields_json(&self, _: &Clock) -> Result<String, serde_json::Error> {
+        let mut v = serde_json::to_value(self)?;
+        if let Some(o) = v.as_object_mut() {
+            o.remove("id");
+            o.insert("audio_s".into(), self.audio_s().into());
+        }
+        serde_json::to_string(&v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn voice_events_say_where_the_audio_is_and_not_what_it_is() {
+        let c = Clock::start();
+        let at = c.origin() + Duration::from_millis(5);
+        let a = VoiceOut::Audio(VoiceAudio {
+            id: 3,
+            chunk: 0,
+            block: 0,
+            sample_rate: 22_050,
+            samples: vec![0.0; 512].into(),
+            text: Some("Sure.".into()),
+        });
+        assert_eq!(a.utterance_id(), Some(3));
+        assert_eq!(
+            a.event().unwrap().to_json_line(&c, at).unwrap(),
+            r#"{"type":"voice_audio","id":3,"sample":null,"t_ms":5.0,"chunk":0,"block":0,"sample_rate":22050,"samples":512,"text":"Sure."}"#
+        );
+        let d = VoiceOut::Done(VoiceDone {
+            id: 3,
+            voice: "espeak",
+            chunks: 1,
+            chars: 5,
+            audio_samples: 11_025,
+            sample_rate: 22_050,
+            failed_chunks: 0,
+        });
+        let v = d.event().unwrap().to_json_value(&c, at).unwrap();
+        assert_eq!(v["type"], "voice_done");
+        assert_eq!(v["audio_s"], 0.5);
+        assert_eq!(v["voice"], "espeak");
+    }
+}

@@ -1,0 +1,358 @@
+//! The neural voice: a Piper (VITS) model run by ONNX Runtime.
+//!
+//! Piper speaks phonemes, not letters: the text goes through espeak-ng (the
+//! program, see [`crate::voice`]) as IPA, one line per clause, and each
+//! phoneme becomes the ids the voice's `phoneme_id_map` gives it, with the
+//! clause's punctuation put back, between a start and an end mark and
+//! padding after each phoneme. The model makes the waveform in one call.
+//!
+//! ONNX Runtime is loaded at run time from the `libonnxruntime.so` that
+//! `voxline models fetch --voice piper` installs (nothing is downloaded or
+//! linked at build time); its threads are the ones the pipeline grants, and
+//! they do not spin between calls, so they leave the cores to the other
+//! engines.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use ort::session::Session;
+use ort::value::Tensor;
+use serde::Deserialize;
+
+use crate::voice::{check_espeak, run_espeak};
+use crate::{TextToSpeech, TtsError};
+
+/// The voice's `.onnx.json`: what Piper needs from it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PiperConfig {
+    /// The audio it makes.
+    pub audio: AudioConfig,
+    /// The espeak-ng voice of its phonemes.
+    pub espeak: EspeakConfig,
+    /// The sampling knobs.
+    pub inference: InferenceConfig,
+    /// Each phoneme's ids.
+    pub phoneme_id_map: HashMap<String, Vec<i64>>,
+    /// `"espeak"` for a voice voxline can speak with.
+    #[serde(default)]
+    pub phoneme_type: Option<String>,
+}
+
+/// `audio` of a Piper config.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AudioConfig {
+    /// Output sample rate.
+    pub sample_rate: u32,
+}
+
+/// `espeak` of a Piper config.
+#[derive(Debug, Clone, Deserialize)]
+pub struct EspeakConfig {
+    /// e.g. `en-us`.
+    pub voice: String,
+}
+
+/// `inference` of a Piper config.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct InferenceConfig {
+    /// Noise of the prior.
+    pub noise_scale: f32,
+    /// Speaking pace (higher is slower).
+    pub length_scale: f32,
+    /// Noise of the duration predictor.
+    pub noise_w: f32,
+}
+
+/// The ONNX Runtime environment of the process (one, however many voices).
+static RUNTIME: OnceLock<Mutex<Option<(PathBuf, ort::environment::Environment)>>> =
+    OnceLock::new();
+
+/// Loads ONNX Runtime from `lib` once per process.
+fn runtime(lib: &Path) -> Result<ort::environment::Environment, TtsError> {
+    if !lib.is_file() {
+        return Err(TtsError::Missing {
+            what: "the ONNX Runtime library",
+            path: lib.to_owned(),
+        });
+    }
+    let cell = RUNTIME.get_or_init(|| Mutex::new(None));
+    let mut held = cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((path, env)) = held.as_ref() {
+        if path != lib {
+            return Err(TtsError::Runtime {
+                path: lib.to_owned(),
+                detail: format!("this process already runs the one at {}", path.display()),
+            });
+        }
+        return Ok(env.clone());
+    }
+    let fail = |detail: String| TtsError::Runtime {
+        path: lib.to_owned(),
+        detail,
+    };
+    // loading a library that is no ONNX Runtime may panic inside ort: a broken file is an error too
+    let built = std::panic::catch_unwind(|| {
+        ort::init_from(lib)
+            .map_err(|e| e.to_string())?
+            .with_name("voxline")
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .map_err(|_| fail("it is not an ONNX Runtime library".into()))?
+    .map_err(fail)?;
+    *held = Some((lib.to_owned(), built.clone()));
+    Ok(built)
+}
+
+/// A Piper voice.
+pub struct Piper {
+    session: Session,
+    config: PiperConfig,
+    threads: usize,
+}
+
+impl std::fmt::Debug for Piper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Piper")
+            .field("sample_rate", &self.config.audio.sample_rate)
+            .field("threads", &self.threads)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Punctuation Piper's phonemes keep, as espeak-ng's clauses end.
+fn clause_mark(c: char) -> bool {
+    matches!(c, '.' | ',' | ';' | ':' | '!' | '?')
+}
+
+/// `text` cut into clauses, each with the mark that ends it (or none).
+fn clauses(text: &str) -> Vec<(String, Option<char>)> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        let next_blank = chars.get(i + 1).is_none_or(|n| n.is_whitespace());
+        if clause_mark(c) && next_blank {
+            if cur.chars().any(char::is_alphanumeric) {
+                out.push((std::mem::take(&mut cur), Some(c)));
+            }
+            cur.clear();
+        } else {
+            cur.push(c);
+        }
+    }
+    if cur.chars().any(char::is_alphanumeric) {
+        out.push((cur, None));
+    }
+    out
+}
+
+impl Piper {
+    /// Loads the voice `model` (its config beside it, `<model>.json`) on the
+    /// ONNX Runtime library `runtime_lib`, computing with `threads` threads.
+    ///
+    /// # Errors
+    /// [`TtsError::Missing`] for a file that is not there,
+    /// [`TtsError::Runtime`] when the library cannot be loaded,
+    /// [`TtsError::BadVoice`] for a config or model Piper cannot use,
+    /// [`TtsError::EspeakMissing`] without espeak-ng (its phonemes).
+    pub fn load(model: &Path, runtime_lib: &Path, threads: usize) -> Result<Self, TtsError> {
+        let config_path = PathBuf::from(format!("{}.json", model.display()));
+        for (what, p) in [("the voice model", model), ("the voice's config", &config_path)] {
+            if !p.is_file() {
+                return Err(TtsError::Missing {
+                    what,
+                    path: p.to_owned(),
+                });
+            }
+        }
+        let bad = |path: &Path, detail: String| TtsError::BadVoice {
+            path: path.to_owned(),
+            detail,
+        };
+        let text = std::fs::read_to_string(&config_path).map_err(|e| bad(&config_path, e.to_string()))?;
+        let config: PiperConfig =
+            serde_json::from_str(&text).map_err(|e| bad(&config_path, e.to_string()))?;
+        if config.phoneme_type.as_deref().is_some_and(|t| t != "espeak") {
+            return Err(bad(&config_path, "its phonemes are not espeak-ng's".into()));
+        }
+        for mark in ["^", "$", "_"] {
+            if !config.phoneme_id_map.contains_key(mark) {
+                return Err(bad(&config_path, format!("its phoneme map has no `{mark}`")));
+            }
+        }
+        check_espeak(&config.espeak.voice)?;
+        let env = runtime(runtime_lib)?;
+        let threads = threads.max(1);
+        let builder = (|| -> Result<_, String> {
+            let s = |e: &dyn std::fmt::Display| e.to_string();
+            Session::builder(&env)
+                .map_err(|e| s(&e))?
+                .with_intra_threads(threads)
+                .map_err(|e| s(&e))?
+                .with_inter_threads(1)
+                .map_err(|e| s(&e))?
+                .with_intra_op_spinning(false)
+                .map_err(|e| s(&e))?
+                .with_inter_op_spinning(false)
+                .map_err(|e| s(&e))
+        })()
+        .map_err(|detail| TtsError::Runtime {
+            path: runtime_lib.to_owned(),
+            detail,
+        })?;
+        let mut builder = builder;
+        let session = builder
+            .commit_from_file(model)
+            .map_err(|e| bad(model, e.to_string()))?;
+        let inputs: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
+        for want in ["input", "input_lengths", "scales"] {
+            if !inputs.contains(&want) {
+                return Err(bad(model, format!("the model has no input `{want}` (it has {inputs:?})")));
+            }
+        }
+        Ok(Self {
+            session,
+            config,
+            threads,
+        })
+    }
+
+    /// The voice's config.
+    #[must_use]
+    pub fn config(&self) -> &PiperConfig {
+        &self.config
+    }
+
+    /// The phonemes of `text` (IPA, punctuation kept), as espeak-ng gives them.
+    ///
+    /// # Errors
+    /// When espeak-ng fails.
+    pub fn phonemes(&self, text: &str) -> Result<String, TtsError> {
+        let parts = clauses(text);
+        if parts.is_empty() {
+            return Ok(String::new());
+        }
+        let joined: Vec<&str> = parts.iter().map(|(c, _)| c.as_str()).collect();
+        // one clause per line in, one line of phonemes per clause out
+        let out = run_espeak(
+            &["-q", "-v", &self.config.espeak.voice, "--ipa", "--stdin"],
+            &joined.join(".\n"),
+        )?;
+        let text = String::from_utf8_lossy(&out);
+        let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        let mut s = String::new();
+        if lines.len() == parts.len() {
+            for (line, (_, mark)) in lines.iter().zip(&parts) {
+                if !s.is_empty() {
+                    s.push(' ');
+                }
+                s.push_str(line);
+                if let Some(m) = mark {
+                    s.push(*m);
+                }
+            }
+        } else {
+            // espeak-ng cut the clauses otherwise: keep its phonemes, end as the text ends
+            s = lines.join(" ");
+            if let Some(m) = parts.last().and_then(|(_, m)| *m) {
+                s.push(m);
+            }
+        }
+        Ok(s)
+    }
+
+    /// The model's input ids for `phonemes`.
+    #[must_use]
+    pub fn ids(&self, phonemes: &str) -> Vec<i64> {
+        let map = &self.config.phoneme_id_map;
+        let get = |k: &str| map.get(k).cloned().unwrap_or_default();
+        let pad = get("_");
+        let mut ids = get("^");
+        ids.extend(&pad);
+        let mut buf = [0u8; 4];
+        for c in phonemes.chars() {
+            if let Some(id) = map.get(&*c.encode_utf8(&mut buf)) {
+                ids.extend(id);
+                ids.extend(&pad);
+            }
+        }
+        ids.extend(get("$"));
+        ids
+    }
+}
+
+impl TextToSpeech for Piper {
+    fn name(&self) -> &'static str {
+        "piper"
+    }
+
+    fn sample_rate(&self) -> u32 {
+        self.config.audio.sample_rate
+    }
+
+    fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn synthesize(&mut self, text: &str) -> Result<Vec<f32>, TtsError> {
+        let phonemes = self.phonemes(text)?;
+        let ids = self.ids(&phonemes);
+        if ids.len() <= 4 {
+            return Ok(Vec::new());
+        }
+        let fail = |e: ort::Error| TtsError::Inference(e.to_string());
+        let n = ids.len();
+        let inf = self.config.inference;
+        let input = Tensor::from_array(([1usize, n], ids)).map_err(fail)?;
+        let lengths = Tensor::from_array(([1usize], vec![n as i64])).map_err(fail)?;
+        let scales = Tensor::from_array((
+            [3usize],
+            vec![inf.noise_scale, inf.length_scale, inf.noise_w],
+        ))
+        .map_err(fail)?;
+        let outputs = self
+            .session
+            .run(ort::inputs![
+                "input" => input,
+                "input_lengths" => lengths,
+                "scales" => scales,
+            ])
+            .map_err(fail)?;
+        let (_, audio) = outputs[0].try_extract_tensor::<f32>().map_err(fail)?;
+        Ok(audio.iter().map(|s| s.clamp(-1.0, 1.0)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clauses_keep_their_marks_and_numbers_stay_whole() {
+        let c = clauses("Hello there, how are you? It is 3.5 degrees.");
+        let marks: Vec<Option<char>> = c.iter().map(|(_, m)| *m).collect();
+        assert_eq!(marks, [Some(','), Some('?'), Some('.')]);
+        assert_eq!(c[2].0.trim(), "It is 3.5 degrees");
+        assert!(clauses("...").is_empty());
+        assert_eq!(clauses("no mark")[0], ("no mark".into(), None));
+    }
+
+    #[test]
+    fn a_missing_model_or_runtime_says_which_and_how_to_install_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("voice.onnx");
+        let e = Piper::load(&model, &dir.path().join("lib.so"), 1).unwrap_err();
+        assert!(e.to_string().contains("the voice model"), "{e}");
+        assert!(e.to_string().contains("models fetch --voice piper"), "{e}");
+        std::fs::write(&model, b"not onnx").unwrap();
+        let e = Piper::load(&model, &dir.path().join("lib.so"), 1).unwrap_err();
+        assert!(e.to_string().contains("config"), "{e}");
+        std::fs::write(dir.path().join("voice.onnx.json"), b"{").unwrap();
+        let e = Piper::load(&model, &dir.path().join("lib.so"), 1).unwrap_err();
+        assert!(matches!(e, TtsError::BadVoice { .. }), "{e}");
+        let e = runtime(&dir.path().join("lib.so")).unwrap_err();
+        assert!(matches!(e, TtsError::Missing { .. }), "{e}");
+    }
+}

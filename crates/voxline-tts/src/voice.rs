@@ -1,0 +1,195 @@
+//! The speech-synthesis trait, and the voice that is always there: espeak-ng,
+//! run as a separate program.
+//!
+//! espeak-ng is GPL-3; voxline is MIT/Apache-2.0. voxline never links it: it
+//! runs the `espeak-ng` program (Debian's package) and reads its output, as
+//! it would any other tool, for the espeak voice and for the neural voice's
+//! phonemes alike.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use crate::TtsError;
+
+/// A voice: text in, audio out.
+pub trait TextToSpeech: Send {
+    /// Its name in reports and flags (`"espeak"`, `"piper"`).
+    fn name(&self) -> &'static str;
+
+    /// The sample rate of the audio it makes (mono).
+    fn sample_rate(&self) -> u32;
+
+    /// Threads it computes with (the pipeline's CPU budget counts them).
+    fn threads(&self) -> usize {
+        1
+    }
+
+    /// Speaks `text` (one chunk): mono samples at [`Self::sample_rate`].
+    ///
+    /// # Errors
+    /// The voice's own failure; the stage makes it a turn error.
+    fn synthesize(&mut self, text: &str) -> Result<Vec<f32>, TtsError>;
+}
+
+/// The espeak-ng program's name.
+pub const ESPEAK_PROGRAM: &str = "espeak-ng";
+
+/// The espeak-ng voice, speaking as a separate process per chunk.
+#[derive(Debug, Clone)]
+pub struct Espeak {
+    voice: String,
+    words_per_minute: u32,
+}
+
+/// espeak-ng's output rate.
+const ESPEAK_RATE: u32 = 22_050;
+
+/// Runs espeak-ng with `args`, `text` on its standard input; its standard output.
+pub(crate) fn run_espeak(args: &[&str], text: &str) -> Result<Vec<u8>, TtsError> {
+    let mut child = Command::new(ESPEAK_PROGRAM)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| TtsError::EspeakMissing(e.to_string()))?;
+    // the text goes on stdin: a chunk that starts with "-" is no option
+    let mut stdin = child.stdin.take().ok_or_else(|| TtsError::Espeak("no stdin".into()))?;
+    let written = stdin.write_all(text.as_bytes());
+    drop(stdin);
+    let out = child
+        .wait_with_output()
+        .map_err(|e| TtsError::Espeak(e.to_string()))?;
+    written.map_err(|e| TtsError::Espeak(format!("writing the text: {e}")))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(TtsError::Espeak(format!(
+            "{} ({})",
+            err.lines().next().unwrap_or("no message"),
+            out.status
+        )));
+    }
+    Ok(out.stdout)
+}
+
+/// Checks that espeak-ng runs and has voice `voice`.
+pub(crate) fn check_espeak(voice: &str) -> Result<(), TtsError> {
+    let out = run_espeak(&["-q", "-v", voice, "--ipa"], "a")?;
+    if out.is_empty() {
+        return Err(TtsError::Espeak(format!(
+            "voice `{voice}` gave no phonemes; is espeak-ng-data installed?"
+        )));
+    }
+    Ok(())
+}
+
+impl Espeak {
+    /// US English at espeak-ng's usual pace; checks that the program runs.
+    ///
+    /// # Errors
+    /// [`TtsError::EspeakMissing`] when espeak-ng is not installed.
+    pub fn new() -> Result<Self, TtsError> {
+        Self::with_voice("en-us", 175)
+    }
+
+    /// espeak-ng voice `voice` at `words_per_minute`.
+    ///
+    /// # Errors
+    /// As [`Espeak::new`].
+    pub fn with_voice(voice: &str, words_per_minute: u32) -> Result<Self, TtsError> {
+        check_espeak(voice)?;
+        Ok(Self {
+            voice: voice.to_owned(),
+            words_per_minute,
+        })
+    }
+}
+
+/// Reads a 16-bit mono WAV (what espeak-ng writes) into samples.
+fn wav_samples(bytes: &[u8]) -> Result<(u32, Vec<f32>), TtsError> {
+    // espeak-ng writing to a pipe leaves the RIFF and data lengths unset
+    // (0x7fffffff or 0): read the samples after the header ourselves.
+    let reader = hound::WavReader::new(std::io::Cursor::new(bytes))
+        .map_err(|e| TtsError::Espeak(format!("its output is not WAV ({e})")))?;
+    let spec = reader.spec();
+    if spec.channels != 1 || spec.bits_per_sample != 16 {
+        return Err(TtsError::Espeak(format!(
+            "unexpected audio: {} channels, {} bits",
+            spec.channels, spec.bits_per_sample
+        )));
+    }
+    let data_at = find_data(bytes).ok_or_else(|| TtsError::Espeak("no data chunk".into()))?;
+    let samples = bytes[data_at..]
+        .chunks_exact(2)
+        .map(|b| f32::from(i16::from_le_bytes([b[0], b[1]])) / 32768.0)
+        .collect();
+    Ok((spec.sample_rate, samples))
+}
+
+/// The offset of the first sample after the `data` chunk's header.
+fn find_data(bytes: &[u8]) -> Option<usize> {
+    let mut at = 12;
+    while at + 8 <= bytes.len() {
+        let id = &bytes[at..at + 4];
+        let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().ok()?) as usize;
+        if id == b"data" {
+            return Some(at + 8);
+        }
+        at = at.checked_add(8 + len + (len & 1))?;
+    }
+    None
+}
+
+impl TextToSpeech for Espeak {
+    fn name(&self) -> &'static str {
+        "espeak"
+    }
+
+    fn sample_rate(&self) -> u32 {
+        ESPEAK_RATE
+    }
+
+    fn synthesize(&mut self, text: &str) -> Result<Vec<f32>, TtsError> {
+        let wpm = self.words_per_minute.to_string();
+        let wav = run_espeak(&["-v", &self.voice, "-s", &wpm, "--stdout"], text)?;
+        let (rate, samples) = wav_samples(&wav)?;
+        if rate != ESPEAK_RATE {
+            return Err(TtsError::Espeak(format!("audio at {rate} Hz, not {ESPEAK_RATE}")));
+        }
+        Ok(samples)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn espeak_speaks_a_sentence_as_audio_of_plausible_length() {
+        let mut v = Espeak::new().expect("espeak-ng is installed here");
+        let a = v.synthesize("The capital of France is Paris.").unwrap();
+        let secs = a.len() as f64 / f64::from(v.sample_rate());
+        assert!((1.0..4.0).contains(&secs), "{secs} s");
+        let peak = a.iter().fold(0f32, |m, s| m.max(s.abs()));
+        assert!(peak > 0.1, "audible: peak {peak}");
+        // a chunk that looks like an option is spoken, not parsed
+        assert!(!v.synthesize("-v nothing").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_wav_is_read_past_its_chunks_whatever_its_lengths_say() {
+        let mut w = Vec::new();
+        w.extend_from_slice(b"RIFF\xff\xff\xff\x7fWAVEfmt ");
+        w.extend_from_slice(&16u32.to_le_bytes());
+        w.extend_from_slice(&[1, 0, 1, 0]);
+        w.extend_from_slice(&22_050u32.to_le_bytes());
+        w.extend_from_slice(&44_100u32.to_le_bytes());
+        w.extend_from_slice(&[2, 0, 16, 0]);
+        w.extend_from_slice(b"data\x00\xf0\xff\x7f");
+        w.extend_from_slice(&16_384i16.to_le_bytes());
+        w.extend_from_slice(&(-32_768i16).to_le_bytes());
+        let (rate, s) = wav_samples(&w).unwrap();
+        assert_eq!((rate, s), (22_050, vec![0.5, -1.0]));
+        assert!(find_data(b"RIFF....WAVE").is_none());
+    }
+}
