@@ -75,6 +75,24 @@ pub(crate) struct EngineArgs {
     /// Sampling seed.
     #[arg(long, default_value_t = 42)]
     pub(crate) seed: u32,
+    /// Who speaks the answers: `piper` (the neural voice), `espeak` (espeak-ng), `auto` (piper
+    /// when installed, else espeak) or `off`. Default: `auto` for live and serve; for replay
+    /// and bench `off`, unless `--voice-out` asks for the voice.
+    #[arg(long, value_enum)]
+    pub(crate) voice: Option<VoiceArg>,
+}
+
+/// A voice for the answers (`--voice`).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum VoiceArg {
+    /// The neural voice when it is installed, else espeak-ng.
+    Auto,
+    /// The neural voice (Piper on ONNX Runtime).
+    Piper,
+    /// espeak-ng.
+    Espeak,
+    /// No voice: the answers are text only.
+    Off,
 }
 
 /// A quantised whisper model.
@@ -89,6 +107,47 @@ pub(crate) enum QuantArg {
     /// 4-bit blocks (ggml q4_0): faster, less accurate.
     #[value(name = "q4_0")]
     Q4_0,
+}
+
+impl EngineArgs {
+    /// The voice that speaks, `default` when `--voice` is not given; `None`
+    /// for no voice. Checked before any model loads.
+    ///
+    /// # Errors
+    /// [`BadInput`] when `--voice piper` is asked for and is not installed.
+    pub(crate) fn voice_choice(
+        &self,
+        default: VoiceArg,
+    ) -> Result<Option<voxline_pipeline::voice::VoiceChoice>, BadInput> {
+        use voxline_pipeline::voice::VoiceChoice;
+        let models_dir = location::resolve_from_process(self.models_dir.as_deref());
+        let files = [
+            &registry::PIPER_JOE,
+            &registry::PIPER_JOE_CONFIG,
+            &registry::ONNX_RUNTIME,
+        ]
+        .map(|m| models_dir.path.join(m.file));
+        let piper = VoiceChoice::Piper {
+            model: files[0].clone(),
+            runtime: files[2].clone(),
+        };
+        Ok(match self.voice.unwrap_or(default) {
+            VoiceArg::Off => None,
+            VoiceArg::Espeak => Some(VoiceChoice::Espeak),
+            VoiceArg::Auto if files.iter().all(|f| f.is_file()) => Some(piper),
+            VoiceArg::Auto => Some(VoiceChoice::Espeak),
+            VoiceArg::Piper => {
+                if let Some(missing) = files.iter().find(|f| !f.is_file()) {
+                    return Err(BadInput(format!(
+                        "--voice piper: {} is not installed — run {} (or choose --voice espeak)",
+                        missing.display(),
+                        fetch_command(&models_dir)
+                    )));
+                }
+                Some(piper)
+            }
+        })
+    }
 }
 
 impl QuantArg {
@@ -220,6 +279,8 @@ impl EngineArgs {
             let check = match role {
                 Role::Stt => voxline_models::kind::check_whisper_model(path),
                 Role::Llm => voxline_models::kind::check_llm_model(path),
+                // the voice is checked where it is loaded
+                Role::Tts => Ok(()),
             };
             check.map_err(BadInput::from_display)?;
         }

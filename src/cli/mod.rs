@@ -12,7 +12,7 @@ use voxline_pipeline::pipeline::Pace;
 mod engine;
 mod vad;
 
-pub(crate) use engine::{EngineArgs, QuantArg};
+pub(crate) use engine::{EngineArgs, QuantArg, VoiceArg};
 pub(crate) use vad::VadArgs;
 
 #[derive(Parser)]
@@ -157,6 +157,10 @@ pub(crate) struct ReplayArgs {
     /// `realtime`: as a microphone would deliver it; `fast`: as fast as the pipeline takes it (virtual clock).
     #[arg(long, value_enum, default_value_t = Pace::Realtime)]
     pub(crate) pace: Pace,
+    /// Write the conversation as it was heard: a stereo 16 kHz WAV, the recordings on the left
+    /// channel and the assistant's voice on the right, on the input's timeline (turns the voice on).
+    #[arg(long)]
+    pub(crate) voice_out: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) out: SessionOutput,
     #[command(flatten)]

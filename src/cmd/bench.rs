@@ -39,7 +39,12 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
     if let Some(url) = &args.via {
         voxline_serve::client::check_url(url).map_err(BadInput::from_display)?;
     }
-    let session = Session::new(&args.engine, &args.vad, args.budget.as_deref())?;
+    let session = Session::new(
+        &args.engine,
+        &args.vad,
+        args.budget.as_deref(),
+        crate::cli::VoiceArg::Off,
+    )?;
     let files = collect_wavs(&args.fixtures)?;
     let think = std::time::Duration::from_millis(args.think_ms);
     let script = capacity::Script::load(&files, think)?;
@@ -127,7 +132,12 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     if !args.sessions.is_empty() {
         return bench_sessions(&args);
     }
-    let session = Session::new(&args.engine, &args.vad, args.budget.as_deref())?;
+    let session = Session::new(
+        &args.engine,
+        &args.vad,
+        args.budget.as_deref(),
+        crate::cli::VoiceArg::Off,
+    )?;
     if args.repeat == 0 {
         return Err(BadInput("--repeat 0: play the fixtures at least once".into()).into());
     }

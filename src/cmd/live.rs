@@ -92,7 +92,12 @@ pub(crate) fn devices(args: &DevicesArgs) -> anyhow::Result<Outcome> {
 }
 
 pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
-    let session = Session::new(&args.engine, &args.vad, args.out.budget.as_deref())?;
+    let session = Session::new(
+        &args.engine,
+        &args.vad,
+        args.out.budget.as_deref(),
+        crate::cli::VoiceArg::Off,
+    )?;
     let max_duration = args
         .max_duration
         .as_deref()

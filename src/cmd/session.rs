@@ -21,7 +21,7 @@ use voxline_report::budget::Budget;
 use voxline_report::tally::Tally;
 use voxline_report::{self as report, Report, RunConfig};
 
-use crate::cli::{EngineArgs, VadArgs};
+use crate::cli::{EngineArgs, VadArgs, VoiceArg};
 use crate::signals::install_signal_handler;
 use crate::Outcome;
 
@@ -39,6 +39,8 @@ pub(crate) struct Session {
     pub(crate) budget: Option<Budget>,
     /// Where the budget was read from (an input no output may overwrite).
     budget_path: Option<PathBuf>,
+    /// The voice that speaks the answers, if any.
+    pub(crate) voice: Option<voxline_pipeline::voice::VoiceChoice>,
 }
 
 /// What a subcommand runs in a [`Session`].
@@ -86,8 +88,10 @@ impl Session {
         engine: &EngineArgs,
         vad: &VadArgs,
         budget: Option<&Path>,
+        voice: VoiceArg,
     ) -> anyhow::Result<Self> {
         let (settings, warnings) = engine.settings()?;
+        let voice = engine.voice_choice(voice)?;
         let config = vad.config()?;
         let loaded = budget.map(Budget::load).transpose()?;
         if let (Some(b), Some(path)) = (&loaded, budget) {
@@ -106,6 +110,7 @@ impl Session {
             endpointing: vad.clone(),
             budget: loaded,
             budget_path: budget.map(Path::to_path_buf),
+            voice,
         })
     }
 
@@ -147,7 +152,13 @@ impl Session {
             eprintln!("voxline: warning: {w}");
         }
         (run.before_load)();
-        let (stt, llm, model_load_ms) = load_engines(&self.settings)?;
+        let (stt, llm, mut model_load_ms) = load_engines(&self.settings)?;
+        let t0 = Instant::now();
+        let voice = match &self.voice {
+            Some(v) => Some(v.load(self.settings.threads.total)?),
+            None => None,
+        };
+        model_load_ms += t0.elapsed().as_secs_f64() * 1000.0;
         if shutdown.is_requested() {
             return Ok(None);
         }
@@ -173,7 +184,12 @@ impl Session {
             Source::Live(_) | Source::Pushed(_) => Pace::Live,
             Source::Replay(_) => run.pace,
         };
-        let result = pipeline::run_source(run.source, stt, llm, &opts, Some(shutdown))?;
+        let extras = match voice {
+            Some(v) => pipeline::Extras::default().voice(v),
+            None => pipeline::Extras::default(),
+        };
+        let result =
+            pipeline::run_source_with(run.source, stt, llm, extras, &opts, Some(shutdown))?;
         let mut config = RunConfig::from_settings(&self.settings, pace, run.files, run.warmup);
         self.endpointing.record(&mut config);
         let load_ms = model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0;

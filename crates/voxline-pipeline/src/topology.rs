@@ -13,6 +13,9 @@ pub const VAD: StageId = voxline_audio::VAD_STAGE;
 pub const STT: StageId = voxline_stt::STAGE;
 /// The language model: transcripts in, tokens and completed turns out.
 pub const LLM: StageId = voxline_llm::STAGE;
+/// Speech synthesis: the LLM's streamed answer in, spoken audio out (a
+/// pipeline with a voice; [`with_voice`]).
+pub const TTS: StageId = voxline_tts::STAGE;
 /// Where the answers end (the events carry them to the console and the log).
 pub const SINK: StageId = StageId::new("sink");
 
@@ -64,6 +67,18 @@ pub fn standard(audio: AudioEdge, queue_capacity: usize) -> Topology {
         .latency(&LLM, Latency::FirstOutput("token"))
 }
 
+/// `t` with the voice: the TTS stage between the LLM and the sink, on its
+/// own edge (`to_tts`, as deep as the responses edge: an answer's tokens
+/// wait there while a chunk is spoken). It is off the response latency's
+/// path (the response is the first token); its own figures are the voice
+/// latency's.
+#[must_use]
+pub fn with_voice(t: Topology) -> Topology {
+    t.edge(edge_into(&TTS), RESPONSE_ITEMS, FullPolicy::Block)
+        .insert_after(&LLM, TTS, edge_into(&TTS))
+        .latency(&TTS, Latency::Off)
+}
+
 /// The edge into a stage added after `after`: `to_<stage>`.
 #[must_use]
 pub fn edge_into(stage: &StageId) -> EdgeId {
@@ -113,6 +128,19 @@ mod tests {
             .map(|(s, e)| format!("{s}<{e}"))
             .collect();
         assert_eq!(w, ["stt<utterances", "llm<transcripts"]);
+    }
+
+    #[test]
+    fn the_voice_goes_between_the_llm_and_the_sink_off_the_response_path() {
+        let plain = standard(AudioEdge::Replay, 2);
+        let t = with_voice(plain.clone());
+        let names: Vec<&str> = t.stages().iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(names, ["vad", "stt", "llm", "tts", "sink"]);
+        assert_eq!(t.output_of("llm"), Some(&edge_into(&TTS)));
+        assert_eq!(t.output_of("tts"), Some(&RESPONSES));
+        assert_eq!(t.latency_terms(), plain.latency_terms());
+        let w: Vec<String> = watched(&t).iter().map(|(s, _)| s.to_string()).collect();
+        assert_eq!(w, ["stt", "llm", "tts"]);
     }
 
     #[test]

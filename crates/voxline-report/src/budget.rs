@@ -7,6 +7,8 @@
 //! p95 = 4000
 //! [stt_ms]                # any of: response_latency_ms, endpoint_delay_ms,
 //! p95 = 1500              # stt_ms, llm_ttft_ms — each with p50/p90/p95/p99
+//! [voice_latency_ms]      # end of speech → first audio (a run that speaks)
+//! p50 = 1500
 //! [terms.llm_queue]       # any latency term the pipeline declares: endpoint,
 //! p95 = 300               # stt_queue, stt, llm_queue, llm_first_token,
 //!                         # commit_wait, and an added stage's (ms)
@@ -82,6 +84,8 @@ pub struct Budget {
     pub stt_ms: Option<PercentileLimits>,
     /// LLM time to first token.
     pub llm_ttft_ms: Option<PercentileLimits>,
+    /// End of speech → first audio of the spoken answer (a run with a voice).
+    pub voice_latency_ms: Option<PercentileLimits>,
     /// Limits on the response latency's terms, by the names the topology
     /// declares ([`Topology::latency_terms`]), in ms.
     pub terms: Option<BTreeMap<String, PercentileLimits>>,
@@ -156,6 +160,7 @@ impl Budget {
             ("endpoint_delay_ms", &self.endpoint_delay_ms),
             ("stt_ms", &self.stt_ms),
             ("llm_ttft_ms", &self.llm_ttft_ms),
+            ("voice_latency_ms", &self.voice_latency_ms),
         ]
         .into_iter()
         .filter_map(|(name, l)| Some((name.to_owned(), l.as_ref()?)))
@@ -236,6 +241,7 @@ impl Budget {
                 "endpoint_delay_ms" => s.endpoint_delay_ms,
                 "stt_ms" => s.stt_ms,
                 "llm_ttft_ms" => s.llm_ttft_ms,
+                "voice_latency_ms" => s.voice_latency_ms,
                 term => term
                     .strip_prefix("terms.")
                     .and_then(|name| s.terms_ms.get(name).copied()),

@@ -34,6 +34,11 @@ pub fn to_csv(r: &Report) -> String {
     for stage in &added {
         let _ = write!(s, ",{stage}_busy_ms");
     }
+    // a pipeline that speaks: the voice's figures
+    let speaks = r.topology.stage_spec(voxline_tts::STAGE_NAME).is_some();
+    if speaks {
+        s.push_str(",voice_latency_ms,tts_first_audio_ms,tts_rtfx,voice_chunks,voice_audio_s");
+    }
     s.push('\n');
     let f = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.3}"));
     let q =
@@ -70,6 +75,17 @@ pub fn to_csv(r: &Report) -> String {
         );
         for stage in &added {
             let _ = write!(s, ",{}", f(t.work.get(*stage).map(|w| w.busy_ms)));
+        }
+        if speaks {
+            let _ = write!(
+                s,
+                ",{},{},{},{},{}",
+                f(t.voice_latency_ms),
+                f(t.tts_first_audio_ms),
+                f(t.tts_rtfx),
+                n(t.voice_chunks),
+                f(t.voice_audio_s)
+            );
         }
         s.push('\n');
     }

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use voxline_core::{Clock, PipelineEvent, Span, TimedEvent, Topology, Transcript, UtteranceInfo};
 use voxline_llm::{Token, TurnComplete};
+use voxline_tts::{VoiceAudio, VoiceDone};
 
 use super::clocks;
 use super::schema::{StageWork, TurnReport};
@@ -40,6 +41,12 @@ pub(crate) struct Gathered {
     pub(super) commit: Option<(u64, u64, Instant)>,
     /// Every stage's calls for the turn, by stage.
     pub(super) calls: BTreeMap<String, Calls>,
+    /// When the first block of the spoken answer was sent.
+    voice_first: Option<Instant>,
+    /// The spoken answer's summary.
+    voice_done: Option<VoiceDone>,
+    /// Whether the pipeline speaks: the turn ends with its voice.
+    pub(crate) speaks: bool,
 }
 
 /// One stage's calls for one turn, merged.
@@ -49,6 +56,8 @@ pub(crate) struct Calls {
     pub(super) start: Instant,
     /// The first output any of them sent.
     pub(super) first_out: Option<Instant>,
+    /// The start of the call that sent it.
+    pub(super) first_out_start: Option<Instant>,
     /// The last call's end.
     pub(super) end: Instant,
     /// Time they computed, ms.
@@ -58,6 +67,14 @@ pub(crate) struct Calls {
 }
 
 impl Gathered {
+    /// Gathers a turn of a pipeline that speaks (`speaks`) or not.
+    pub(crate) fn for_pipeline(speaks: bool) -> Self {
+        Self {
+            speaks,
+            ..Self::default()
+        }
+    }
+
     /// Takes what `ev` says about this utterance (the caller routes by id).
     pub(crate) fn event(&mut self, ev: &TimedEvent) {
         match &ev.event {
@@ -68,6 +85,10 @@ impl Gathered {
                     self.tokens.push(ev.at);
                 } else if let Some(c) = e.downcast_ref::<TurnComplete>() {
                     self.done = Some(c.clone());
+                } else if e.downcast_ref::<VoiceAudio>().is_some() {
+                    self.voice_first.get_or_insert(ev.at);
+                } else if let Some(d) = e.downcast_ref::<VoiceDone>() {
+                    self.voice_done = Some(d.clone());
                 }
             }
             PipelineEvent::TurnError(e) => {
@@ -90,6 +111,7 @@ impl Gathered {
         let c = self.calls.entry(s.stage.clone()).or_insert(Calls {
             start: s.started,
             first_out: None,
+            first_out_start: None,
             end: s.finished,
             busy_ms: 0.0,
             outputs: 0,
@@ -98,15 +120,19 @@ impl Gathered {
         c.end = c.end.max(s.finished);
         c.busy_ms += busy;
         c.outputs += s.emitted;
-        c.first_out = match (c.first_out, s.first_emit) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        if let Some(b) = s.first_emit {
+            if c.first_out.is_none_or(|a| b < a) {
+                c.first_out = Some(b);
+                c.first_out_start = Some(s.started);
+            }
+        }
     }
 
-    /// Whether the turn has ended: answered, or failed.
+    /// Whether the turn has ended: answered (and spoken, in a pipeline that
+    /// speaks), or failed.
     pub(crate) fn ended(&self) -> bool {
-        self.done.is_some() || self.error.is_some()
+        let answered = self.done.is_some() && (!self.speaks || self.voice_done.is_some());
+        answered || self.error.is_some()
     }
 
     /// The calls of `stage` for this turn, if it ran on it.
@@ -228,6 +254,24 @@ pub(crate) fn turn_report(
         t.inter_token_ms = Percentiles::of(&gaps);
     }
 
+    // The voice: what it said, and how long after the response it began.
+    if let Some(d) = &g.voice_done {
+        t.voice_chunks = Some(d.chunks);
+        t.voice_chars = Some(d.chars);
+        t.voice_audio_s = Some(d.audio_s());
+    }
+    if let (Some(first_audio), Some(&first_token)) = (g.voice_first, g.tokens.first()) {
+        // the response is shown when its first token is made, or at the commit if later
+        let shown = g.commit.map_or(first_token, |(_, _, c)| first_token.max(c));
+        t.voice_after_shown_ms = Some(ms(shown, first_audio));
+    }
+    if let Some(c) = g.calls(voxline_tts::STAGE_NAME) {
+        t.tts_first_audio_ms = c.first_out_start.zip(c.first_out).map(|(s, o)| ms(s, o));
+        if c.busy_ms > 0.0 {
+            t.tts_rtfx = t.voice_audio_s.map(|a| a / (c.busy_ms / 1000.0));
+        }
+    }
+
     // The latency terms, on the wall clock or the virtual one.
     let job = match cx.pace {
         Pace::Realtime | Pace::Live => {
@@ -259,6 +303,11 @@ pub(crate) fn finish_turn(t: &mut TurnReport, topology: &Topology) {
     t.llm_ttft_ms = t.llm_queue_ms.zip(t.llm_first_token_ms).map(|(q, f)| q + f);
     t.llm_ms = t.timeline.stages.get(LLM.as_str()).map(|[a, b]| b - a);
     drop_negative_latencies(t);
+    // on either clock: the response latency, then what the voice added after it
+    t.voice_latency_ms = t
+        .response_latency_ms
+        .zip(t.voice_after_shown_ms)
+        .map(|(r, v)| r + v.max(0.0));
     if let Some(s) = t.stt_ms.filter(|s| *s > 0.0) {
         t.stt_rtfx = Some(t.audio_ms / s);
         t.stt_tps = t.stt_tokens.map(|n| f64::from(n) / (s / 1000.0));

@@ -32,6 +32,7 @@
 
 pub mod bench;
 pub mod budget;
+pub mod conversation;
 pub mod stats;
 pub mod tally;
 
@@ -185,6 +186,9 @@ pub fn build(
         llm_ttft_ms: pick(&|t| t.llm_ttft_ms),
         llm_decode_tps: pick(&|t| t.llm_decode_tps),
         llm_prefill_tps: pick(&|t| t.llm_prefill_tps),
+        voice_latency_ms: pick(&|t| t.voice_latency_ms),
+        tts_first_audio_ms: pick(&|t| t.tts_first_audio_ms),
+        tts_rtfx: pick(&|t| t.tts_rtfx),
         wer: (!wers.is_empty()).then(|| wers.iter().sum::<f64>() / wers.len() as f64),
         engine_threads_peak: run.engine_threads_peak,
         dropped: dropped_total(run),

@@ -68,6 +68,9 @@ pub fn to_markdown(r: &Report) -> String {
         ("LLM TTFT ms", r.summary.llm_ttft_ms),
         ("LLM prefill tok/s", r.summary.llm_prefill_tps),
         ("LLM decode tok/s", r.summary.llm_decode_tps),
+        ("voice latency ms", r.summary.voice_latency_ms),
+        ("TTS first audio ms", r.summary.tts_first_audio_ms),
+        ("TTS RTFx", r.summary.tts_rtfx),
     ] {
         if let Some(p) = p {
             let _ = writeln!(

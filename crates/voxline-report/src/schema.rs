@@ -93,6 +93,23 @@ pub struct TurnReport {
     /// `llm_queue_ms` and `llm_first_token_ms` are the engines' terms again,
     /// under the names they had before the terms were declared.
     pub terms_ms: BTreeMap<String, f64>,
+    /// The voice: end of speech → the first sample of the spoken answer
+    /// leaving voxline (the response latency, then the first chunk's text
+    /// completing and being spoken).
+    pub voice_latency_ms: Option<f64>,
+    /// The voice: the first chunk's text complete → its first audio.
+    pub tts_first_audio_ms: Option<f64>,
+    /// The voice: audio seconds made per second of synthesis.
+    pub tts_rtfx: Option<f64>,
+    /// The voice: chunks spoken.
+    pub voice_chunks: Option<u32>,
+    /// The voice: characters spoken.
+    pub voice_chars: Option<u32>,
+    /// The voice: seconds of audio made.
+    pub voice_audio_s: Option<f64>,
+    /// The response shown → the first audio (both clocks; not in the JSON).
+    #[serde(skip)]
+    pub voice_after_shown_ms: Option<f64>,
     /// Why generation stopped.
     pub stop: Option<Stop>,
     /// Earlier turns of the conversation the LLM dropped from this turn's
@@ -250,6 +267,12 @@ pub struct Summary {
     pub llm_decode_tps: Option<Percentiles>,
     /// LLM prefill tokens/s, per turn.
     pub llm_prefill_tps: Option<Percentiles>,
+    /// The voice: end of speech → first audio (with a voice).
+    pub voice_latency_ms: Option<Percentiles>,
+    /// The voice: first chunk complete → its first audio.
+    pub tts_first_audio_ms: Option<Percentiles>,
+    /// The voice: real-time factor per turn.
+    pub tts_rtfx: Option<Percentiles>,
     /// Mean word error rate over turns with a sidecar.
     pub wer: Option<f64>,
     /// Audio dropped (capture ring and audio queue together), in 16 kHz

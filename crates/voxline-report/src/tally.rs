@@ -82,6 +82,9 @@ struct TurnSeries {
     ttft: Series,
     decode_tps: Series,
     prefill_tps: Series,
+    voice: Series,
+    tts_first_audio: Series,
+    tts_rtfx: Series,
 }
 
 /// A live session's measurements, taken as they happen; see the module
@@ -93,6 +96,8 @@ pub struct Tally {
     /// The stages on the response's path: the only spans a turn keeps
     /// (not the VAD's per frame, nor the sink's per token).
     path: Vec<String>,
+    /// Whether the pipeline speaks (a turn ends with its voice).
+    speaks: bool,
     warmup: usize,
     keep: usize,
     open: BTreeMap<UtteranceId, Gathered>,
@@ -148,6 +153,7 @@ impl Tally {
             turns: VecDeque::new(),
             summary: Summary::default(),
             series: TurnSeries::default(),
+            speaks: false,
             wer: (0.0, 0),
             first_latency: None,
             terms: TermTotals::default(),
@@ -181,7 +187,10 @@ impl Tally {
             .or_default() += busy;
         // a turn keeps one merged record per stage on the path
         if s.kind == SpanKind::Process && self.path.contains(&s.stage) {
-            self.open.entry(id).or_default().span(s);
+            let speaks = self.speaks;
+            (self.open.entry(id))
+                .or_insert_with(|| Gathered::for_pipeline(speaks))
+                .span(s);
         }
         self.bound_open();
     }
@@ -227,7 +236,11 @@ impl Tally {
         if self.reported.contains(id) || self.cancelled.contains(id) {
             return;
         }
-        let g = self.open.entry(id).or_default();
+        let speaks = self.speaks;
+        let g = self
+            .open
+            .entry(id)
+            .or_insert_with(|| Gathered::for_pipeline(speaks));
         let was_ended = g.ended();
         g.event(ev);
         if !was_ended && g.ended() {
@@ -298,6 +311,9 @@ impl Tally {
                 (&mut v.ttft, t.llm_ttft_ms),
                 (&mut v.decode_tps, t.llm_decode_tps),
                 (&mut v.prefill_tps, t.llm_prefill_tps),
+                (&mut v.voice, t.voice_latency_ms),
+                (&mut v.tts_first_audio, t.tts_first_audio_ms),
+                (&mut v.tts_rtfx, t.tts_rtfx),
             ] {
                 if let Some(x) = value {
                     series.record(x);
@@ -375,6 +391,9 @@ impl Tally {
             llm_ttft_ms: v.ttft.percentiles(),
             llm_decode_tps: v.decode_tps.percentiles(),
             llm_prefill_tps: v.prefill_tps.percentiles(),
+            voice_latency_ms: v.voice.percentiles(),
+            tts_first_audio_ms: v.tts_first_audio.percentiles(),
+            tts_rtfx: v.tts_rtfx.percentiles(),
             wer: (self.wer.1 > 0).then(|| self.wer.0 / self.wer.1 as f64),
             engine_threads_peak: run.engine_threads_peak,
             dropped: crate::dropped_total(run),
@@ -401,15 +420,21 @@ impl Tally {
 
 /// The names of `topology`'s stages on the response's path.
 fn on_path(topology: &Topology) -> Vec<String> {
-    (topology.latency_stages().iter())
+    let mut path: Vec<String> = (topology.latency_stages().iter())
         .map(|s| s.id.to_string())
-        .collect()
+        .collect();
+    // the voice's calls give its first audio and its synthesis time
+    if topology.stage_spec(voxline_tts::STAGE_NAME).is_some() {
+        path.push(voxline_tts::STAGE_NAME.to_owned());
+    }
+    path
 }
 
 impl Observer for Tally {
     fn start(&mut self, clock: Clock, topology: &Topology) {
         self.clock = clock;
         self.path = on_path(topology);
+        self.speaks = topology.stage_spec(voxline_tts::STAGE_NAME).is_some();
         self.topology = topology.clone();
     }
 

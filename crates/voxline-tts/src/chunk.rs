@@ -3,14 +3,19 @@
 //! A chunk ends at a sentence end (`.`, `!`, `?`, or a line break) once the
 //! text after it shows it is one (a space or a line break follows, so "3.5"
 //! and "e.g." mid-stream are not cut). The first chunk of an answer may end
-//! earlier, at a clause boundary (`,`, `;`, `:`, a dash) after at least
-//! [`FIRST_CHUNK_MIN_WORDS`] words, so the first sound does not wait for a
-//! long sentence. A sentence longer than [`MAX_CHUNK_CHARS`] is cut at its
+//! earlier, so the first sound does not wait for a long sentence: at a
+//! clause boundary (`,`, `;`, `:`, a dash) after at least
+//! [`FIRST_CHUNK_MIN_WORDS`] words, else after [`FIRST_CHUNK_MAX_WORDS`]
+//! words (at the space before the next one): the first sound then follows
+//! the first words of the answer, a few tokens of decoding. A sentence longer than [`MAX_CHUNK_CHARS`] is cut at its
 //! last clause boundary, else its last space. What the model writes for the
 //! eye and not the ear (markdown's `*`, `#`, `_`, backticks) is left out.
 
 /// Words the first chunk needs before a clause boundary may end it.
 pub const FIRST_CHUNK_MIN_WORDS: usize = 3;
+
+/// Words after which the first chunk ends even without punctuation.
+pub const FIRST_CHUNK_MAX_WORDS: usize = 4;
 
 /// The longest chunk: past it a sentence is cut at a clause or a word.
 pub const MAX_CHUNK_CHARS: usize = 220;
@@ -45,7 +50,9 @@ pub fn speakable(text: &str) -> String {
     let words = kept.split_whitespace().collect::<Vec<_>>().join(" ");
     // a mark left over from the chunk before (an ellipsis, a dash) is not spoken
     words
-        .trim_start_matches(|c: char| matches!(c, '.' | ',' | ';' | ':' | '!' | '?' | '-' | '—' | '–') || c.is_whitespace())
+        .trim_start_matches(|c: char| {
+            matches!(c, '.' | ',' | ';' | ':' | '!' | '?' | '-' | '—' | '–') || c.is_whitespace()
+        })
         .to_owned()
 }
 
@@ -112,6 +119,11 @@ impl Chunker {
             let fits = k < MAX_CHUNK_CHARS;
             if c.is_whitespace() && fits {
                 last_space = Some(i);
+                // the first chunk: its first words, once the next one begins
+                let next_word = chars.get(k + 1).is_some_and(|&(_, n)| !n.is_whitespace());
+                if first && words >= FIRST_CHUNK_MAX_WORDS && next_word {
+                    return Some(i);
+                }
             }
             let terminal = is_sentence_end(c) || is_clause_end(c);
             if !terminal {
@@ -166,7 +178,10 @@ mod tests {
     fn sentences_become_chunks_once_the_next_token_shows_their_end() {
         let mut c = Chunker::new();
         assert!(c.push("The capital").is_empty());
-        assert!(c.push(" is Paris.").is_empty(), "a dot is no end until a space follows");
+        assert!(
+            c.push(" is Paris.").is_empty(),
+            "a dot is no end until a space follows"
+        );
         assert_eq!(c.push(" It"), ["The capital is Paris."]);
         assert!(c.push(" is big").is_empty());
         assert_eq!(c.finish().as_deref(), Some("It is big"));
@@ -177,7 +192,7 @@ mod tests {
     fn the_first_chunk_may_end_at_a_clause_the_others_do_not() {
         let chunks = stream(&[
             "Well, ",
-            "the moon is",
+            "the moon,",
             " far away, about",
             " 384,400 km, from us. Then,",
             " again, it is ",
@@ -186,18 +201,29 @@ mod tests {
         assert_eq!(
             chunks,
             [
-                "Well, the moon is far away,",
-                "about 384,400 km, from us.",
+                "Well, the moon,",
+                "far away, about 384,400 km, from us.",
                 "Then, again, it is bright."
             ]
         );
     }
 
     #[test]
+    fn the_first_chunk_is_the_first_words_when_no_clause_ends_them() {
+        let mut c = Chunker::new();
+        for t in ["The", " capital", " of", " France"] {
+            assert!(c.push(t).is_empty(), "the fourth word may go on");
+        }
+        assert_eq!(c.push(" is"), ["The capital of France"]);
+        assert!(c.push(" Paris and more words").is_empty(), "only the first chunk");
+        assert_eq!(c.push(". Yes"), ["is Paris and more words."]);
+    }
+
+    #[test]
     fn numbers_and_abbreviations_mid_stream_are_not_cut() {
         assert_eq!(
-            stream(&["It is 3", ".5 degrees", " today."]),
-            ["It is 3.5 degrees today."]
+            stream(&["Yes, it is. ", "It is 3", ".5 degrees", " today."]),
+            ["Yes, it is.", "It is 3.5 degrees today."]
         );
         assert_eq!(stream(&["Hi!", "\"", " Yes?"]), ["Hi!\"", "Yes?"]);
     }
@@ -218,7 +244,9 @@ mod tests {
         let chunks = stream(&["Hi there. ", &clause, "end."]);
         assert_eq!(chunks[0], "Hi there.");
         assert!(chunks[1].ends_with("and,"), "{chunks:?}");
-        assert!(chunks.iter().all(|c| c.chars().count() <= MAX_CHUNK_CHARS + 10));
+        assert!(chunks
+            .iter()
+            .all(|c| c.chars().count() <= MAX_CHUNK_CHARS + 10));
         let words = "word ".repeat(60);
         let chunks = stream(&["One. ", &words]);
         assert!(chunks.len() >= 3, "{chunks:?}");

@@ -65,8 +65,7 @@ pub struct InferenceConfig {
 }
 
 /// The ONNX Runtime environment of the process (one, however many voices).
-static RUNTIME: OnceLock<Mutex<Option<(PathBuf, ort::environment::Environment)>>> =
-    OnceLock::new();
+static RUNTIME: OnceLock<Mutex<Option<(PathBuf, ort::environment::Environment)>>> = OnceLock::new();
 
 /// Loads ONNX Runtime from `lib` once per process.
 fn runtime(lib: &Path) -> Result<ort::environment::Environment, TtsError> {
@@ -77,7 +76,9 @@ fn runtime(lib: &Path) -> Result<ort::environment::Environment, TtsError> {
         });
     }
     let cell = RUNTIME.get_or_init(|| Mutex::new(None));
-    let mut held = cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut held = cell
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some((path, env)) = held.as_ref() {
         if path != lib {
             return Err(TtsError::Runtime {
@@ -159,7 +160,10 @@ impl Piper {
     /// [`TtsError::EspeakMissing`] without espeak-ng (its phonemes).
     pub fn load(model: &Path, runtime_lib: &Path, threads: usize) -> Result<Self, TtsError> {
         let config_path = PathBuf::from(format!("{}.json", model.display()));
-        for (what, p) in [("the voice model", model), ("the voice's config", &config_path)] {
+        for (what, p) in [
+            ("the voice model", model),
+            ("the voice's config", &config_path),
+        ] {
             if !p.is_file() {
                 return Err(TtsError::Missing {
                     what,
@@ -171,15 +175,23 @@ impl Piper {
             path: path.to_owned(),
             detail,
         };
-        let text = std::fs::read_to_string(&config_path).map_err(|e| bad(&config_path, e.to_string()))?;
+        let text =
+            std::fs::read_to_string(&config_path).map_err(|e| bad(&config_path, e.to_string()))?;
         let config: PiperConfig =
             serde_json::from_str(&text).map_err(|e| bad(&config_path, e.to_string()))?;
-        if config.phoneme_type.as_deref().is_some_and(|t| t != "espeak") {
+        if config
+            .phoneme_type
+            .as_deref()
+            .is_some_and(|t| t != "espeak")
+        {
             return Err(bad(&config_path, "its phonemes are not espeak-ng's".into()));
         }
         for mark in ["^", "$", "_"] {
             if !config.phoneme_id_map.contains_key(mark) {
-                return Err(bad(&config_path, format!("its phoneme map has no `{mark}`")));
+                return Err(bad(
+                    &config_path,
+                    format!("its phoneme map has no `{mark}`"),
+                ));
             }
         }
         check_espeak(&config.espeak.voice)?;
@@ -209,7 +221,10 @@ impl Piper {
         let inputs: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
         for want in ["input", "input_lengths", "scales"] {
             if !inputs.contains(&want) {
-                return Err(bad(model, format!("the model has no input `{want}` (it has {inputs:?})")));
+                return Err(bad(
+                    model,
+                    format!("the model has no input `{want}` (it has {inputs:?})"),
+                ));
             }
         }
         Ok(Self {
@@ -241,7 +256,11 @@ impl Piper {
             &joined.join(".\n"),
         )?;
         let text = String::from_utf8_lossy(&out);
-        let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
         let mut s = String::new();
         if lines.len() == parts.len() {
             for (line, (_, mark)) in lines.iter().zip(&parts) {

@@ -165,7 +165,11 @@ impl<V: TextToSpeech + 'static> Stage for TtsStage<V> {
         true
     }
 
-    fn process(&mut self, input: LlmOut, out: &mut Emitter<'_, VoiceOut>) -> Result<(), StageError> {
+    fn process(
+        &mut self,
+        input: LlmOut,
+        out: &mut Emitter<'_, VoiceOut>,
+    ) -> Result<(), StageError> {
         let id = voxline_core::Message::utterance_id(&input);
         if self.turn.as_ref().map(|t| t.id) != id {
             // an answer that never ended (its turn failed): what it said is said

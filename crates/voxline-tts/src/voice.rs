@@ -54,7 +54,10 @@ pub(crate) fn run_espeak(args: &[&str], text: &str) -> Result<Vec<u8>, TtsError>
         .spawn()
         .map_err(|e| TtsError::EspeakMissing(e.to_string()))?;
     // the text goes on stdin: a chunk that starts with "-" is no option
-    let mut stdin = child.stdin.take().ok_or_else(|| TtsError::Espeak("no stdin".into()))?;
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| TtsError::Espeak("no stdin".into()))?;
     let written = stdin.write_all(text.as_bytes());
     drop(stdin);
     let out = child
@@ -154,7 +157,9 @@ impl TextToSpeech for Espeak {
         let wav = run_espeak(&["-v", &self.voice, "-s", &wpm, "--stdout"], text)?;
         let (rate, samples) = wav_samples(&wav)?;
         if rate != ESPEAK_RATE {
-            return Err(TtsError::Espeak(format!("audio at {rate} Hz, not {ESPEAK_RATE}")));
+            return Err(TtsError::Espeak(format!(
+                "audio at {rate} Hz, not {ESPEAK_RATE}"
+            )));
         }
         Ok(samples)
     }

@@ -53,7 +53,11 @@ fn a_broken_model_or_runtime_is_an_error_before_any_audio() {
     let m = models();
     let model = dir.path().join("v.onnx");
     std::fs::write(&model, b"this is not an onnx file").unwrap();
-    std::fs::copy(m.join("en_US-joe-medium.onnx.json"), dir.path().join("v.onnx.json")).unwrap();
+    std::fs::copy(
+        m.join("en_US-joe-medium.onnx.json"),
+        dir.path().join("v.onnx.json"),
+    )
+    .unwrap();
     let e = Piper::load(&model, &m.join("libonnxruntime.so.1.31.1"), 1).unwrap_err();
     assert!(matches!(e, TtsError::BadVoice { .. }), "{e}");
     assert!(e.to_string().contains("models fetch --voice piper"), "{e}");

@@ -14,12 +14,14 @@ pub type TranscriptStage = Box<dyn Stage<In = Transcript, Out = Transcript> + Se
 #[derive(Default)]
 pub struct Extras {
     pub(super) after_stt: Vec<TranscriptStage>,
+    pub(super) voice: Option<crate::voice::VoiceStage>,
 }
 
 impl std::fmt::Debug for Extras {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
             .entries(self.after_stt.iter().map(|s| s.name().to_owned()))
+            .entries(self.voice.iter().map(|s| s.name().to_owned()))
             .finish()
     }
 }
@@ -35,6 +37,21 @@ impl Extras {
     ) -> Self {
         self.after_stt.push(Box::new(stage));
         self
+    }
+
+    /// Speaks the answers: `stage` (a speech-synthesis stage, normally
+    /// [`voxline_tts::TtsStage`]) goes after the LLM and takes what it
+    /// streams, committed text only.
+    #[must_use]
+    pub fn voice(mut self, stage: crate::voice::VoiceStage) -> Self {
+        self.voice = Some(stage);
+        self
+    }
+
+    /// Whether a voice speaks the answers.
+    #[must_use]
+    pub fn speaks(&self) -> bool {
+        self.voice.is_some()
     }
 
     /// The pipeline's topology with these stages in it.
@@ -56,6 +73,9 @@ impl Extras {
                 .edge(into.clone(), queue_capacity.max(1), FullPolicy::Block)
                 .insert_after(&after, id.clone(), into);
             after = id;
+        }
+        if self.voice.is_some() {
+            t = topology::with_voice(t);
         }
         Ok(t)
     }

@@ -58,6 +58,20 @@ pub struct Input {
     pub(super) source: WavSource,
 }
 
+impl Input {
+    /// Reads the whole recording (16 kHz mono), as the replay plays it.
+    ///
+    /// # Errors
+    /// [`BadInput`] when it cannot be read to its end.
+    pub fn read_all(mut self) -> Result<Vec<f32>, BadInput> {
+        let mut all = Vec::new();
+        while let Some(chunk) = self.source.next_chunk().map_err(BadInput::from_display)? {
+            all.extend_from_slice(&chunk);
+        }
+        Ok(all)
+    }
+}
+
 impl std::fmt::Debug for Input {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Input")

@@ -267,22 +267,37 @@ where
     }
     let (out_tx, out_rx) = topology.channel_from::<LlmOut>(topology::LLM.as_str())?;
     p.spawn_stage(vad, audio_rx, utt_tx)?;
+    let mut lease = None;
     if opts.cpu_share.takes_turns() {
         // fast replay measures service times: no call is interrupted by a yield
-        let lease = match &opts.lease {
+        let shared = match &opts.lease {
             Some(l) => l.clone(),
             None if opts.pace == Pace::Fast && replaying => {
                 voxline_core::CpuLease::non_preemptive()
             }
             None => voxline_core::CpuLease::new(),
         };
-        p.spawn_stage_leased(stt, utt_rx, tr_tx, lease.clone())?;
-        p.spawn_stage_leased(llm, tr_rx, out_tx, lease)?;
+        p.spawn_stage_leased(stt, utt_rx, tr_tx, shared.clone())?;
+        p.spawn_stage_leased(llm, tr_rx, out_tx, shared.clone())?;
+        lease = Some(shared);
     } else {
         p.spawn_stage(stt, utt_rx, tr_tx)?;
         p.spawn_stage(llm, tr_rx, out_tx)?;
     }
-    p.spawn_sink(topology::SINK.as_str(), out_rx, |_| Ok(()))?;
+    match extras.voice {
+        Some(voice) => {
+            // the voice is a third engine on the same cores: under a lease it
+            // takes turns with the others (its first chunk before an answer's decoding)
+            let (voice_tx, voice_rx) =
+                topology.channel_from::<voxline_tts::VoiceOut>(topology::TTS.as_str())?;
+            match lease {
+                Some(l) => p.spawn_stage_leased(voice, out_rx, voice_tx, l)?,
+                None => p.spawn_stage(voice, out_rx, voice_tx)?,
+            }
+            p.spawn_sink(topology::SINK.as_str(), voice_rx, |_| Ok(()))?;
+        }
+        None => p.spawn_sink(topology::SINK.as_str(), out_rx, |_| Ok(()))?,
+    }
     let events = p.events();
     let hook = opts.on_event.clone();
     let internal_stop = p.shutdown_handle();
