@@ -191,6 +191,7 @@ impl Session {
         let result =
             pipeline::run_source_with(run.source, stt, llm, extras, &opts, Some(shutdown))?;
         let mut config = RunConfig::from_settings(&self.settings, pace, run.files, run.warmup);
+        config.voice = self.voice.as_ref().map(|v| v.name().to_owned());
         self.endpointing.record(&mut config);
         let load_ms = model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0;
         let report = match tally {

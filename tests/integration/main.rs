@@ -23,3 +23,4 @@ mod speculation;
 mod tally;
 mod topology;
 mod util;
+mod voice;

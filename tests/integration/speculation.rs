@@ -9,7 +9,7 @@ use std::process::Command;
 use crate::util;
 
 /// Speaks `text` (espeak-ng, the fixtures' voice) trimmed of silence, to `out`.
-fn speak(dir: &Path, key: &str, text: &str) -> PathBuf {
+pub(crate) fn speak(dir: &Path, key: &str, text: &str) -> PathBuf {
     let raw = dir.join(format!("{key}.raw.wav"));
     let out = dir.join(format!("{key}.wav"));
     assert!(Command::new("espeak-ng")
@@ -34,7 +34,7 @@ fn speak(dir: &Path, key: &str, text: &str) -> PathBuf {
 }
 
 /// `secs` of silence at 16 kHz.
-fn silence(dir: &Path, key: &str, secs: f64) -> PathBuf {
+pub(crate) fn silence(dir: &Path, key: &str, secs: f64) -> PathBuf {
     let out = dir.join(format!("{key}.wav"));
     assert!(Command::new("sox")
         .args(["-n", "-r", "16000", "-c", "1", "-b", "16"])
@@ -47,7 +47,7 @@ fn silence(dir: &Path, key: &str, secs: f64) -> PathBuf {
 }
 
 /// The parts joined into one recording.
-fn join(dir: &Path, name: &str, parts: &[PathBuf]) -> PathBuf {
+pub(crate) fn join(dir: &Path, name: &str, parts: &[PathBuf]) -> PathBuf {
     let out = dir.join(name);
     assert!(Command::new("sox")
         .args(parts)
@@ -59,7 +59,7 @@ fn join(dir: &Path, name: &str, parts: &[PathBuf]) -> PathBuf {
 }
 
 /// Replays `wav` in real time with the events and the report; returns both.
-fn replay_realtime(
+pub(crate) fn replay_realtime(
     dir: &Path,
     wav: &Path,
     extra: &[&str],
@@ -92,7 +92,7 @@ fn replay_realtime(
     (events, util::read_json(&report))
 }
 
-fn ids_of(events: &[serde_json::Value], kind: &str) -> Vec<u64> {
+pub(crate) fn ids_of(events: &[serde_json::Value], kind: &str) -> Vec<u64> {
     events
         .iter()
         .filter(|e| e["type"] == kind)

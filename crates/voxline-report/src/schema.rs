@@ -322,6 +322,8 @@ pub struct RunConfig {
     pub stt_backend: String,
     /// The language model's backend (`llama`).
     pub llm_backend: String,
+    /// The voice that spoke the answers (`piper`, `espeak`), if any.
+    pub voice: Option<String>,
     /// whisper model file name.
     pub whisper_model: String,
     /// LLM file name.
@@ -370,6 +372,7 @@ impl RunConfig {
             memory: settings.memory,
             stt_backend: settings.stt.name().into(),
             llm_backend: settings.llm.name().into(),
+            voice: None,
             whisper_model: name(settings.stt.model()),
             llm_model: name(settings.llm.model()),
             inputs,

@@ -215,7 +215,10 @@ mod tests {
             assert!(c.push(t).is_empty(), "the fourth word may go on");
         }
         assert_eq!(c.push(" is"), ["The capital of France"]);
-        assert!(c.push(" Paris and more words").is_empty(), "only the first chunk");
+        assert!(
+            c.push(" Paris and more words").is_empty(),
+            "only the first chunk"
+        );
         assert_eq!(c.push(". Yes"), ["is Paris and more words."]);
     }
 

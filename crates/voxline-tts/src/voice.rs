@@ -87,12 +87,12 @@ pub(crate) fn check_espeak(voice: &str) -> Result<(), TtsError> {
 }
 
 impl Espeak {
-    /// US English at espeak-ng's usual pace; checks that the program runs.
+    /// US English at 150 words a minute (clearer than espeak-ng's 175, as the fixtures are spoken); checks that the program runs.
     ///
     /// # Errors
     /// [`TtsError::EspeakMissing`] when espeak-ng is not installed.
     pub fn new() -> Result<Self, TtsError> {
-        Self::with_voice("en-us", 175)
+        Self::with_voice("en-us", 150)
     }
 
     /// espeak-ng voice `voice` at `words_per_minute`.

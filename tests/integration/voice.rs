@@ -1,0 +1,218 @@
+//! The voice, end to end on the real models: the answer spoken by both
+//! voices transcribes back to what was streamed, only committed text is
+//! spoken, and a broken voice is refused before any audio.
+
+use std::path::Path;
+
+use crate::speculation::{join, replay_realtime, silence, speak};
+use crate::util;
+use voxline_stt::{word_error_rate, SttConfig, SttEngine};
+
+/// Replays fixtures at fast pace with `voice`, writing the conversation;
+/// returns the report and the WAV's (left, right) channels.
+fn replay_spoken(
+    dir: &Path,
+    voice: &str,
+    files: &[&str],
+) -> (serde_json::Value, Vec<f32>, Vec<f32>) {
+    let (wav, report) = (dir.join(format!("{voice}.wav")), dir.join("r.json"));
+    let out = util::voxline_bin()
+        .arg("replay")
+        .args(files.iter().map(|f| util::fixture(f)))
+        .args([
+            "--pace",
+            "fast",
+            "--quiet",
+            "--max-tokens",
+            "40",
+            "--voice",
+            voice,
+        ])
+        .arg("--voice-out")
+        .arg(&wav)
+        .arg("--report-json")
+        .arg(&report)
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut r = hound::WavReader::open(&wav).unwrap();
+    assert_eq!((r.spec().channels, r.spec().sample_rate), (2, 16_000));
+    let s: Vec<f32> = r
+        .samples::<i16>()
+        .map(|x| f32::from(x.unwrap()) / 32768.0)
+        .collect();
+    let left = s.iter().step_by(2).copied().collect();
+    let right = s.iter().skip(1).step_by(2).copied().collect();
+    (util::read_json(&report), left, right)
+}
+
+fn rms(x: &[f32]) -> f32 {
+    (x.iter().map(|s| s * s).sum::<f32>() / x.len().max(1) as f32).sqrt()
+}
+
+#[test]
+fn the_spoken_answer_transcribes_back_to_the_streamed_answer_with_both_voices() {
+    let _g = util::engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let mut stt =
+        SttEngine::load(SttConfig::new(util::whisper_model(), util::threads_each())).unwrap();
+    for voice in ["espeak", "piper"] {
+        let (report, user, assistant) = replay_spoken(
+            dir.path(),
+            voice,
+            &["q_capital.wav", "q_tea.wav", "q_story.wav"],
+        );
+        let turns = report["turns"].as_array().unwrap();
+        assert_eq!(turns.len(), 3, "{voice}");
+        let (mut said, mut heard) = (Vec::new(), Vec::new());
+        let nominal = |t: &serde_json::Value| {
+            let ms = t["timeline"]["end_of_speech_ms"].as_f64().unwrap()
+                + t["voice_latency_ms"].as_f64().unwrap();
+            (ms * 16.0) as usize
+        };
+        let first_start = nominal(&turns[0]);
+        // an answer starts at its voice latency, or when the one before it has played
+        let mut played_to = 0usize;
+        for t in turns {
+            let response = t["response"].as_str().unwrap();
+            let secs = t["voice_audio_s"].as_f64().unwrap();
+            assert!(secs > 0.5, "{voice}: {t}");
+            let start = nominal(t).max(played_to);
+            played_to = start + (secs * 16_000.0) as usize;
+            let segment = &assistant[start..(played_to + 1600).min(assistant.len())];
+            assert!(
+                rms(segment) > 0.01,
+                "{voice}: the answer is heard where it was spoken"
+            );
+            said.push(response.to_owned());
+            heard.push(stt.transcribe(segment).unwrap().text);
+        }
+        let (said, heard) = (said.join(" "), heard.join(" "));
+        let wer = word_error_rate(&said, &heard);
+        eprintln!("{voice}: round-trip WER {wer:.3}");
+        assert!(
+            wer <= 0.1,
+            "{voice}: said {said:?}, heard {heard:?}: WER {wer:.3}"
+        );
+        // aligned: nothing of the assistant before its first answer, the user on the left
+        assert!(
+            rms(&assistant[..first_start.saturating_sub(1600)]) < 1e-3,
+            "{voice}"
+        );
+        assert!(rms(&user) > 0.01, "{voice}: the recordings are on the left");
+        let s = &report["summary"];
+        assert!(
+            s["voice_latency_ms"]["n"].as_u64() >= Some(2),
+            "{voice}: {s}"
+        );
+        assert!(s["tts_first_audio_ms"]["p50"].as_f64().is_some(), "{voice}");
+        assert_eq!(report["config"]["voice"], voice);
+    }
+}
+
+#[test]
+fn speech_resuming_after_a_300_ms_pause_is_never_spoken_before_its_commit() {
+    let _g = util::engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let parts = [
+        silence(d, "lead", 0.5),
+        speak(d, "a", "Tell me a short fact"),
+        silence(d, "pause", 0.3),
+        speak(d, "b", "about the moon."),
+        silence(d, "tail", 3.0),
+    ];
+    let wav = join(d, "paused.wav", &parts);
+    let (events, report) = replay_realtime(d, &wav, &["--voice", "espeak"]);
+    let spec = &report["summary"]["speculation"];
+    assert!(spec["cancelled"].as_u64().unwrap() >= 1, "{spec}");
+    // the voice did no work on a cancelled attempt: it never had its text
+    let cancelled_busy = spec["cancelled_busy_ms"].as_object().unwrap();
+    assert!(!cancelled_busy.contains_key("tts"), "{spec}");
+    let committed = crate::speculation::ids_of(&events, "commit");
+    for e in events.iter().filter(|e| e["type"] == "voice_audio") {
+        assert!(committed.contains(&e["id"].as_u64().unwrap()), "{e}");
+    }
+    // what was spoken is the answer, chunk by chunk
+    let spoken: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["text"].as_str().filter(|_| e["type"] == "voice_audio"))
+        .collect();
+    let turn = &report["turns"][0];
+    let response = turn["response"].as_str().unwrap();
+    assert_eq!(spoken.join(" "), voxline_tts::chunk::speakable(response));
+    // at real-time pace: the voice follows the response on the wall clock
+    let (r, v) = (
+        turn["response_latency_ms"].as_f64().unwrap(),
+        turn["voice_latency_ms"].as_f64().unwrap(),
+    );
+    assert!(v >= r, "{turn}");
+}
+
+#[test]
+fn a_broken_voice_is_one_line_and_exit_2_before_any_audio() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    std::fs::create_dir(&models).unwrap();
+    for f in [
+        "ggml-tiny.en-q8_0.bin",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "en_US-joe-medium.onnx.json",
+        "libonnxruntime.so.1.31.1",
+    ] {
+        std::os::unix::fs::symlink(util::models_dir().join(f), models.join(f)).unwrap();
+    }
+    let run = |extra: &[&str]| {
+        let out_wav = dir.path().join("conv.wav");
+        let out = util::voxline_bin()
+            .arg("replay")
+            .arg(util::fixture("q_capital.wav"))
+            .args(["--pace", "fast", "--quiet"])
+            .args(extra)
+            .arg("--voice-out")
+            .arg(&out_wav)
+            .arg("--models-dir")
+            .arg(&models)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "{extra:?}: one line: {stderr}"
+        );
+        assert!(!out_wav.exists(), "nothing written");
+        stderr
+    };
+    // not installed
+    let e = run(&["--voice", "piper"]);
+    assert!(
+        e.contains("en_US-joe-medium.onnx") && e.contains("models fetch"),
+        "{e}"
+    );
+    // a broken model
+    std::fs::write(models.join("en_US-joe-medium.onnx"), b"not an onnx model").unwrap();
+    let e = run(&["--voice", "piper"]);
+    assert!(e.contains("not a usable Piper voice"), "{e}");
+    // a library that is no ONNX Runtime
+    std::fs::remove_file(models.join("libonnxruntime.so.1.31.1")).unwrap();
+    std::fs::write(models.join("libonnxruntime.so.1.31.1"), b"\x7fELF broken").unwrap();
+    std::fs::copy(
+        util::models_dir().join("en_US-joe-medium.onnx"),
+        models.join("en_US-joe-medium.onnx"),
+    )
+    .unwrap();
+    let e = run(&["--voice", "piper"]);
+    assert!(e.contains("ONNX Runtime library"), "{e}");
+    // no voice to write
+    let e = run(&["--voice", "off"]);
+    assert!(e.contains("--voice-out"), "{e}");
+}
