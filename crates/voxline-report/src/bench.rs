@@ -125,7 +125,8 @@ impl std::fmt::Display for Overall {
 }
 
 /// The metrics compared, with whether higher is better.
-const COMPARED: [(&str, bool); 9] = [
+/// (the voice's only where both runs spoke).
+const COMPARED: [(&str, bool); 12] = [
     ("summary.response_latency_ms.p50", false),
     ("summary.response_latency_ms.p95", false),
     ("summary.endpoint_delay_ms.p50", false),
@@ -135,6 +136,9 @@ const COMPARED: [(&str, bool); 9] = [
     ("summary.llm_prefill_tps.p50", true),
     ("summary.llm_decode_tps.p50", true),
     ("summary.wer", false),
+    ("summary.voice_latency_ms.p50", false),
+    ("summary.voice_latency_ms.p95", false),
+    ("summary.tts_first_audio_ms.p50", false),
 ];
 
 fn lookup(v: &serde_json::Value, path: &str) -> Option<f64> {

@@ -56,8 +56,9 @@ pub(crate) struct Calls {
     pub(super) start: Instant,
     /// The first output any of them sent.
     pub(super) first_out: Option<Instant>,
-    /// The start of the call that sent it.
-    pub(super) first_out_start: Option<Instant>,
+    /// The start of the call that sent it, and when that call's input was
+    /// sent to the stage.
+    pub(super) first_out_start: Option<(Instant, Instant)>,
     /// The last call's end.
     pub(super) end: Instant,
     /// Time they computed, ms.
@@ -123,7 +124,7 @@ impl Gathered {
         if let Some(b) = s.first_emit {
             if c.first_out.is_none_or(|a| b < a) {
                 c.first_out = Some(b);
-                c.first_out_start = Some(s.started);
+                c.first_out_start = Some((s.started, s.enqueued));
             }
         }
     }
@@ -260,16 +261,28 @@ pub(crate) fn turn_report(
         t.voice_chars = Some(d.chars);
         t.voice_audio_s = Some(d.audio_s());
     }
-    if let (Some(first_audio), Some(&first_token)) = (g.voice_first, g.tokens.first()) {
-        // the response is shown when its first token is made, or at the commit if later
-        let shown = g.commit.map_or(first_token, |(_, _, c)| first_token.max(c));
-        t.voice_after_shown_ms = Some(ms(shown, first_audio));
+    let voice_calls = g.calls(voxline_tts::STAGE_NAME);
+    if let Some((start, out)) = voice_calls.and_then(|c| c.first_out_start.zip(c.first_out)) {
+        t.tts_first_audio_ms = Some(ms(start.0, out));
     }
-    if let Some(c) = g.calls(voxline_tts::STAGE_NAME) {
-        t.tts_first_audio_ms = c.first_out_start.zip(c.first_out).map(|(s, o)| ms(s, o));
-        if c.busy_ms > 0.0 {
-            t.tts_rtfx = t.voice_audio_s.map(|a| a / (c.busy_ms / 1000.0));
-        }
+    if let Some(c) = voice_calls.filter(|c| c.busy_ms > 0.0) {
+        t.tts_rtfx = t.voice_audio_s.map(|a| a / (c.busy_ms / 1000.0));
+    }
+    if let (Some(first_audio), Some(&first_token)) = (g.voice_first, g.tokens.first()) {
+        t.voice_after_shown_ms = match cx.pace {
+            // the response is shown when its first token is made, or at the commit if later
+            Pace::Realtime | Pace::Live => {
+                let shown = g.commit.map_or(first_token, |(_, _, c)| first_token.max(c));
+                Some(ms(shown, first_audio))
+            }
+            // audio faster than real time queues turns up on the wall clock: what
+            // the voice adds is the decoding of its first chunk's text (the first
+            // token to the token that completed it) and the chunk's synthesis
+            Pace::Fast => voice_calls
+                .and_then(|c| c.first_out_start)
+                .zip(t.tts_first_audio_ms)
+                .map(|((_, sent), synth)| ms(first_token, sent).max(0.0) + synth),
+        };
     }
 
     // The latency terms, on the wall clock or the virtual one.
