@@ -76,8 +76,8 @@ pub(crate) struct EngineArgs {
     #[arg(long, default_value_t = 42)]
     pub(crate) seed: u32,
     /// Who speaks the answers: `piper` (the neural voice), `espeak` (espeak-ng), `auto` (piper
-    /// when installed, else espeak) or `off`. Default: `auto` for live and serve; for replay
-    /// and bench `off`, unless `--voice-out` asks for the voice.
+    /// when installed, else espeak) or `off`. Default: `off`, but `auto` for `replay --voice-out`
+    /// (`live` synthesises and measures the voice but does not play it yet).
     #[arg(long, value_enum)]
     pub(crate) voice: Option<VoiceArg>,
 }
