@@ -93,6 +93,20 @@ pub(crate) struct LiveArgs {
     /// the device supports from 10 ms up); moved into the device's range. Larger is later.
     #[arg(long, value_name = "MS")]
     pub(crate) capture_buffer_ms: Option<u32>,
+    /// Where the voice plays (with --voice): an output's id or name as `voxline devices` lists
+    /// it (default: the system's default output). Headphones keep the voice out of the microphone.
+    #[arg(long)]
+    pub(crate) output_device: Option<String>,
+    /// Never stop the voice when the user speaks over it.
+    #[arg(long)]
+    pub(crate) no_barge_in: bool,
+    /// While the voice plays, the speech probability a frame needs (above --vad-threshold, so
+    /// the assistant's own voice from a loudspeaker does not stop it).
+    #[arg(long, default_value_t = 0.8)]
+    pub(crate) barge_in_threshold: f32,
+    /// Speech over the voice for this long, in ms, stops it.
+    #[arg(long, default_value_t = 200, value_name = "MS")]
+    pub(crate) barge_in_ms: u32,
     #[command(flatten)]
     pub(crate) out: SessionOutput,
     #[command(flatten)]

@@ -203,6 +203,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         on_event: Some(hook),
         fault,
         cancel_on_stop: false,
+        barge_in: None,
         before_load: &|| {
             bar.set_style(
                 indicatif::ProgressStyle::with_template("{spinner} loading models {elapsed}")

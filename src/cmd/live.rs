@@ -1,4 +1,4 @@
-//! `voxline live` and `voxline devices`: the microphone.
+//! `voxline live` and `voxline devices`: the microphone and the loudspeaker.
 
 use voxline_pipeline::output::Output;
 use voxline_pipeline::pipeline::{LiveOptions, Pace, Source};
@@ -9,8 +9,25 @@ use crate::cli::{DevicesArgs, LiveArgs};
 use crate::Outcome;
 
 pub(crate) fn devices(args: &DevicesArgs) -> anyhow::Result<Outcome> {
+    let inputs = voxline_audio::list_input_devices().map_err(BadInput::from_display)?;
+    if !list_devices(args, inputs, "input", "capture") {
+        return Ok(Outcome::Ok);
+    }
+    // the outputs are where the voice plays (`live --output-device`)
+    let outputs = voxline_audio::list_output_devices().map_err(BadInput::from_display)?;
+    println!();
+    list_devices(args, outputs, "output", "play");
+    Ok(Outcome::Ok)
+}
+
+/// Prints one direction's devices; false when standard output is closed.
+fn list_devices(
+    args: &DevicesArgs,
+    all: Vec<voxline_audio::InputDeviceInfo>,
+    what: &str,
+    verb: &str,
+) -> bool {
     use std::io::Write as _;
-    let all = voxline_audio::list_input_devices().map_err(BadInput::from_display)?;
     let hidden = all.iter().filter(|d| !d.is_usable()).count();
     let list: Vec<_> = all
         .into_iter()
@@ -18,14 +35,14 @@ pub(crate) fn devices(args: &DevicesArgs) -> anyhow::Result<Outcome> {
         .collect();
     let mut out = std::io::stdout().lock();
     // a closed pipe (`voxline devices | head`) is not an error worth a panic
-    macro_rules! say { ($($t:tt)*) => { if writeln!(out, $($t)*).is_err() { return Ok(Outcome::Ok); } } }
+    macro_rules! say { ($($t:tt)*) => { if writeln!(out, $($t)*).is_err() { return false; } } }
     if list.is_empty() {
         if hidden > 0 && !args.all {
-            say!("no usable audio input devices found ({hidden} more cannot capture here: `voxline devices --all` lists them)");
+            say!("no usable audio {what} devices found ({hidden} more cannot {verb} here: `voxline devices --all` lists them)");
         } else {
-            say!("no audio input devices found");
+            say!("no audio {what} devices found");
         }
-        return Ok(Outcome::Ok);
+        return true;
     }
     for d in list {
         say!(
@@ -84,11 +101,11 @@ pub(crate) fn devices(args: &DevicesArgs) -> anyhow::Result<Outcome> {
             say!("      (configurations unavailable: {e})");
         }
     }
-    say!("(* = default input)");
+    say!("(* = default {what})");
     if hidden > 0 && !args.all {
-        say!("({hidden} more cannot capture here; `voxline devices --all` lists them)");
+        say!("({hidden} more cannot {verb} here; `voxline devices --all` lists them)");
     }
-    Ok(Outcome::Ok)
+    true
 }
 
 pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
@@ -135,6 +152,21 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     // A missing or unusable device is refused before the models load (and
     // before "listening" is printed); the capture itself opens in run_source.
     voxline_audio::check_input_device(args.device.as_deref())?;
+    if !(0.0..=1.0).contains(&args.barge_in_threshold) {
+        return Err(BadInput(format!(
+            "--barge-in-threshold {}: give a speech probability from 0 to 1",
+            args.barge_in_threshold
+        ))
+        .into());
+    }
+    if session.voice.is_some() {
+        voxline_audio::check_output_device(args.output_device.as_deref())?;
+    } else if args.output_device.is_some() {
+        return Err(BadInput(
+            "--output-device with no voice: give --voice too (e.g. --voice auto)".into(),
+        )
+        .into());
+    }
     let quiet = args.out.quiet;
     let source = Source::Live(LiveOptions {
         device: args.device.clone(),
@@ -143,6 +175,7 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         // ~1 minute of 10 ms device blocks: a stalled VAD thread must not lose speech
         audio_queue_frames: 6000,
         capture_buffer_ms: args.capture_buffer_ms,
+        output_device: args.output_device.clone(),
     });
     let Some(ran) = session.run(Run {
         source,
@@ -154,6 +187,10 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         on_event: None,
         fault,
         cancel_on_stop: args.cancel_on_stop,
+        barge_in: (!args.no_barge_in).then_some(voxline_audio::BargeInOptions {
+            threshold: args.barge_in_threshold,
+            min_speech_ms: args.barge_in_ms,
+        }),
         before_load: &|| {
             if !quiet {
                 eprintln!("voxline: loading models");

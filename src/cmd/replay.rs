@@ -46,6 +46,7 @@ pub(crate) fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         on_event: None,
         fault,
         cancel_on_stop: false,
+        barge_in: None,
         before_load: &|| {
             if !quiet {
                 eprintln!("voxline: loading models");

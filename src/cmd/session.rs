@@ -63,6 +63,8 @@ pub(crate) struct Run<'a> {
     pub(crate) fault: Option<Fault>,
     /// Cancel the answer in flight on Ctrl-C/SIGTERM instead of letting it finish.
     pub(crate) cancel_on_stop: bool,
+    /// How speech over the voice stops it (live; `None`: never).
+    pub(crate) barge_in: Option<voxline_audio::BargeInOptions>,
     /// Called after the warnings are shown, just before the models load.
     pub(crate) before_load: &'a dyn Fn(),
     /// Called once the models are loaded, just before the audio starts.
@@ -175,6 +177,7 @@ impl Session {
             cpu_share: self.settings.threads.share,
             speculation: self.endpointing.speculation().map(|ms| (board.clone(), ms)),
             cancel_on_stop: run.cancel_on_stop,
+            barge_in: run.barge_in,
             observer: tally.clone().map(|t| t as pipeline::SharedObserver),
             ..RunOptions::default()
         };

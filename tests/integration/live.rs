@@ -222,6 +222,18 @@ struct Pulse {
 impl Pulse {
     /// Starts the daemon; panics with one line saying why when it cannot.
     fn start() -> Pulse {
+        Self::start_with("")
+    }
+
+    /// Starts the daemon with a second null sink, `voxout`, for the voice
+    /// (its monitor is where an outside recorder hears it).
+    fn start_with_output() -> Pulse {
+        Self::start_with(
+            "load-module module-null-sink sink_name=voxout rate=22050 channels=1 format=s16le\n",
+        )
+    }
+
+    fn start_with(extra: &str) -> Pulse {
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path().join("run");
         let home = dir.path().join("home");
@@ -236,7 +248,7 @@ impl Pulse {
             format!(
                 "load-module module-native-protocol-unix auth-anonymous=1 socket={}\n\
                  load-module module-null-sink sink_name=voxsink rate=16000 channels=1 format=s16le\n\
-                 set-default-sink voxsink\n\
+                 {extra}set-default-sink voxsink\n\
                  set-default-source voxsink.monitor\n",
                 socket.display()
             ),
@@ -657,4 +669,368 @@ fn a_suspended_pulseaudio_sink_is_a_counted_clock_gap() {
     assert!((800.0..=2_500.0).contains(&ms), "{timing}");
     assert!(timing["gaps"][0]["ms"].as_f64().is_some(), "{timing}");
     assert!(err.contains("delivered no audio for"), "{err}");
+}
+
+/// The onset of the loudest sound in `chunks` (raw S16LE at 16 kHz, each
+/// stamped with when it arrived) after `from`: the first sample above
+/// `level`, as the test's clock saw it.
+fn first_sound_after(
+    chunks: &[(std::time::Instant, Vec<u8>)],
+    from: std::time::Instant,
+    level: u16,
+) -> Option<std::time::Instant> {
+    let mut pending: Vec<u8> = Vec::new();
+    for (at, bytes) in chunks {
+        pending.extend_from_slice(bytes);
+        let whole = pending.len() / 2 * 2;
+        let samples: Vec<i16> = pending[..whole]
+            .chunks_exact(2)
+            .map(|b| i16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        pending.drain(..whole);
+        if *at < from {
+            continue;
+        }
+        if let Some(i) = samples.iter().position(|s| s.unsigned_abs() > level) {
+            let after = (samples.len() - i) as f64 / 16_000.0;
+            return Some(*at - std::time::Duration::from_secs_f64(after));
+        }
+    }
+    None
+}
+
+/// An arecord on `source` of this daemon, raw 16 kHz S16LE in 10 ms periods.
+fn recorder(pulse: &Pulse, source: &str) -> std::process::Child {
+    let mut rec = std::process::Command::new("arecord");
+    pulse
+        .client(&mut rec)
+        .env("PULSE_SOURCE", source)
+        .args([
+            "-D", "default", "-q", "-t", "raw", "-f", "S16_LE", "-r", "16000", "-c", "1",
+        ])
+        .args(["--period-time=10000", "--buffer-time=40000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    rec.spawn().expect("arecord (alsa-utils) runs")
+}
+
+/// The voice through a real sound server, timed from outside: PulseAudio
+/// plays a question into one null sink, whose monitor `voxline live` hears;
+/// voxline speaks its answer (espeak-ng) to a second sink through ALSA's
+/// `default` (the pulse plugin, `PULSE_SINK`); two outside recorders on the
+/// two monitors timestamp the question's click and the answer's first
+/// sound on the test's clock. The report's voice latency (end of speech →
+/// the first sample reaching the device, by the output stream's
+/// timestamps) must agree with that stopwatch within 5 % or 150 ms, with
+/// the endpointer's lag taken out as in the response-latency test.
+#[test]
+fn live_voice_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
+    use std::time::{Duration, Instant};
+    let _g = util::engine_lock();
+    let pulse = Pulse::start_with_output();
+    let dir = pulse.dir.path().to_path_buf();
+    const RATE: f64 = 16_000.0;
+    let click_at = 8_000usize;
+    let sidecar = util::sidecar("q_capital.wav");
+    let fixture = util::read_16k(&util::fixture("q_capital.wav"));
+    let mut play: Vec<i16> = vec![0; click_at];
+    play.extend((0..320).map(|i| {
+        (0.8 * 32_767.0 * (2.0 * std::f64::consts::PI * 1_000.0 * f64::from(i) / RATE).sin()) as i16
+    }));
+    play.extend(std::iter::repeat_n(0, 16_000));
+    let offset = play.len();
+    play.extend(
+        fixture
+            .iter()
+            .map(|s| (s * 32_768.0).round().clamp(-32_768.0, 32_767.0) as i16),
+    );
+    play.extend(std::iter::repeat_n(0, 48_000));
+    let wav = dir.join("play.wav");
+    write_wav(&wav, &play);
+
+    let report = dir.join("report.json");
+    let mut vox = util::voxline_bin();
+    pulse
+        .client(&mut vox)
+        .env("PULSE_SINK", "voxout")
+        .args([
+            "live",
+            "--voice",
+            "espeak",
+            "--max-turns",
+            "1",
+            "--max-duration",
+            "90s",
+        ])
+        .args(["--max-tokens", "8"])
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .arg("--report-json")
+        .arg(&report)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut vox = vox.spawn().unwrap();
+    let stderr = vox.stderr.take().unwrap();
+    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
+    let err_thread = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = line_tx.send(line.clone());
+            all.push(line);
+        }
+        all.join("\n")
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match line_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains("listening") => break,
+            Ok(_) => {}
+            Err(_) => {
+                let _ = vox.kill();
+                let _ = vox.wait();
+                panic!(
+                    "voxline never started listening:\n{}",
+                    err_thread.join().unwrap()
+                );
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let mut rec_in = recorder(&pulse, "voxsink.monitor");
+    let mut rec_out = recorder(&pulse, "voxout.monitor");
+    let heard_in = stamped_reader(rec_in.stdout.take().unwrap());
+    let heard_out = stamped_reader(rec_out.stdout.take().unwrap());
+    std::thread::sleep(Duration::from_millis(500));
+    let status = pulse
+        .client(&mut std::process::Command::new("paplay"))
+        .arg(&wav)
+        .status()
+        .expect("paplay (pulseaudio-utils) runs");
+    assert!(status.success(), "paplay failed");
+    let out = vox.wait_with_output().unwrap();
+    let err = err_thread.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    for r in [&mut rec_in, &mut rec_out] {
+        let _ = r.kill();
+        let _ = r.wait();
+    }
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let (heard_in, heard_out) = (heard_in.join().unwrap(), heard_out.join().unwrap());
+    let click = first_sound_after(&heard_in, heard_in[0].0, 8_000).expect("the click was heard");
+
+    let true_end = sidecar["turns"][0]["end_sample"].as_u64().unwrap() as usize;
+    let end_of_speech =
+        click + Duration::from_secs_f64((true_end + offset - click_at) as f64 / RATE);
+    let first_sound = first_sound_after(&heard_out, end_of_speech, 1_000)
+        .unwrap_or_else(|| panic!("the voice was never heard on voxout's monitor\n{err}"));
+    let mut ep = voxline_audio::Endpointer::new(voxline_audio::VadConfig::default()).unwrap();
+    let mut segments = ep.push(&fixture);
+    segments.extend(ep.finish());
+    let lag = (segments[0].end_sample as f64 - true_end as f64) / RATE * 1000.0;
+    let waited = first_sound.duration_since(end_of_speech).as_secs_f64() * 1000.0;
+    let stopwatch = waited - lag;
+
+    let r = util::read_json(&report);
+    let t = &r["turns"][0];
+    let reported = t["voice_latency_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no voice latency in {t}"));
+    let response = t["response_latency_ms"].as_f64().unwrap();
+    let output = &r["live"]["voice_output"];
+    assert!(output["device"].is_string(), "{output}");
+    let tolerance = (0.05 * stopwatch).max(150.0);
+    let line = format!(
+        "voice: waited {waited:.0} ms, detector lag {lag:.0} ms, stopwatch {stopwatch:.0} ms, reported {reported:.0} ms (Δ {:+.0}, ±{tolerance:.0}); response latency {response:.0} ms; output {output}",
+        reported - stopwatch
+    );
+    assert!(reported >= response, "{line}");
+    assert!((reported - stopwatch).abs() <= tolerance, "{line}\n{err}");
+    eprintln!("{line}");
+}
+
+/// A reader whose chunks arrive, stamped, on a channel as they are read.
+fn live_reader<R: std::io::Read + Send + 'static>(
+    mut r: R,
+) -> std::sync::mpsc::Receiver<(std::time::Instant, Vec<u8>)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0
+                || tx
+                    .send((std::time::Instant::now(), buf[..n].to_vec()))
+                    .is_err()
+            {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Barge-in through a real sound server: the user asks a question, and 1 s
+/// into the spoken answer (heard on the voice's own sink) asks another. The
+/// answer stops: the voice's sink is silent from shortly after the second
+/// question begins (its speech start + the 200 ms the endpointer needs +
+/// 100 ms, with the monitor's latency) until the next answer; the report
+/// says what was heard of the first answer (less than it said) and how fast
+/// it stopped; the second question is answered.
+#[test]
+fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
+    use std::time::{Duration, Instant};
+    let _g = util::engine_lock();
+    let pulse = Pulse::start_with_output();
+    let dir = pulse.dir.path().to_path_buf();
+    let report = dir.join("report.json");
+    let events = dir.join("events.jsonl");
+    let mut vox = util::voxline_bin();
+    pulse
+        .client(&mut vox)
+        .env("PULSE_SINK", "voxout")
+        .args([
+            "live",
+            "--voice",
+            "espeak",
+            "--max-turns",
+            "2",
+            "--max-duration",
+            "90s",
+        ])
+        .args([
+            "--max-tokens",
+            "48",
+            "--system-prompt",
+            "You are a helpful assistant. Answer at length.",
+        ])
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .arg("--report-json")
+        .arg(&report)
+        .arg("--events")
+        .arg(&events)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut vox = vox.spawn().unwrap();
+    let stderr = vox.stderr.take().unwrap();
+    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
+    let err_thread = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = line_tx.send(line.clone());
+            all.push(line);
+        }
+        all.join("\n")
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match line_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains("listening") => break,
+            Ok(_) => {}
+            Err(_) => {
+                let _ = vox.kill();
+                panic!(
+                    "voxline never started listening:\n{}",
+                    err_thread.join().unwrap()
+                );
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let mut rec_out = recorder(&pulse, "voxout.monitor");
+    let heard = live_reader(rec_out.stdout.take().unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    let paplay = |file: &Path| {
+        let status = pulse
+            .client(&mut std::process::Command::new("paplay"))
+            .arg(file)
+            .status()
+            .expect("paplay (pulseaudio-utils) runs");
+        assert!(status.success(), "paplay failed");
+    };
+    paplay(&util::fixture("q_capital.wav"));
+    // the answer's first sound on the voice's sink, then 1 s of it
+    let mut all: Vec<(Instant, Vec<u8>)> = Vec::new();
+    let answer_from = loop {
+        let (at, bytes) = heard
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the voice's sink stayed silent: no answer was spoken");
+        let loud = bytes
+            .chunks_exact(2)
+            .any(|b| i16::from_le_bytes([b[0], b[1]]).unsigned_abs() > 1_000);
+        all.push((at, bytes));
+        if loud {
+            break at;
+        }
+    };
+    std::thread::sleep(Duration::from_secs(1).saturating_sub(answer_from.elapsed()));
+    let second = util::fixture("q_moon.wav");
+    let second_speech = util::sidecar("q_moon.wav")["turns"][0]["start_sample"]
+        .as_u64()
+        .unwrap() as f64
+        / util::sidecar("q_moon.wav")["sample_rate"].as_f64().unwrap();
+    let asked = Instant::now();
+    paplay(&second);
+    let out = vox.wait_with_output().unwrap();
+    let err = err_thread.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = rec_out.kill();
+    let _ = rec_out.wait();
+    all.extend(heard.try_iter());
+    assert_eq!(out.status.code(), Some(0), "{err}");
+
+    // silent from speech start + 200 ms + 100 ms (+ 150 ms for the monitor) for half a second
+    let speech_at = asked + Duration::from_secs_f64(second_speech);
+    let (quiet_from, quiet_to) = (
+        speech_at + Duration::from_millis(450),
+        speech_at + Duration::from_millis(950),
+    );
+    let mut loudest = 0u16;
+    for (at, bytes) in &all {
+        // a chunk's samples end when it arrived
+        let n = bytes.len() / 2;
+        for (i, b) in bytes.chunks_exact(2).enumerate() {
+            let t = *at - Duration::from_secs_f64((n - i) as f64 / 16_000.0);
+            if t >= quiet_from && t < quiet_to {
+                loudest = loudest.max(i16::from_le_bytes([b[0], b[1]]).unsigned_abs());
+            }
+        }
+    }
+    let r = util::read_json(&report);
+    let turns = r["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2, "{err}");
+    let (first, next) = (&turns[0], &turns[1]);
+    assert!(
+        loudest < 1_000,
+        "the voice went on over the second question (peak {loudest}); {first}"
+    );
+    let heard_text = first["voice_heard"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the first answer was not interrupted: {first}"));
+    let said = voxline_tts::chunk::speakable(first["response"].as_str().unwrap());
+    assert!(
+        said.starts_with(heard_text) && heard_text.len() < said.len(),
+        "heard {heard_text:?} of {said:?}"
+    );
+    let barge_in = first["barge_in_ms"].as_f64().unwrap();
+    let lines = std::fs::read_to_string(&events).unwrap();
+    let stop_ms = lines
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["type"] == "voice_interrupted")
+        .and_then(|e| e["stop_ms"].as_f64())
+        .expect("a voice_interrupted event");
+    assert!(stop_ms <= 100.0, "detected → stopped {stop_ms:.0} ms");
+    assert!(
+        next["response"].as_str().is_some_and(|s| !s.is_empty()),
+        "{next}"
+    );
+    eprintln!(
+        "barge-in {barge_in:.0} ms (detected → stopped {stop_ms:.0} ms); heard {heard_text:?}"
+    );
 }

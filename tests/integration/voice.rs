@@ -216,3 +216,44 @@ fn a_broken_voice_is_one_line_and_exit_2_before_any_audio() {
     let e = run(&["--voice", "off"]);
     assert!(e.contains("--voice-out"), "{e}");
 }
+
+#[test]
+fn an_interrupted_answer_stays_in_the_conversation_as_what_was_heard() {
+    use voxline_core::{drive, Stage, Transcript};
+    let _g = util::engine_lock();
+    let s = util::settings(24);
+    let engine = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
+    let mut stage = voxline_llm::RunningLlmStage::new(engine);
+    let ask = |id: u64, text: &str| Transcript {
+        id,
+        text: text.into(),
+        n_tokens: 6,
+        audio_ms: 1500.0,
+        start_sample: 0,
+        end_sample: 24_000,
+        end_wall: std::time::Instant::now(),
+    };
+    drive(&mut stage, [ask(1, "What is the capital of France?")]).unwrap();
+    let full = stage.engine().history()[0].1.clone();
+    assert!(full.split_whitespace().count() > 3, "{full}");
+    // the user heard the first words only
+    let heard: String = full
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    stage.interrupted(1, &heard);
+    assert_eq!(
+        stage.engine().history()[0].1,
+        voxline_llm::interrupted_answer(&heard)
+    );
+    // a turn it did not answer last is not touched
+    stage.interrupted(7, "nothing");
+    assert_eq!(stage.engine().history().len(), 1);
+    // the next turn follows from what was heard, on the cache it shares with it
+    let out = drive(&mut stage, [ask(2, "How far away is the moon?")]).unwrap();
+    assert!(!out.is_empty());
+    let history = stage.engine().history();
+    assert_eq!(history.len(), 2);
+    assert!(history[0].1.ends_with("[interrupted]"), "{history:?}");
+}

@@ -171,6 +171,10 @@ pub enum AudioError {
     #[error(transparent)]
     Capture(#[from] crate::capture::CaptureError),
 
+    /// Opening or running an output device failed.
+    #[error(transparent)]
+    Playback(#[from] crate::playback::PlaybackError),
+
     /// A [`crate::VadConfig`] field has an unusable value.
     #[error("invalid VAD setting `{field}`: {reason}")]
     InvalidVadConfig {

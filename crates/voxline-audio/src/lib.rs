@@ -12,6 +12,7 @@
 
 pub mod capture;
 mod error;
+pub mod playback;
 mod quiet;
 pub mod resample;
 pub mod stage;
@@ -19,13 +20,16 @@ pub mod vad;
 pub mod wav;
 
 pub use capture::{
-    check_input_device, list_input_devices, Capture, CaptureEnd, CaptureError, CaptureFormat,
-    CaptureOptions, CaptureStats, CaptureTiming, ClockGap, InputConfigRange, InputDeviceInfo,
-    LatencySummary,
+    check_input_device, list_input_devices, list_output_devices, Capture, CaptureEnd, CaptureError,
+    CaptureFormat, CaptureOptions, CaptureStats, CaptureTiming, ClockGap, InputConfigRange,
+    InputDeviceInfo, LatencySummary,
 };
 pub use error::AudioError;
+pub use playback::{
+    check_output_device, Mark, PlaybackError, Speaker, SpeakerControl, SpeakerFormat,
+};
 pub use resample::StreamResampler;
-pub use stage::{VadStage, VAD_STAGE, VAD_STAGE_NAME};
+pub use stage::{BargeInOptions, VadStage, VAD_STAGE, VAD_STAGE_NAME};
 pub use vad::{Endpointer, Segment, SegmentTracker, VadConfig, VadStats, FRAME_SAMPLES};
 pub use wav::{HeaderWarning, Level, SampleEncoding, WavSource, WavSpec};
 

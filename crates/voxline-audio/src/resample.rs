@@ -38,6 +38,8 @@ struct Engine {
 ///
 /// Non-finite input samples (NaN, ±∞) are replaced by silence.
 pub struct StreamResampler {
+    /// The output rate (16 kHz unless made with [`StreamResampler::to_rate`]).
+    out_rate: u32,
     in_rate: u32,
     channels: usize,
     engine: Option<Engine>,
@@ -69,18 +71,33 @@ impl StreamResampler {
     /// `channels` outside `1..=8`; [`AudioError::ResamplerConstruction`] if rubato
     /// rejects the rate pair.
     pub fn new(in_rate: u32, channels: u16) -> Result<Self, AudioError> {
+        Self::to_rate(in_rate, channels, TARGET_RATE)
+    }
+
+    /// Like [`StreamResampler::new`], to `out_rate` instead of 16 kHz (the
+    /// voice to an output device's rate).
+    ///
+    /// # Errors
+    /// As [`StreamResampler::new`], for either rate.
+    pub fn to_rate(in_rate: u32, channels: u16, out_rate: u32) -> Result<Self, AudioError> {
+        if out_rate == 0 || out_rate > MAX_SAMPLE_RATE {
+            return Err(AudioError::InvalidStreamFormat {
+                sample_rate: out_rate,
+                channels,
+            });
+        }
         if in_rate == 0 || in_rate > MAX_SAMPLE_RATE || channels == 0 || channels > MAX_CHANNELS {
             return Err(AudioError::InvalidStreamFormat {
                 sample_rate: in_rate,
                 channels,
             });
         }
-        let engine = if in_rate == TARGET_RATE {
+        let engine = if in_rate == out_rate {
             None
         } else {
             let fft = Fft::<f32>::new(
                 in_rate as usize,
-                TARGET_RATE as usize,
+                out_rate as usize,
                 chunk_frames(in_rate),
                 1,
                 FixedSync::Input,
@@ -101,6 +118,7 @@ impl StreamResampler {
         };
         Ok(StreamResampler {
             in_rate,
+            out_rate,
             channels: usize::from(channels),
             engine,
             carry: Vec::with_capacity(usize::from(channels)),
@@ -200,7 +218,7 @@ impl StreamResampler {
 
     /// `round(frames_in * 16000 / in_rate)`: the output length of the whole stream.
     fn expected_output_len(&self) -> u64 {
-        let num = u128::from(self.frames_in) * u128::from(TARGET_RATE);
+        let num = u128::from(self.frames_in) * u128::from(self.out_rate);
         let den = u128::from(self.in_rate);
         ((num + den / 2) / den) as u64
     }

@@ -67,6 +67,30 @@ pub struct VadStage {
     gap_samples: u64,
     /// The id of the latest forced split, which a continuation names.
     last_forced: Option<UtteranceId>,
+    /// Barge-in: the shared state, the options, the usual threshold, and
+    /// the turn whose answer this stage already asked to stop.
+    barge: Option<(voxline_core::BargeIn, BargeInOptions, f32)>,
+    barged: Option<UtteranceId>,
+}
+
+/// How speech over the assistant's voice stops it ([`VadStage::with_barge_in`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BargeInOptions {
+    /// The speech probability a frame needs while an answer plays (higher
+    /// than the usual threshold: the assistant's own voice reaching the
+    /// microphone must not stop it).
+    pub threshold: f32,
+    /// Speech over the answer this long, in ms, stops it.
+    pub min_speech_ms: u32,
+}
+
+impl Default for BargeInOptions {
+    fn default() -> Self {
+        Self {
+            threshold: 0.8,
+            min_speech_ms: 200,
+        }
+    }
 }
 
 impl std::fmt::Debug for VadStage {
@@ -93,7 +117,49 @@ impl VadStage {
             origin: None,
             gap_samples: 0,
             last_forced: None,
+            barge: None,
+            barged: None,
         })
+    }
+
+    /// Barge-in: while an answer plays ([`voxline_core::BargeIn::playing`])
+    /// frames are judged against `options.threshold`, and once
+    /// `options.min_speech_ms` of speech is heard over it the stage asks
+    /// for the voice to stop ([`voxline_core::BargeIn::request`]), naming
+    /// when the speech began.
+    #[must_use]
+    pub fn with_barge_in(mut self, barge: voxline_core::BargeIn, options: BargeInOptions) -> Self {
+        let base = self.endpointer.config().threshold;
+        self.barge = Some((barge, options, base));
+        self
+    }
+
+    /// While an answer plays: the raised threshold; once enough speech is
+    /// heard over it, the request to stop.
+    fn barge_in(&mut self, origin: u64, before: bool) {
+        let Some((barge, options, base)) = &self.barge else {
+            return;
+        };
+        let playing = barge.playing();
+        let threshold = if playing.is_some() {
+            options.threshold.max(*base)
+        } else {
+            *base
+        };
+        self.endpointer.set_threshold(threshold);
+        if before {
+            return;
+        }
+        let (Some(id), Some(open)) = (playing, self.endpointer.open_utterance()) else {
+            return;
+        };
+        let min = u64::from(options.min_speech_ms) * u64::from(voxline_core::SAMPLE_RATE) / 1000;
+        if self.barged != Some(id) && open.end_sample.saturating_sub(open.first_speech) >= min {
+            self.barged = Some(id);
+            let start = self.wall_of(open.first_speech + origin);
+            let (barge, _, _) = self.barge.as_ref().expect("checked above");
+            barge.request(start, Instant::now());
+        }
     }
 
     /// Stream samples that never arrived (dropped before the VAD); positions
@@ -318,6 +384,7 @@ impl Stage for VadStage {
         }
         self.recent
             .push_back((self.endpointer.position() + origin, frame.captured));
+        self.barge_in(origin, true);
         if self.spec.is_none() {
             let segments = self.endpointer.push(&frame.samples);
             let closed = self.endpointer.position() + origin;
@@ -336,6 +403,7 @@ impl Stage for VadStage {
                 self.speculate(pos, out);
             }
         }
+        self.barge_in(origin, false);
         if frame.end_of_stream {
             // the speaker is done: what is open closes now, as at the end of input
             self.finish(out)?;

@@ -46,6 +46,7 @@ pub struct CancelProbe {
     board: Option<SpecBoard>,
     id: Option<UtteranceId>,
     stop: Option<ShutdownHandle>,
+    barge: Option<crate::BargeIn>,
 }
 
 impl CancelProbe {
@@ -57,7 +58,29 @@ impl CancelProbe {
         id: Option<UtteranceId>,
         stop: Option<ShutdownHandle>,
     ) -> Self {
-        Self { board, id, stop }
+        Self {
+            board,
+            id,
+            stop,
+            barge: None,
+        }
+    }
+
+    /// The probe also reads cancelled once the user barged in on the
+    /// input's turn ([`crate::BargeIn`]).
+    #[must_use]
+    pub fn with_barge_in(mut self, barge: Option<crate::BargeIn>) -> Self {
+        self.barge = barge;
+        self
+    }
+
+    /// Whether the user barged in on this input's turn.
+    #[must_use]
+    pub fn is_interrupted(&self) -> bool {
+        self.barge
+            .as_ref()
+            .zip(self.id)
+            .is_some_and(|(b, id)| b.is_interrupted(id))
     }
 
     /// Whether the work should stop now.
@@ -65,6 +88,7 @@ impl CancelProbe {
     pub fn is_cancelled(&self) -> bool {
         self.stop.as_ref().is_some_and(ShutdownHandle::is_requested)
             || self.spec_state() == SpecState::Cancelled
+            || self.is_interrupted()
     }
 
     /// Where the input's speculative attempt stands ([`SpecState::Final`]

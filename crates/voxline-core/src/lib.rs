@@ -65,6 +65,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod barge;
 pub mod clock;
 pub mod cpu;
 pub mod edge;
@@ -79,6 +80,7 @@ pub mod spec;
 pub mod stage;
 pub mod topology;
 
+pub use barge::BargeIn;
 pub use clock::{Clock, StreamTime, SAMPLE_RATE};
 pub use cpu::{CpuGovernor, LeaseGuard, MeterGuard, Priority, ThreadMeter};
 pub use edge::{

@@ -107,6 +107,14 @@ pub trait Stage: 'static {
     fn committed_only(&self) -> bool {
         false
     }
+
+    /// Barge-in: the user spoke over turn `id`'s answer and heard `heard`
+    /// of it ([`BargeIn`](crate::BargeIn)). Called by the runtime before the
+    /// stage's next input; a stage with a conversation keeps only what was
+    /// heard, one that speaks drops what is left of the turn. Default: nothing.
+    fn interrupted(&mut self, id: UtteranceId, heard: &str) {
+        let _ = (id, heard);
+    }
 }
 
 /// A boxed stage is a stage: lets a pipeline hold added stages of one
@@ -153,6 +161,10 @@ impl<I: Message, O: Message> Stage for Box<dyn Stage<In = I, Out = O> + Send> {
 
     fn committed_only(&self) -> bool {
         (**self).committed_only()
+    }
+
+    fn interrupted(&mut self, id: UtteranceId, heard: &str) {
+        (**self).interrupted(id, heard);
     }
 }
 

@@ -60,6 +60,13 @@ pub trait ChatBackend: 'static {
         true
     }
 
+    /// Barge-in: the last answer of the conversation becomes `answer` (what
+    /// the user heard of it, marked as interrupted), so the next turn
+    /// follows what was said. Default: the backend keeps what it generated.
+    fn amend_last_answer(&mut self, answer: &str) {
+        let _ = answer;
+    }
+
     /// Thread adaptation, where the backend can: moves to the threads the
     /// load allows now, before a turn, and returns how many of this
     /// process's threads the turn computes with (0 for a backend that
@@ -93,6 +100,10 @@ impl ChatBackend for LlmEngine {
 
     fn rollback(&mut self, checkpoint: Checkpoint) -> Result<(), LlmError> {
         LlmEngine::rollback(self, checkpoint)
+    }
+
+    fn amend_last_answer(&mut self, answer: &str) {
+        LlmEngine::amend_last_answer(self, answer);
     }
 
     fn adapt_threads(&mut self) -> Result<usize, LlmError> {

@@ -287,6 +287,15 @@ impl LlmEngine {
         self.history.len()
     }
 
+    /// Replaces the last answer of the conversation with `answer` (barge-in:
+    /// what the user heard of it). The next turn's prompt then differs from
+    /// the cache from that answer on, and only that is evaluated again.
+    pub fn amend_last_answer(&mut self, answer: &str) {
+        if let Some((_, last)) = self.history.last_mut() {
+            answer.clone_into(last);
+        }
+    }
+
     /// Forgets the conversation (the system prompt stays cached).
     pub fn reset_conversation(&mut self) {
         self.history.clear();

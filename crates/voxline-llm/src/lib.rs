@@ -41,5 +41,5 @@ pub use engine::{Checkpoint, LlmEngine, Response};
 pub use error::{EngineSource, LlmError};
 pub use message::{LlmCounters, LlmOut, Stop, Token, TurnComplete};
 pub use model::LlmModel;
-pub use stage::{LlmStage, RunningLlmStage, STAGE, STAGE_NAME};
+pub use stage::{interrupted_answer, LlmStage, RunningLlmStage, STAGE, STAGE_NAME};
 pub use utf8::Utf8Stream;

@@ -85,6 +85,20 @@ pub struct RunningLlmStage<B: ChatBackend> {
     checkpoints: Vec<(UtteranceId, B::Checkpoint)>,
     /// The backend could not adapt its threads before this call.
     adapt_failed: Option<crate::LlmError>,
+    /// The turn answered last (the one a barge-in can amend).
+    last_answered: Option<UtteranceId>,
+}
+
+/// How an answer the user interrupted is kept in the conversation: what
+/// was heard of it, marked.
+#[must_use]
+pub fn interrupted_answer(heard: &str) -> String {
+    let heard = heard.trim();
+    if heard.is_empty() {
+        "[interrupted]".to_owned()
+    } else {
+        format!("{heard} [interrupted]")
+    }
 }
 
 impl<B: ChatBackend> RunningLlmStage<B> {
@@ -95,6 +109,7 @@ impl<B: ChatBackend> RunningLlmStage<B> {
             backend,
             checkpoints: Vec::new(),
             adapt_failed: None,
+            last_answered: None,
         }
     }
 
@@ -165,6 +180,14 @@ impl<B: ChatBackend> Stage for RunningLlmStage<B> {
         self.checkpoints.retain(|(c, _)| *c != id);
     }
 
+    /// The user spoke over the answer to `id`: the conversation keeps what
+    /// was heard of it ([`interrupted_answer`]), not what was generated.
+    fn interrupted(&mut self, id: UtteranceId, heard: &str) {
+        if self.last_answered == Some(id) {
+            self.backend.amend_last_answer(&interrupted_answer(heard));
+        }
+    }
+
     fn process(&mut self, t: Transcript, out: &mut Emitter<'_, LlmOut>) -> Result<(), StageError> {
         let id = t.id;
         if let Some(e) = self.adapt_failed.take() {
@@ -206,6 +229,7 @@ impl<B: ChatBackend> Stage for RunningLlmStage<B> {
             return Ok(());
         }
         let r = r.map_err(|e| StageError::turn(id, e.to_string()).caused_by(e))?;
+        self.last_answered = Some(id);
         out.emit(LlmOut::Done(TurnComplete {
             id,
             transcript: t.text,

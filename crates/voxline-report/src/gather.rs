@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use voxline_core::{Clock, PipelineEvent, Span, TimedEvent, Topology, Transcript, UtteranceInfo};
 use voxline_llm::{Token, TurnComplete};
-use voxline_tts::{VoiceAudio, VoiceDone};
+use voxline_tts::{VoiceAudio, VoiceDone, VoiceInterrupted, VoicePlayed};
 
 use super::clocks;
 use super::schema::{StageWork, TurnReport};
@@ -45,6 +45,10 @@ pub(crate) struct Gathered {
     voice_first: Option<Instant>,
     /// The spoken answer's summary.
     voice_done: Option<VoiceDone>,
+    /// When its first sample reached the output device (live).
+    voice_played: Option<Instant>,
+    /// The user spoke over it (barge-in).
+    voice_interrupted: Option<VoiceInterrupted>,
     /// Whether the pipeline speaks: the turn ends with its voice.
     pub(crate) speaks: bool,
 }
@@ -90,6 +94,10 @@ impl Gathered {
                     self.voice_first.get_or_insert(ev.at);
                 } else if let Some(d) = e.downcast_ref::<VoiceDone>() {
                     self.voice_done = Some(d.clone());
+                } else if e.downcast_ref::<VoicePlayed>().is_some() {
+                    self.voice_played.get_or_insert(ev.at);
+                } else if let Some(i) = e.downcast_ref::<VoiceInterrupted>() {
+                    self.voice_interrupted = Some(i.clone());
                 }
             }
             PipelineEvent::TurnError(e) => {
@@ -132,7 +140,8 @@ impl Gathered {
     /// Whether the turn has ended: answered (and spoken, in a pipeline that
     /// speaks), or failed.
     pub(crate) fn ended(&self) -> bool {
-        let answered = self.done.is_some() && (!self.speaks || self.voice_done.is_some());
+        let spoken = self.voice_done.is_some() || self.voice_interrupted.is_some();
+        let answered = self.done.is_some() && (!self.speaks || spoken);
         answered || self.error.is_some()
     }
 
@@ -261,6 +270,10 @@ pub(crate) fn turn_report(
         t.voice_chars = Some(d.chars);
         t.voice_audio_s = Some(d.audio_s());
     }
+    if let Some(i) = &g.voice_interrupted {
+        t.barge_in_ms = Some(i.barge_in_ms());
+        t.voice_heard = Some(i.heard.clone());
+    }
     let voice_calls = g.calls(voxline_tts::STAGE_NAME);
     if let Some((start, out)) = voice_calls.and_then(|c| c.first_out_start.zip(c.first_out)) {
         t.tts_first_audio_ms = Some(ms(start.0, out));
@@ -271,9 +284,10 @@ pub(crate) fn turn_report(
     if let (Some(first_audio), Some(&first_token)) = (g.voice_first, g.tokens.first()) {
         t.voice_after_shown_ms = match cx.pace {
             // the response is shown when its first token is made, or at the commit if later
+            // live, the first sample reaching the device, by the output stream's timestamps
             Pace::Realtime | Pace::Live => {
                 let shown = g.commit.map_or(first_token, |(_, _, c)| first_token.max(c));
-                Some(ms(shown, first_audio))
+                Some(ms(shown, g.voice_played.unwrap_or(first_audio)))
             }
             // audio faster than real time queues turns up on the wall clock: what
             // the voice adds is the decoding of its first chunk's text (the first

@@ -189,6 +189,7 @@ pub fn build(
         voice_latency_ms: pick(&|t| t.voice_latency_ms),
         tts_first_audio_ms: pick(&|t| t.tts_first_audio_ms),
         tts_rtfx: pick(&|t| t.tts_rtfx),
+        barge_in_ms: pick(&|t| t.barge_in_ms),
         wer: (!wers.is_empty()).then(|| wers.iter().sum::<f64>() / wers.len() as f64),
         engine_threads_peak: run.engine_threads_peak,
         dropped: dropped_total(run),

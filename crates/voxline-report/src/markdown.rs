@@ -71,6 +71,7 @@ pub fn to_markdown(r: &Report) -> String {
         ("voice latency ms", r.summary.voice_latency_ms),
         ("TTS first audio ms", r.summary.tts_first_audio_ms),
         ("TTS RTFx", r.summary.tts_rtfx),
+        ("barge-in ms", r.summary.barge_in_ms),
     ] {
         if let Some(p) = p {
             let _ = writeln!(

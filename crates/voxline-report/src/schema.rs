@@ -107,6 +107,12 @@ pub struct TurnReport {
     pub voice_chars: Option<u32>,
     /// The voice: seconds of audio made.
     pub voice_audio_s: Option<f64>,
+    /// Barge-in: the user's speech over the answer began → its playback
+    /// stopped at the device.
+    pub barge_in_ms: Option<f64>,
+    /// Barge-in: what the user heard of the answer (what the conversation
+    /// keeps of it, marked interrupted); null when it was not interrupted.
+    pub voice_heard: Option<String>,
     /// The response shown → the first audio (both clocks; not in the JSON).
     #[serde(skip)]
     pub voice_after_shown_ms: Option<f64>,
@@ -273,6 +279,8 @@ pub struct Summary {
     pub tts_first_audio_ms: Option<Percentiles>,
     /// The voice: real-time factor per turn.
     pub tts_rtfx: Option<Percentiles>,
+    /// Barge-in: the user's speech start → playback stopped, per interrupted turn.
+    pub barge_in_ms: Option<Percentiles>,
     /// Mean word error rate over turns with a sidecar.
     pub wer: Option<f64>,
     /// Audio dropped (capture ring and audio queue together), in 16 kHz

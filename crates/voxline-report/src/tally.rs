@@ -85,6 +85,7 @@ struct TurnSeries {
     voice: Series,
     tts_first_audio: Series,
     tts_rtfx: Series,
+    barge_in: Series,
 }
 
 /// A live session's measurements, taken as they happen; see the module
@@ -314,6 +315,7 @@ impl Tally {
                 (&mut v.voice, t.voice_latency_ms),
                 (&mut v.tts_first_audio, t.tts_first_audio_ms),
                 (&mut v.tts_rtfx, t.tts_rtfx),
+                (&mut v.barge_in, t.barge_in_ms),
             ] {
                 if let Some(x) = value {
                     series.record(x);
@@ -394,6 +396,7 @@ impl Tally {
             voice_latency_ms: v.voice.percentiles(),
             tts_first_audio_ms: v.tts_first_audio.percentiles(),
             tts_rtfx: v.tts_rtfx.percentiles(),
+            barge_in_ms: v.barge_in.percentiles(),
             wer: (self.wer.1 > 0).then(|| self.wer.0 / self.wer.1 as f64),
             engine_threads_peak: run.engine_threads_peak,
             dropped: crate::dropped_total(run),

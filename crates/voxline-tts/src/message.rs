@@ -50,6 +50,83 @@ impl VoiceDone {
     }
 }
 
+/// The first sample of a turn's spoken answer reached the output device (a
+/// live session; the event's instant is the device's, from the output
+/// stream's timestamps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct VoicePlayed {
+    /// The utterance answered.
+    pub id: UtteranceId,
+}
+
+/// `"type": "voice_played"`: when the answer's first sound reached the device.
+impl EngineEvent for VoicePlayed {
+    fn kind(&self) -> &'static str {
+        "voice_played"
+    }
+    fn utterance_id(&self) -> Option<UtteranceId> {
+        Some(self.id)
+    }
+    fn fields_json(&self, _: &Clock) -> Result<String, serde_json::Error> {
+        Ok("{}".into())
+    }
+}
+
+/// Barge-in: the user spoke over the answer to turn `id`, and its playback
+/// stopped (the event's instant: when the fade ended at the device).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoiceInterrupted {
+    /// The turn whose answer was stopped.
+    pub id: UtteranceId,
+    /// What the user heard of it (the chunks whose playback began).
+    pub heard: String,
+    /// When the user's speech began.
+    pub speech_start: std::time::Instant,
+    /// When the endpointer was sure of it.
+    pub detected: std::time::Instant,
+    /// When the playback was silent at the device.
+    pub stopped: std::time::Instant,
+}
+
+impl VoiceInterrupted {
+    /// The user's speech start → playback stopped, ms.
+    #[must_use]
+    pub fn barge_in_ms(&self) -> f64 {
+        self.stopped
+            .saturating_duration_since(self.speech_start)
+            .as_secs_f64()
+            * 1000.0
+    }
+
+    /// Detected → playback stopped, ms.
+    #[must_use]
+    pub fn stop_ms(&self) -> f64 {
+        self.stopped
+            .saturating_duration_since(self.detected)
+            .as_secs_f64()
+            * 1000.0
+    }
+}
+
+/// `"type": "voice_interrupted"`: what was heard, and how fast it stopped.
+impl EngineEvent for VoiceInterrupted {
+    fn kind(&self) -> &'static str {
+        "voice_interrupted"
+    }
+    fn utterance_id(&self) -> Option<UtteranceId> {
+        Some(self.id)
+    }
+    fn fields_json(&self, clock: &Clock) -> Result<String, serde_json::Error> {
+        serde_json::to_string(&serde_json::json!({
+            "heard": self.heard,
+            "speech_start_ms": clock.ms_since_origin(self.speech_start),
+            "detected_ms": clock.ms_since_origin(self.detected),
+            "barge_in_ms": self.barge_in_ms(),
+            "stop_ms": self.stop_ms(),
+        }))
+    }
+}
+
 /// What the speech-synthesis stage emits.
 #[derive(Debug, Clone, PartialEq)]
 pub enum VoiceOut {

@@ -165,6 +165,14 @@ impl<V: TextToSpeech + 'static> Stage for TtsStage<V> {
         true
     }
 
+    /// The user spoke over the answer: nothing more of it is spoken (the
+    /// runtime skips its tokens still queued).
+    fn interrupted(&mut self, id: UtteranceId, _heard: &str) {
+        if self.turn.as_ref().is_some_and(|t| t.id == id) {
+            self.turn = None;
+        }
+    }
+
     fn process(
         &mut self,
         input: LlmOut,

@@ -60,31 +60,65 @@ impl InputDeviceInfo {
 /// [`CaptureError::Enumerate`] (inside [`AudioError::Capture`]) when the audio
 /// host cannot list its devices.
 pub fn list_input_devices() -> Result<Vec<InputDeviceInfo>, AudioError> {
+    list_devices(false)
+}
+
+/// Lists the host's output devices (where the voice can play) with their
+/// supported output configurations, as [`list_input_devices`] does inputs.
+///
+/// # Errors
+/// As [`list_input_devices`].
+pub fn list_output_devices() -> Result<Vec<InputDeviceInfo>, AudioError> {
+    list_devices(true)
+}
+
+fn list_devices(output: bool) -> Result<Vec<InputDeviceInfo>, AudioError> {
     crate::quiet::silence_audio_libraries();
     let host = cpal::default_host();
-    let default_id = host
-        .default_input_device()
+    let default = if output {
+        host.default_output_device()
+    } else {
+        host.default_input_device()
+    };
+    let default_id = default
         .and_then(|d| d.id().ok())
         .map(|id| id.id().to_owned());
-    let devices = host.input_devices().map_err(|e| CaptureError::Enumerate {
+    let devices: Vec<cpal::Device> = if output {
+        host.output_devices().map(Iterator::collect)
+    } else {
+        host.input_devices().map(Iterator::collect)
+    }
+    .map_err(|e| CaptureError::Enumerate {
         reason: e.to_string(),
     })?;
     let mut list = Vec::new();
     for device in devices {
         let (id, name) = device_names(&device);
-        let (configs, config_error) = match device.supported_input_configs() {
-            Ok(ranges) => (ranges.map(|r| config_range(&r)).collect(), None),
+        let supported = if output {
+            device
+                .supported_output_configs()
+                .map(|r| r.map(|r| config_range(&r)).collect())
+        } else {
+            device
+                .supported_input_configs()
+                .map(|r| r.map(|r| config_range(&r)).collect())
+        };
+        let (configs, config_error) = match supported {
+            Ok(ranges) => (ranges, None),
             Err(e) => (Vec::new(), Some(e.to_string())),
         };
-        let default_config = device
-            .default_input_config()
-            .ok()
-            .map(|c| InputConfigRange {
-                channels: c.channels(),
-                min_sample_rate: c.sample_rate(),
-                max_sample_rate: c.sample_rate(),
-                sample_format: c.sample_format().to_string(),
-            });
+        let default_config = if output {
+            device.default_output_config()
+        } else {
+            device.default_input_config()
+        }
+        .ok()
+        .map(|c| InputConfigRange {
+            channels: c.channels(),
+            min_sample_rate: c.sample_rate(),
+            max_sample_rate: c.sample_rate(),
+            sample_format: c.sample_format().to_string(),
+        });
         list.push(InputDeviceInfo {
             is_default: default_id.as_deref() == Some(id.as_str()),
             id,
@@ -107,7 +141,7 @@ fn config_range(r: &cpal::SupportedStreamConfigRange) -> InputConfigRange {
 }
 
 /// The device's `(id, human-readable name)`; either falls back to the other.
-pub(super) fn device_names(device: &cpal::Device) -> (String, String) {
+pub(crate) fn device_names(device: &cpal::Device) -> (String, String) {
     let id = device.id().ok().map(|id| id.id().to_owned());
     let name = device.description().ok().map(|d| d.name().to_owned());
     match (id, name) {

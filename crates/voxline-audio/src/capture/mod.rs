@@ -60,7 +60,10 @@ mod stream;
 mod test_support;
 mod timing;
 
-pub use devices::{check_input_device, list_input_devices, InputConfigRange, InputDeviceInfo};
+pub(crate) use devices::device_names;
+pub use devices::{
+    check_input_device, list_input_devices, list_output_devices, InputConfigRange, InputDeviceInfo,
+};
 pub use error::CaptureError;
 pub use handle::{Capture, CaptureEnd, CaptureFormat, CaptureOptions, CaptureStats};
 pub use timing::{CaptureTiming, ClockGap, LatencySummary};

@@ -98,6 +98,11 @@ impl Endpointer {
         self.tracker.open_utterance()
     }
 
+    /// Judges the frames from now on against speech probability `threshold`.
+    pub fn set_threshold(&mut self, threshold: f32) {
+        self.tracker.set_threshold(threshold);
+    }
+
     /// The configuration in use.
     pub fn config(&self) -> &VadConfig {
         self.tracker.config()

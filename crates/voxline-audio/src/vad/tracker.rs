@@ -41,6 +41,8 @@ pub struct OpenUtterance<'a> {
     pub end_sample: u64,
     /// Whether it would be kept if it closed now (long enough, or a continuation).
     pub keepable: bool,
+    /// The start of its first speech frame (after the pre-roll).
+    pub first_speech: u64,
     /// The audio from `start_sample` to `end_sample`.
     pub samples: &'a [f32],
     /// One past the end of the last confident speech frame (see
@@ -147,6 +149,12 @@ impl SegmentTracker {
         &self.config
     }
 
+    /// Judges the frames from now on against speech probability `threshold`
+    /// (e.g. a higher one while the assistant's voice plays).
+    pub fn set_threshold(&mut self, threshold: f32) {
+        self.config.threshold = threshold;
+    }
+
     /// Counters since creation.
     pub fn stats(&self) -> VadStats {
         self.stats
@@ -181,6 +189,7 @@ impl SegmentTracker {
             .min(open.samples.len());
         Some(OpenUtterance {
             start_sample: open.start,
+            first_speech,
             end_sample: open.speech_end,
             keepable: open.continuation || open.speech_end - first_speech >= self.min_speech,
             samples: &open.samples[..keep],

@@ -107,6 +107,7 @@ pub struct PipelineBuilder {
     board: Option<SpecBoard>,
     meter: ThreadMeter,
     observer: Option<SpanObserver>,
+    barge: Option<crate::BargeIn>,
 }
 
 impl std::fmt::Debug for PipelineBuilder {
@@ -166,6 +167,16 @@ impl PipelineBuilder {
         self
     }
 
+    /// Barge-in ([`crate::BargeIn`]): once the user speaks over a turn's
+    /// answer, every stage skips that turn's inputs still queued, a call
+    /// working on it reads cancelled, and each stage hears of it
+    /// ([`Stage::interrupted`]) before its next input.
+    #[must_use]
+    pub fn barge_in(mut self, barge: crate::BargeIn) -> Self {
+        self.barge = Some(barge);
+        self
+    }
+
     /// Counts every stage's engine threads ([`Stage::threads`]) on `meter`
     /// while its calls compute (by default, a meter of the pipeline's own).
     #[must_use]
@@ -206,6 +217,7 @@ impl PipelineBuilder {
             cancel_calls: self.cancel_calls,
             board: self.board,
             meter: self.meter,
+            barge: self.barge,
             threads: Vec::new(),
             edges: Vec::new(),
             startup: std::time::Duration::ZERO,
@@ -232,6 +244,7 @@ pub struct Pipeline {
     cancel_calls: Option<ShutdownHandle>,
     board: Option<SpecBoard>,
     meter: ThreadMeter,
+    barge: Option<crate::BargeIn>,
     threads: Vec<(String, JoinHandle<()>)>,
     edges: Vec<Arc<EdgeStats>>,
     startup: std::time::Duration,
@@ -249,6 +262,7 @@ impl Pipeline {
             board: None,
             meter: ThreadMeter::new(),
             observer: None,
+            barge: None,
         }
     }
 
@@ -314,6 +328,7 @@ impl Pipeline {
             cancel_calls: self.cancel_calls.clone(),
             board: self.board.clone(),
             meter: self.meter.clone(),
+            barge: self.barge.clone(),
         }
     }
 

@@ -62,6 +62,8 @@ pub(super) struct StageContext {
     pub(super) board: Option<SpecBoard>,
     /// Engine threads computing now.
     pub(super) meter: ThreadMeter,
+    /// Barge-in: interrupted turns are skipped and each stage hears of them.
+    pub(super) barge: Option<crate::BargeIn>,
 }
 
 impl StageContext {
@@ -162,6 +164,7 @@ pub(super) fn run_stage<S: Stage>(
     // inputs held by the commit gate, in order
     let mut held: std::collections::VecDeque<Envelope<S::In>> = std::collections::VecDeque::new();
     let mut upstream_done = false;
+    let mut barge_seen = 0usize;
     loop {
         let envelope = match next_input(input, &mut held, ctx.board.as_ref(), gated, upstream_done)
         {
@@ -181,6 +184,17 @@ pub(super) fn run_stage<S: Stage>(
             }
         }
         let id = envelope.item.utterance_id();
+        if let Some(barge) = &ctx.barge {
+            let (new, cursor) = barge.since(barge_seen);
+            barge_seen = cursor;
+            for (turn, heard) in new {
+                stage.interrupted(turn, &heard);
+            }
+            if id.is_some_and(|id| barge.is_interrupted(id)) {
+                // the user spoke over this turn: what is left of it is not wanted
+                continue;
+            }
+        }
         let state = match (&ctx.board, id) {
             (Some(b), Some(id)) => b.state(id),
             _ => SpecState::Final,
@@ -210,7 +224,8 @@ pub(super) fn run_stage<S: Stage>(
         }
         let depth = input.len();
         let threads = stage.threads();
-        let probe = CancelProbe::new(ctx.board.clone(), id, ctx.cancel_calls.clone());
+        let probe = CancelProbe::new(ctx.board.clone(), id, ctx.cancel_calls.clone())
+            .with_barge_in(ctx.barge.clone());
         let mut out = Emitter::to_edge(output, bus).with_probe(probe);
         if let Some(lease) = ctx.lease.as_ref().filter(|_| stage.leased()) {
             let priority = if pending {

@@ -20,6 +20,8 @@ pub struct LiveOptions {
     /// The capture period to ask the device for, in ms (`None`: the smallest
     /// it supports from 10 ms up).
     pub capture_buffer_ms: Option<u32>,
+    /// Where a pipeline that speaks plays its voice (`None` = the default output).
+    pub output_device: Option<String>,
 }
 
 /// What the live capture did.
@@ -51,6 +53,21 @@ pub struct LiveReport {
     /// Capture placement: blocks timed by the device or by arrival, the
     /// device latency (capture → callback) and clock gaps.
     pub timing: voxline_audio::CaptureTiming,
+    /// Where the voice played, if the pipeline speaks.
+    pub voice_output: Option<VoiceOutputReport>,
+}
+
+/// What the playback of the voice did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct VoiceOutputReport {
+    /// The output device.
+    pub device: String,
+    /// Its format: rate, channels, sample format.
+    pub format: String,
+    /// The output stream's latency (callback → playback) at the end, ms.
+    pub output_latency_ms: f64,
+    /// Callbacks that ran dry while more of the voice was coming.
+    pub underruns: u64,
 }
 
 /// `frames` at `rate` Hz as 16 kHz frames (rounded).
@@ -120,6 +137,7 @@ pub(super) fn live_source(
         buffer_ms: f.buffer_ms(),
         buffer_note: f.buffer_note.clone(),
         timing: stats.timing.clone(),
+        voice_output: None,
     };
     ((report, stats.end_sample), stopped)
 }

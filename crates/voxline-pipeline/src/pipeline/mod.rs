@@ -5,9 +5,10 @@
 //! a slow stage slows the source instead of dropping speech.
 //!
 //! Where the audio comes from is in `input` (recordings) and `live` (a
-//! device); how to run in `options`; the stages added to the standard
-//! pipeline and the topology they make in `assembly`; the event sink in
-//! `sink`; the run itself and its result in `run`.
+//! device); where the voice goes live, and barge-in, in `speaker`; how to
+//! run in `options`; the stages added to the standard pipeline and the
+//! topology they make in `assembly`; the event sink in `sink`; the run
+//! itself and its result in `run`.
 
 mod assembly;
 mod input;
@@ -15,9 +16,10 @@ mod live;
 mod options;
 mod run;
 mod sink;
+mod speaker;
 
 pub use assembly::{Extras, TranscriptStage};
 pub use input::{open_inputs, Input, InputSpan, Pace, Pushed, PushedAudio, Source};
-pub use live::{LiveOptions, LiveReport};
+pub use live::{LiveOptions, LiveReport, VoiceOutputReport};
 pub use options::{EventHook, Observer, RunOptions, SharedObserver, SpanHook};
 pub use run::{run, run_source, run_source_with, run_with, RunError, RunResult};

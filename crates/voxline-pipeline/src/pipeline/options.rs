@@ -70,6 +70,9 @@ pub struct RunOptions {
     /// A stop (Ctrl-C) cancels the answer in flight and the turns queued
     /// behind it, instead of letting them finish.
     pub cancel_on_stop: bool,
+    /// A live pipeline that speaks: how speech over the voice stops it
+    /// (`None`: it never does).
+    pub barge_in: Option<voxline_audio::BargeInOptions>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -105,6 +108,7 @@ impl Default for RunOptions {
             lease: None,
             meter: voxline_core::ThreadMeter::new(),
             cancel_on_stop: false,
+            barge_in: Some(voxline_audio::BargeInOptions::default()),
         }
     }
 }

@@ -13,6 +13,7 @@ use voxline_llm::{LlmOut, TurnComplete};
 use super::live::live_source;
 use super::options::{lock, Observer, SharedObserver};
 use super::sink::EventSink;
+use super::speaker::Voice;
 use super::{Extras, Input, InputSpan, LiveReport, Pace, PushedAudio, RunOptions, Source};
 use crate::topology::{self, AudioEdge};
 use crate::BadInput;
@@ -229,6 +230,19 @@ where
             (Vec::new(), None)
         }
     };
+    // a live pipeline that speaks plays on an output device, opened before any audio too
+    let speaker = match (&live, extras.speaks()) {
+        (Some((l, _)), true) => Some(Voice::open(l.output_device.as_deref(), clock)?),
+        _ => None,
+    };
+    // speech over the voice stops it (barge-in)
+    let barge = speaker
+        .as_ref()
+        .zip(opts.barge_in)
+        .map(|(v, options)| (v.barge.clone(), options));
+    if let Some((b, options)) = &barge {
+        vad = vad.with_barge_in(b.clone(), *options);
+    }
     let mut sink = EventSink::new(clock, opts.console, opts.events.as_ref())?;
     let mut builder = Pipeline::builder(clock);
     if let Some(o) = &observer {
@@ -256,7 +270,13 @@ where
         builder = builder.speculation(board.clone());
     }
     builder = builder.meter(opts.meter.clone());
+    if let Some((b, _)) = barge {
+        builder = builder.barge_in(b);
+    }
     let mut p = builder.build();
+    if let Some(v) = &speaker {
+        v.publish_to(p.event_bus());
+    }
     // every edge as the topology declares it: the one each stage writes
     let (utt_tx, utt_rx) = topology.channel_from::<Utterance>(topology::VAD.as_str())?;
     let (tr_tx, mut tr_rx) = topology.channel_from::<Transcript>(topology::STT.as_str())?;
@@ -294,7 +314,17 @@ where
                 Some(l) => p.spawn_stage_leased(voice, out_rx, voice_tx, l)?,
                 None => p.spawn_stage(voice, out_rx, voice_tx)?,
             }
-            p.spawn_sink(topology::SINK.as_str(), voice_rx, |_| Ok(()))?;
+            match &speaker {
+                // the sink is the loudspeaker
+                Some(v) => {
+                    let v = v.clone();
+                    p.spawn_sink(topology::SINK.as_str(), voice_rx, move |env| {
+                        v.play(env.item);
+                        Ok(())
+                    })?;
+                }
+                None => p.spawn_sink(topology::SINK.as_str(), voice_rx, |_| Ok(()))?,
+            }
         }
         None => p.spawn_sink(topology::SINK.as_str(), out_rx, |_| Ok(()))?,
     }
@@ -361,6 +391,7 @@ where
             shutdown.as_ref(),
             samples,
             report,
+            speaker,
         );
         return Ok(run);
     }
@@ -466,6 +497,7 @@ where
         shutdown.as_ref(),
         pos,
         None,
+        None,
     ))
 }
 
@@ -520,9 +552,18 @@ fn finish_run(
     interrupted: bool,
     stop_requested: Option<&ShutdownHandle>,
     audio_samples: u64,
-    live: Option<LiveReport>,
+    mut live: Option<LiveReport>,
+    speaker: Option<Voice>,
 ) -> RunResult {
     let outcome = p.join();
+    if let Some(v) = speaker {
+        // what was said is heard to its end, unless the session was stopped
+        let stopped = stop_requested.is_some_and(ShutdownHandle::is_requested);
+        let played = v.finish(!stopped);
+        if let Some(l) = live.as_mut() {
+            l.voice_output = Some(played);
+        }
+    }
     // a stop asked for at any moment of the run (even after the last audio was fed) interrupted it
     let interrupted = interrupted && stop_requested.is_some_and(ShutdownHandle::is_requested);
     let (events, write_error) = sink_thread

@@ -1,0 +1,567 @@
+//! Playing the assistant's voice on an output device through cpal.
+//!
+//! A [`Speaker`] opens an output device in its default configuration and
+//! owns two sides:
+//!
+//! - **cpal's audio callback** pops mono samples from a lock-free SPSC ring
+//!   ([`rtrb`]) and writes each to every channel of the device's format; an
+//!   empty ring plays silence. It never blocks, never allocates and never
+//!   takes a lock: everything it shares is an atomic. When it plays the
+//!   sample a *mark* points at, it stores the instant that sample reaches
+//!   the device (the stream's `playback` timestamp, mapped onto the session
+//!   clock through the one moment the callback reads both clocks). When
+//!   asked to [`interrupt`](Speaker::interrupt) it fades out over
+//!   [`FADE_MS`] and then drops what is queued.
+//! - **the feeding side** ([`Speaker::play`], from the thread that owns the
+//!   speaker) resamples each block to the device's rate and pushes it into
+//!   the ring, waiting for room when the ring is full (a few seconds of
+//!   audio: the voice is synthesised faster than it plays).
+//!
+//! The stream itself lives on a thread of its own (`speaker`), which also
+//! reports each mark as it is played ([`Speaker::open`]'s `on_played`).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
+use cpal::{FromSample, SampleFormat, SizedSample};
+use voxline_core::Clock;
+
+use crate::{AudioError, StreamResampler};
+
+/// Seconds of device audio the ring holds.
+pub const RING_SECONDS: u32 = 4;
+
+/// The fade when playback is interrupted, in milliseconds.
+pub const FADE_MS: u32 = 5;
+
+/// Why an output device could not play.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlaybackError {
+    /// No default output device.
+    #[error("there is no audio output device; connect one, or run with --voice off")]
+    NoOutputDevice,
+    /// The device asked for is not there.
+    #[error("no output device `{name}`; the outputs are: {}; `voxline devices` lists them", available.join(", "))]
+    DeviceNotFound {
+        /// What was asked for.
+        name: String,
+        /// What there is.
+        available: Vec<String>,
+    },
+    /// The device could not be opened or started.
+    #[error("output device `{device}` cannot play: {reason}; pick another with --output-device")]
+    CannotOpen {
+        /// The device.
+        device: String,
+        /// Why.
+        reason: String,
+    },
+    /// The host could not list its devices.
+    #[error("the audio host cannot list its output devices: {0}")]
+    Enumerate(String),
+}
+
+/// What the callback and the feeding side share (atomics only).
+#[derive(Debug, Default)]
+struct Shared {
+    /// Samples pushed into the ring.
+    pushed: AtomicU64,
+    /// Samples taken out of the ring (played, or dropped by an interrupt).
+    taken: AtomicU64,
+    /// The sample (in `taken` counts) whose playback instant is wanted, + 1 (0: none).
+    mark: AtomicU64,
+    /// When the marked sample reaches the device, ns since the clock's origin, + 1 (0: not yet).
+    mark_played_ns: AtomicU64,
+    /// Fade out, then drop what is queued.
+    interrupt: AtomicBool,
+    /// Samples dropped by interrupts.
+    dropped: AtomicU64,
+    /// Interrupts done (fade finished, queue dropped).
+    interrupts: AtomicU64,
+    /// Callbacks that found the ring empty while more was queued behind (underruns).
+    underruns: AtomicU64,
+    /// The stream's output latency at the last callback (playback − callback), ns.
+    latency_ns: AtomicU64,
+}
+
+/// A position in the played stream: the `n`th sample pushed, and what the
+/// caller calls it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    /// The caller's tag (e.g. the turn it starts).
+    pub tag: u64,
+    /// Its sample, counted from the first pushed.
+    pub sample: u64,
+}
+
+/// The format the device plays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpeakerFormat {
+    /// The device's id.
+    pub device: String,
+    /// Its sample rate.
+    pub sample_rate: u32,
+    /// Its channels (the voice is written to each).
+    pub channels: u16,
+    /// Its sample format as cpal names it.
+    pub sample_format: String,
+}
+
+/// An open output device playing what it is given.
+pub struct Speaker {
+    format: SpeakerFormat,
+    producer: rtrb::Producer<f32>,
+    shared: Arc<Shared>,
+    marks: Arc<Mutex<VecDeque<Mark>>>,
+    resampler: Option<(u32, StreamResampler)>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Speaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Speaker")
+            .field("format", &self.format)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Called from the speaker's thread with each mark as it reaches the
+/// device, and the instant it does.
+pub type OnPlayed = Box<dyn FnMut(Mark, Instant) + Send>;
+
+/// Finds output device `wanted` (by id, then by name) or the default.
+fn find_output(host: &cpal::Host, wanted: Option<&str>) -> Result<cpal::Device, PlaybackError> {
+    let Some(wanted) = wanted else {
+        return host
+            .default_output_device()
+            .ok_or(PlaybackError::NoOutputDevice);
+    };
+    let mut devices: Vec<cpal::Device> = host
+        .output_devices()
+        .map_err(|e| PlaybackError::Enumerate(e.to_string()))?
+        .collect();
+    let names: Vec<(String, String)> = devices.iter().map(crate::capture::device_names).collect();
+    let by_id = names.iter().position(|(id, _)| id == wanted);
+    match by_id.or_else(|| names.iter().position(|(_, n)| n == wanted)) {
+        Some(i) => Ok(devices.swap_remove(i)),
+        None => Err(PlaybackError::DeviceNotFound {
+            name: wanted.to_owned(),
+            available: names.into_iter().map(|(id, _)| id).collect(),
+        }),
+    }
+}
+
+/// Checks that output device `device` exists and has a default output
+/// configuration, without playing: a missing device is refused before the
+/// models load.
+///
+/// # Errors
+/// As [`Speaker::open`].
+pub fn check_output_device(device: Option<&str>) -> Result<(), AudioError> {
+    crate::quiet::silence_audio_libraries();
+    let host = cpal::default_host();
+    let d = find_output(&host, device)?;
+    let (id, _) = crate::capture::device_names(&d);
+    d.default_output_config()
+        .map_err(|e| PlaybackError::CannotOpen {
+            device: id,
+            reason: e.to_string(),
+        })?;
+    Ok(())
+}
+
+impl Speaker {
+    /// Opens output device `device` (its id or name; the default when
+    /// `None`) in its default configuration and starts playing silence.
+    /// `on_played` hears of each [`Mark`] as it reaches the device.
+    ///
+    /// # Errors
+    /// [`PlaybackError`] (inside [`AudioError::Playback`]) when there is no
+    /// such device or it cannot be opened.
+    pub fn open(
+        device: Option<&str>,
+        clock: Clock,
+        on_played: OnPlayed,
+    ) -> Result<Self, AudioError> {
+        crate::quiet::silence_audio_libraries();
+        let wanted = device.map(str::to_owned);
+        let shared = Arc::new(Shared::default());
+        let marks: Arc<Mutex<VecDeque<Mark>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let (s, m, st) = (shared.clone(), marks.clone(), stop.clone());
+        // the stream is built and kept on the thread that owns it
+        let thread = std::thread::Builder::new()
+            .name("speaker".into())
+            .spawn(move || speaker_thread(wanted, clock, s, m, st, on_played, ready_tx))
+            .map_err(|e| PlaybackError::CannotOpen {
+                device: device.unwrap_or("default").to_owned(),
+                reason: e.to_string(),
+            })?;
+        let (format, producer) = match ready_rx.recv() {
+            Ok(Ok(ready)) => ready,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(e.into());
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(PlaybackError::CannotOpen {
+                    device: device.unwrap_or("default").to_owned(),
+                    reason: "the speaker thread ended".into(),
+                }
+                .into());
+            }
+        };
+        Ok(Self {
+            format,
+            producer,
+            shared,
+            marks,
+            resampler: None,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The format the device plays.
+    #[must_use]
+    pub fn format(&self) -> &SpeakerFormat {
+        &self.format
+    }
+
+    /// Queues `samples` (mono at `rate`) to play after what is queued,
+    /// resampled to the device's rate, waiting while the ring is full; `mark`
+    /// tags the block's first sample ([`Speaker::open`]'s `on_played` hears
+    /// when it reaches the device). Returns the samples queued (at the
+    /// device's rate); fewer when an [`interrupt`](Self::interrupt) came
+    /// while it waited.
+    ///
+    /// # Errors
+    /// [`AudioError`] when `rate` cannot be resampled from.
+    pub fn play(
+        &mut self,
+        samples: &[f32],
+        rate: u32,
+        mark: Option<u64>,
+    ) -> Result<usize, AudioError> {
+        let device_rate = self.format.sample_rate;
+        if self.resampler.as_ref().is_none_or(|(r, _)| *r != rate) {
+            self.resampler = Some((rate, StreamResampler::to_rate(rate, 1, device_rate)?));
+        }
+        let mut out =
+            Vec::with_capacity(samples.len() * device_rate as usize / rate.max(1) as usize + 64);
+        if let Some((_, r)) = self.resampler.as_mut() {
+            r.process(samples, &mut out)?;
+        }
+        if let Some(tag) = mark {
+            let sample = self.shared.pushed.load(Ordering::Acquire);
+            let mut marks = self
+                .marks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            marks.push_back(Mark { tag, sample });
+        }
+        let interrupted_at = self.shared.interrupts.load(Ordering::Acquire);
+        let mut rest: &[f32] = &out;
+        let mut queued = 0;
+        while !rest.is_empty() {
+            let n = self.producer.slots().min(rest.len());
+            if n == 0 {
+                if self.stop.load(Ordering::Acquire)
+                    || self.shared.interrupts.load(Ordering::Acquire) != interrupted_at
+                {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            if let Ok(chunk) = self.producer.write_chunk_uninit(n) {
+                let written = chunk.fill_from_iter(rest[..n].iter().copied());
+                self.shared
+                    .pushed
+                    .fetch_add(written as u64, Ordering::AcqRel);
+                rest = &rest[written..];
+                queued += written;
+            }
+        }
+        Ok(queued)
+    }
+
+    /// Samples pushed so far (at the device's rate): where the next block
+    /// starts, in [`SpeakerControl::taken`]'s count.
+    #[must_use]
+    pub fn pushed(&self) -> u64 {
+        self.shared.pushed.load(Ordering::Acquire)
+    }
+
+    /// A handle that watches and interrupts the playback from another
+    /// thread (while this one waits to push).
+    #[must_use]
+    pub fn control(&self) -> SpeakerControl {
+        SpeakerControl {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// Watches and interrupts a [`Speaker`]'s playback from any thread.
+#[derive(Debug, Clone)]
+pub struct SpeakerControl {
+    shared: Arc<Shared>,
+}
+
+impl SpeakerControl {
+    /// Whether audio is queued or playing.
+    #[must_use]
+    pub fn is_playing(&self) -> bool {
+        self.shared.pushed.load(Ordering::Acquire) > self.shared.taken.load(Ordering::Acquire)
+    }
+
+    /// Samples (at the device's rate) taken by the device so far: played,
+    /// or dropped by an interrupt.
+    #[must_use]
+    pub fn taken(&self) -> u64 {
+        self.shared.taken.load(Ordering::Acquire)
+    }
+
+    /// Samples dropped by interrupts so far.
+    #[must_use]
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Acquire)
+    }
+
+    /// Interrupts done so far (each fade finished and its queue dropped).
+    #[must_use]
+    pub fn interrupts(&self) -> u64 {
+        self.shared.interrupts.load(Ordering::Acquire)
+    }
+
+    /// Callbacks that ran dry while audio was still coming.
+    #[must_use]
+    pub fn underruns(&self) -> u64 {
+        self.shared.underruns.load(Ordering::Relaxed)
+    }
+
+    /// The stream's output latency at its last callback.
+    #[must_use]
+    pub fn output_latency(&self) -> Duration {
+        Duration::from_nanos(self.shared.latency_ns.load(Ordering::Relaxed))
+    }
+
+    /// Stops what is playing: the callback fades out over [`FADE_MS`] and
+    /// drops the rest of what is queued. Returns at once.
+    pub fn interrupt(&self) {
+        self.shared.interrupt.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Speaker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+type Ready = Result<(SpeakerFormat, rtrb::Producer<f32>), PlaybackError>;
+
+/// The speaker's thread: builds and owns the stream, hands the ring's
+/// producer back, then reports marks as they play until stopped.
+fn speaker_thread(
+    wanted: Option<String>,
+    clock: Clock,
+    shared: Arc<Shared>,
+    marks: Arc<Mutex<VecDeque<Mark>>>,
+    stop: Arc<AtomicBool>,
+    mut on_played: OnPlayed,
+    ready: std::sync::mpsc::SyncSender<Ready>,
+) {
+    let opened = (|| {
+        let host = cpal::default_host();
+        let device = find_output(&host, wanted.as_deref())?;
+        let (id, _) = crate::capture::device_names(&device);
+        let cannot = |e: &dyn std::fmt::Display| PlaybackError::CannotOpen {
+            device: id.clone(),
+            reason: e.to_string().trim_end_matches('.').to_owned(),
+        };
+        let config = device.default_output_config().map_err(|e| cannot(&e))?;
+        let format = SpeakerFormat {
+            device: id.clone(),
+            sample_rate: config.sample_rate(),
+            channels: config.channels(),
+            sample_format: config.sample_format().to_string(),
+        };
+        let (producer, consumer) =
+            rtrb::RingBuffer::<f32>::new((config.sample_rate() * RING_SECONDS) as usize);
+        let stream_config: cpal::StreamConfig = config.into();
+        let cb = Callback {
+            consumer,
+            shared: shared.clone(),
+            clock,
+            channels: usize::from(config.channels().max(1)),
+            rate: config.sample_rate(),
+            fade_left: None,
+        };
+        let stream = match config.sample_format() {
+            SampleFormat::F32 => build::<f32>(&device, &stream_config, cb),
+            SampleFormat::I16 => build::<i16>(&device, &stream_config, cb),
+            SampleFormat::I32 => build::<i32>(&device, &stream_config, cb),
+            SampleFormat::U16 => build::<u16>(&device, &stream_config, cb),
+            SampleFormat::U8 => build::<u8>(&device, &stream_config, cb),
+            other => {
+                return Err(cannot(&format!(
+                    "its sample format {other} is not supported"
+                )));
+            }
+        }
+        .map_err(|e| cannot(&e))?;
+        stream.play().map_err(|e| cannot(&e))?;
+        Ok((format, producer, stream))
+    })();
+    let stream = match opened {
+        Ok((format, producer, stream)) => {
+            if ready.send(Ok((format, producer))).is_err() {
+                return;
+            }
+            stream
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let mut interrupts = 0;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(2));
+        let mut queue = marks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // the callback resolved the armed mark: report it
+        let played = shared.mark_played_ns.swap(0, Ordering::AcqRel);
+        if played != 0 {
+            shared.mark.store(0, Ordering::Release);
+            if let Some(m) = queue.pop_front() {
+                drop(queue);
+                on_played(m, clock.origin() + Duration::from_nanos(played - 1));
+                queue = marks
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        }
+        // marks of audio an interrupt dropped never play
+        let now_interrupts = shared.interrupts.load(Ordering::Acquire);
+        if now_interrupts != interrupts {
+            interrupts = now_interrupts;
+            let taken = shared.taken.load(Ordering::Acquire);
+            queue.retain(|m| m.sample >= taken);
+            shared.mark.store(0, Ordering::Release);
+        }
+        if shared.mark.load(Ordering::Acquire) == 0 {
+            if let Some(m) = queue.front() {
+                shared.mark.store(m.sample + 1, Ordering::Release);
+            }
+        }
+    }
+    drop(stream);
+}
+
+/// The audio callback's state.
+struct Callback {
+    consumer: rtrb::Consumer<f32>,
+    shared: Arc<Shared>,
+    clock: Clock,
+    channels: usize,
+    rate: u32,
+    /// Frames of fade left once an interrupt began.
+    fade_left: Option<usize>,
+}
+
+impl Callback {
+    /// Fills one buffer of `T` samples; never blocks or allocates.
+    fn fill<T: SizedSample + FromSample<f32>>(
+        &mut self,
+        data: &mut [T],
+        info: &cpal::OutputCallbackInfo,
+    ) {
+        let now = self.clock.now();
+        let ts = info.timestamp();
+        let latency = ts.playback.duration_since(ts.callback);
+        self.shared
+            .latency_ns
+            .store(latency.as_nanos() as u64, Ordering::Relaxed);
+        let fade_frames = (self.rate * FADE_MS / 1000).max(1) as usize;
+        if self.fade_left.is_none() && self.shared.interrupt.swap(false, Ordering::AcqRel) {
+            self.fade_left = Some(fade_frames);
+        }
+        let mark = self.shared.mark.load(Ordering::Acquire);
+        let mut taken = self.shared.taken.load(Ordering::Acquire);
+        let mut ran_dry = false;
+        for (i, frame) in data.chunks_mut(self.channels).enumerate() {
+            let mut s = 0.0f32;
+            if self.fade_left != Some(0) {
+                match self.consumer.pop() {
+                    Ok(x) => {
+                        if mark != 0 && taken + 1 == mark {
+                            let at = now
+                                + latency
+                                + Duration::from_secs_f64(i as f64 / f64::from(self.rate));
+                            let ns =
+                                at.saturating_duration_since(self.clock.origin()).as_nanos() as u64;
+                            self.shared.mark_played_ns.store(ns + 1, Ordering::Release);
+                        }
+                        taken += 1;
+                        s = x;
+                    }
+                    Err(_) => ran_dry = true,
+                }
+                if let Some(left) = self.fade_left.as_mut() {
+                    s *= *left as f32 / fade_frames as f32;
+                    *left = left.saturating_sub(1);
+                }
+            }
+            let v = T::from_sample(s);
+            for out in frame.iter_mut() {
+                *out = v;
+            }
+        }
+        if self.fade_left == Some(0) {
+            // faded out: what is left of the answer is not played
+            let n = self.consumer.slots();
+            if let Ok(chunk) = self.consumer.read_chunk(n) {
+                chunk.commit_all();
+            }
+            taken += n as u64;
+            self.shared.dropped.fetch_add(n as u64, Ordering::AcqRel);
+            self.shared.interrupts.fetch_add(1, Ordering::AcqRel);
+            self.fade_left = None;
+        }
+        if ran_dry && self.shared.pushed.load(Ordering::Acquire) > taken {
+            self.shared.underruns.fetch_add(1, Ordering::Relaxed);
+        }
+        self.shared.taken.store(taken, Ordering::Release);
+    }
+}
+
+fn build<T>(
+    device: &cpal::Device,
+    config: &cpal::StreamConfig,
+    mut cb: Callback,
+) -> Result<cpal::Stream, cpal::Error>
+where
+    T: SizedSample + FromSample<f32> + Send + 'static,
+{
+    device.build_output_stream::<T, _, _>(
+        *config,
+        move |data: &mut [T], info: &cpal::OutputCallbackInfo| cb.fill(data, info),
+        |e: cpal::Error| tracing::warn!(error = %e, "output stream error"),
+        None,
+    )
+}

@@ -1,0 +1,190 @@
+//! The loudspeaker of a live pipeline that speaks, and barge-in.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use voxline_core::{Clock, PipelineEvent, TimedEvent};
+
+use super::run::RunError;
+
+/// One chunk of the voice queued on the device.
+struct Queued {
+    turn: u64,
+    text: Arc<str>,
+    /// Its first sample, in the speaker's count of samples pushed.
+    at: u64,
+}
+
+/// The loudspeaker of a live pipeline that speaks: the sink plays each block
+/// of the voice as it comes, and the first sample of each answer, as it
+/// reaches the device, is published as [`voxline_tts::VoicePlayed`].
+///
+/// Barge-in: a watcher thread serves the endpointer's requests
+/// ([`voxline_core::BargeIn`]): it stops the playback (a fade, then what is
+/// queued is dropped), works out what the user heard — the chunks whose
+/// playback began — and marks the turn interrupted, which the runtime
+/// carries to every stage; the rest of the turn's audio still arriving is
+/// dropped here.
+#[derive(Clone)]
+pub(super) struct Voice {
+    feed: Arc<Mutex<voxline_audio::Speaker>>,
+    control: voxline_audio::SpeakerControl,
+    /// Each chunk queued, oldest first.
+    log: Arc<Mutex<VecDeque<Queued>>>,
+    bus: Arc<Mutex<Option<voxline_core::EventBus>>>,
+    pub(super) barge: voxline_core::BargeIn,
+    stop: Arc<AtomicBool>,
+    watcher: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Voice {
+    pub(super) fn open(device: Option<&str>, clock: Clock) -> Result<Self, RunError> {
+        let bus: Arc<Mutex<Option<voxline_core::EventBus>>> = Arc::default();
+        let publish = bus.clone();
+        let speaker = voxline_audio::Speaker::open(
+            device,
+            clock,
+            Box::new(move |mark, at| {
+                if let Some(b) = locked(&publish).as_ref() {
+                    b.publish(TimedEvent {
+                        at,
+                        event: PipelineEvent::engine_event(voxline_tts::VoicePlayed {
+                            id: mark.tag,
+                        }),
+                    });
+                }
+            }),
+        )
+        .map_err(RunError::Capture)?;
+        let voice = Self {
+            control: speaker.control(),
+            feed: Arc::new(Mutex::new(speaker)),
+            log: Arc::default(),
+            bus,
+            barge: voxline_core::BargeIn::new(),
+            stop: Arc::default(),
+            watcher: Arc::default(),
+        };
+        let w = voice.clone();
+        let handle = std::thread::Builder::new()
+            .name("barge-in".into())
+            .spawn(move || w.watch())
+            .map_err(RunError::Thread)?;
+        *locked(&voice.watcher) = Some(handle);
+        Ok(voice)
+    }
+
+    pub(super) fn publish_to(&self, bus: voxline_core::EventBus) {
+        *locked(&self.bus) = Some(bus);
+    }
+
+    pub(super) fn play(&self, item: voxline_tts::VoiceOut) {
+        let voxline_tts::VoiceOut::Audio(a) = item else {
+            return;
+        };
+        if self.barge.is_interrupted(a.id) {
+            // the user spoke over it: what is still coming is not played
+            return;
+        }
+        let mut s = locked(&self.feed);
+        if let Some(text) = &a.text {
+            let mut log = locked(&self.log);
+            log.push_back(Queued {
+                turn: a.id,
+                text: text.clone(),
+                at: s.pushed(),
+            });
+            while log.len() > 256 {
+                log.pop_front();
+            }
+        }
+        let first = (a.chunk == 0 && a.block == 0).then_some(a.id);
+        if first.is_some() {
+            self.barge.set_playing(Some(a.id));
+        }
+        if let Err(e) = s.play(&a.samples, a.sample_rate, first) {
+            tracing::warn!(error = %e, "the voice could not be played");
+        }
+    }
+
+    /// The watcher: serves barge-in requests, and says when nothing plays.
+    fn watch(&self) {
+        while !self.stop.load(Ordering::Acquire) {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            if let Some((speech_start, detected)) = self.barge.take_request() {
+                if let Some(id) = self.barge.playing() {
+                    self.interrupt(id, speech_start, detected);
+                }
+            }
+            if self.barge.playing().is_some() && !self.control.is_playing() {
+                self.barge.set_playing(None);
+            }
+        }
+    }
+
+    fn interrupt(&self, id: u64, speech_start: Instant, detected: Instant) {
+        let (before, dropped_before) = (self.control.interrupts(), self.control.dropped());
+        self.control.interrupt();
+        let deadline = Instant::now() + std::time::Duration::from_millis(200);
+        while self.control.interrupts() == before && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // silent at the device once what the device already holds has played
+        let stopped = Instant::now() + self.control.output_latency();
+        let played_to = self.control.taken() - (self.control.dropped() - dropped_before);
+        let heard: Vec<String> = locked(&self.log)
+            .iter()
+            .filter(|q| q.turn == id && q.at < played_to)
+            .map(|q| q.text.to_string())
+            .collect();
+        let heard = heard.join(" ");
+        self.barge.interrupt(id, heard.clone());
+        if let Some(b) = locked(&self.bus).as_ref() {
+            b.publish(TimedEvent {
+                at: stopped,
+                event: PipelineEvent::engine_event(voxline_tts::VoiceInterrupted {
+                    id,
+                    heard,
+                    speech_start,
+                    detected,
+                    stopped,
+                }),
+            });
+        }
+    }
+
+    /// Lets what is queued play out (when `drain`), stops the device and
+    /// the watcher, and says what it did; the event bus is let go.
+    pub(super) fn finish(self, drain: bool) -> crate::pipeline::VoiceOutputReport {
+        let deadline = Instant::now() + std::time::Duration::from_secs(30);
+        while drain && self.control.is_playing() && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // the last mark reported
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        self.stop.store(true, Ordering::Release);
+        if let Some(w) = locked(&self.watcher).take() {
+            let _ = w.join();
+        }
+        let s = locked(&self.feed);
+        let f = s.format();
+        let report = crate::pipeline::VoiceOutputReport {
+            device: f.device.clone(),
+            format: format!(
+                "{} Hz, {} ch, {}",
+                f.sample_rate, f.channels, f.sample_format
+            ),
+            output_latency_ms: self.control.output_latency().as_secs_f64() * 1000.0,
+            underruns: self.control.underruns(),
+        };
+        drop(s);
+        locked(&self.bus).take();
+        report
+    }
+}
