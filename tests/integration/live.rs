@@ -871,7 +871,7 @@ fn live_reader<R: std::io::Read + Send + 'static>(
     rx
 }
 
-/// Barge-in through a real sound server: the user asks a question, and 1 s
+/// Barge-in through a real sound server: the user asks for a story, and 1 s
 /// into the spoken answer (heard on the voice's own sink) asks another. The
 /// answer stops: the voice's sink is silent from shortly after the second
 /// question begins (its speech start + the 200 ms the endpointer needs +
@@ -944,6 +944,9 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
     std::thread::sleep(Duration::from_millis(500));
     let mut rec_out = recorder(&pulse, "voxout.monitor");
     let heard = live_reader(rec_out.stdout.take().unwrap());
+    // the user's side, to time the second question on the same kind of clock
+    let mut rec_in = recorder(&pulse, "voxsink.monitor");
+    let user_side = stamped_reader(rec_in.stdout.take().unwrap());
     std::thread::sleep(Duration::from_millis(300));
     let paplay = |file: &Path| {
         let status = pulse
@@ -953,7 +956,8 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
             .expect("paplay (pulseaudio-utils) runs");
         assert!(status.success(), "paplay failed");
     };
-    paplay(&util::fixture("q_capital.wav"));
+    // a story: a long answer
+    paplay(&util::fixture("q_story.wav"));
     // the answer's first sound on the voice's sink, then 1 s of it
     let mut all: Vec<(Instant, Vec<u8>)> = Vec::new();
     let answer_from = loop {
@@ -969,23 +973,21 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
         }
     };
     std::thread::sleep(Duration::from_secs(1).saturating_sub(answer_from.elapsed()));
-    let second = util::fixture("q_moon.wav");
-    let second_speech = util::sidecar("q_moon.wav")["turns"][0]["start_sample"]
-        .as_u64()
-        .unwrap() as f64
-        / util::sidecar("q_moon.wav")["sample_rate"].as_f64().unwrap();
     let asked = Instant::now();
-    paplay(&second);
+    paplay(&util::fixture("q_moon.wav"));
     let out = vox.wait_with_output().unwrap();
     let err = err_thread.join().unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let _ = rec_out.kill();
-    let _ = rec_out.wait();
+    for r in [&mut rec_out, &mut rec_in] {
+        let _ = r.kill();
+        let _ = r.wait();
+    }
     all.extend(heard.try_iter());
     assert_eq!(out.status.code(), Some(0), "{err}");
 
-    // silent from speech start + 200 ms + 100 ms (+ 150 ms for the monitor) for half a second
-    let speech_at = asked + Duration::from_secs_f64(second_speech);
+    // silent from speech start + 200 ms + 100 ms (+ 150 ms of margin) for half a second
+    let speech_at = first_sound_after(&user_side.join().unwrap(), asked, 1_000)
+        .expect("the second question was heard on the user's side");
     let (quiet_from, quiet_to) = (
         speech_at + Duration::from_millis(450),
         speech_at + Duration::from_millis(950),
