@@ -38,7 +38,26 @@ pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
     for w in &warnings {
         eprintln!("voxline: warning: {w}");
     }
+    let voice = args.engine.voice_choice(crate::cli::VoiceArg::Off)?;
+    let threads = settings.threads.total;
+    if let Some(v) = &voice {
+        // a voice that cannot load is refused before anything listens
+        drop(v.load(threads)?);
+    }
     let hub = Hub::start(&settings, vad, args.vad.speculation(), args.max_sessions)?;
+    let hub = match voice {
+        // each conversation speaks with its own voice
+        Some(v) => hub
+            .with_stages(move || match v.load(threads) {
+                Ok(stage) => voxline_pipeline::pipeline::Extras::default().voice(stage),
+                Err(e) => {
+                    eprintln!("voxline: warning: a session speaks no answers: {e}");
+                    voxline_pipeline::pipeline::Extras::default()
+                }
+            })
+            .map_err(|e| BadInput(e.to_string()))?,
+        None => hub,
+    };
     let token_hint = if opts.token.is_some() {
         "?token=..."
     } else {

@@ -68,7 +68,7 @@ fn the_page_in_a_real_browser_shows_the_transcript_and_a_streamed_answer() {
     .unwrap();
     std::fs::set_permissions(&niced, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let _g = util::engine_lock();
-    let server = Server::start(&["--max-sessions", "2"]);
+    let server = Server::start(&["--max-sessions", "2", "--voice", "espeak"]);
     let flags = [
         "--use-fake-ui-for-media-stream",
         "--use-fake-device-for-media-stream",
@@ -139,6 +139,25 @@ fn the_page_in_a_real_browser_shows_the_transcript_and_a_streamed_answer() {
         latency.starts_with("response ") && latency.contains(" ms"),
         "{latency}"
     );
+    // the answer is spoken: the page played the voice's frames
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let played = loop {
+        let played: u64 = tab
+            .find_element("body")
+            .unwrap()
+            .get_attribute_value("data-played")
+            .unwrap()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if played > 0 || std::time::Instant::now() > deadline {
+            break played;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        played >= 11_025,
+        "the page played {played} samples of the voice"
+    );
     // the load figures arrive once a second
     std::thread::sleep(Duration::from_millis(1500));
     let bottleneck = tab
@@ -147,7 +166,7 @@ fn the_page_in_a_real_browser_shows_the_transcript_and_a_streamed_answer() {
         .get_inner_text()
         .unwrap();
     assert!(
-        ["stt", "llm", "idle"].contains(&bottleneck.as_str()),
+        ["stt", "llm", "tts", "idle"].contains(&bottleneck.as_str()),
         "bottleneck: {bottleneck:?}"
     );
     let png = tab

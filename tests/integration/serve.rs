@@ -650,3 +650,51 @@ fn bench_via_the_socket_agrees_with_the_servers_metrics() {
         "whisper busy {stt} s against the report's {util_stt}"
     );
 }
+
+#[test]
+fn a_server_with_a_voice_sends_each_block_after_its_voice_event() {
+    let _g = util::engine_lock();
+    let server = Server::start(&["--max-sessions", "1", "--voice", "espeak"]);
+    let url = server.url();
+    let mut client = WsClient::connect(&url, None, Hello::pcm16k()).unwrap();
+    let mut audio = util::read_16k(&util::fixture("q_capital.wav"));
+    audio.extend(std::iter::repeat_n(0.0, 16_000));
+    send_all(&mut client, &audio);
+    let mut log = collect(&mut client, Duration::from_secs(60));
+    // the voice goes on after the answer's text is complete
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        match client.next_event(Duration::from_millis(500)).unwrap() {
+            Some((e, _)) => log.push(e),
+            None => break,
+        }
+    }
+    let answer = log
+        .iter()
+        .find_map(|e| match e {
+            ServerEvent::TurnComplete { response, .. } => Some(response.clone()),
+            _ => None,
+        })
+        .expect("answered");
+    let mut chunks = Vec::new();
+    let mut samples = 0;
+    for e in &log {
+        if let ServerEvent::Voice {
+            id,
+            sample_rate,
+            format,
+            samples: n,
+            text,
+            pcm,
+            ..
+        } = e
+        {
+            assert_eq!((*id, *sample_rate, format.as_str()), (1, 22_050, "s16le"));
+            assert_eq!(pcm.len(), n * 2, "the frame holds what its event says");
+            samples += n;
+            chunks.extend(text.clone());
+        }
+    }
+    assert!(samples > 22_050, "{samples} samples of voice");
+    assert_eq!(chunks.join(" "), voxline_tts::chunk::speakable(&answer));
+}

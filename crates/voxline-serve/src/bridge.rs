@@ -128,12 +128,26 @@ impl Bridge {
         }
     }
 
-    /// Queues `e` for the client; a full queue drops it (counted).
+    /// Queues `e` for the client; a full queue drops it (counted). A block
+    /// of the voice goes as its `voice` event and then its binary frame,
+    /// both or neither.
     fn send(&mut self, e: &ServerEvent, metrics: &Metrics, out: &mpsc::Sender<Message>) {
         self.tell_losses(out);
-        if out.try_send(Message::Text(e.to_json().into())).is_err() {
+        let frame = match e {
+            ServerEvent::Voice { pcm, .. } => Some(pcm.clone()),
+            _ => None,
+        };
+        let room = out.capacity() >= 1 + usize::from(frame.is_some());
+        if !room || out.try_send(Message::Text(e.to_json().into())).is_err() {
             self.untold[0].1 += 1;
             metrics.dropped(Edge::Client, 1);
+            return;
+        }
+        if let Some(pcm) = frame {
+            if out.try_send(Message::Binary(pcm.into())).is_err() {
+                self.untold[0].1 += 1;
+                metrics.dropped(Edge::Client, 1);
+            }
         }
     }
 

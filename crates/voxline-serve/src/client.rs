@@ -68,6 +68,8 @@ pub struct WsClient {
     socket: WebSocket<TcpStream>,
     queued: VecDeque<(ServerEvent, Instant)>,
     closed: Option<(u16, String)>,
+    /// A `voice` event waiting for its binary frame.
+    voice: Option<ServerEvent>,
     /// The session's slot on the server.
     pub session: usize,
 }
@@ -174,6 +176,7 @@ impl WsClient {
         let mut client = WsClient {
             socket,
             queued: VecDeque::new(),
+            voice: None,
             closed: None,
             session: 0,
         };
@@ -259,6 +262,22 @@ impl WsClient {
                 Ok(Message::Text(t)) => {
                     let ev: ServerEvent = serde_json::from_str(t.as_str())
                         .map_err(|e| ClientError::Protocol(format!("{e}: {}", t.as_str())))?;
+                    if matches!(ev, ServerEvent::Voice { .. }) {
+                        // its frame comes next
+                        self.voice = Some(ev);
+                        continue;
+                    }
+                    return Ok(Some((ev, Instant::now())));
+                }
+                Ok(Message::Binary(bytes)) => {
+                    let Some(mut ev) = self.voice.take() else {
+                        return Err(ClientError::Protocol(
+                            "a binary frame without its voice event".into(),
+                        ));
+                    };
+                    if let ServerEvent::Voice { pcm, .. } = &mut ev {
+                        *pcm = bytes.to_vec();
+                    }
                     return Ok(Some((ev, Instant::now())));
                 }
                 Ok(Message::Close(frame)) => {
@@ -287,7 +306,8 @@ impl WsClient {
         }
     }
 
-    /// Every event already arrived, without waiting.
+    /// Every event already arrived, without waiting. A `voice` event comes
+    /// with its binary frame in its `pcm`.
     ///
     /// # Errors
     /// As [`WsClient::next_event`].

@@ -308,6 +308,29 @@ pub enum ServerEvent {
         /// How many.
         count: u64,
     },
+    /// A block of the spoken answer follows as the next binary frame:
+    /// `samples` mono samples at `sample_rate`, 16-bit little-endian PCM
+    /// (`format`: `s16le`). A server started with `--voice` sends it.
+    Voice {
+        /// The turn.
+        id: u32,
+        /// Since the session started, ms.
+        t_ms: f64,
+        /// Which chunk of the answer (from 0).
+        chunk: u32,
+        /// The frame's sample rate.
+        sample_rate: u32,
+        /// Always `s16le`.
+        format: String,
+        /// Samples in the frame.
+        samples: usize,
+        /// The chunk's text, on its first block.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        /// The frame itself (not in the JSON: the binary frame after it).
+        #[serde(skip)]
+        pcm: Vec<u8>,
+    },
     /// Every utterance before the client's `end` has been transcribed.
     StreamEnd {
         /// Since the session started, ms.

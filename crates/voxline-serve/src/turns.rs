@@ -55,7 +55,12 @@ pub struct Turns {
     stream_end: Option<(HashSet<UtteranceId>, Instant)>,
     /// When speculative attempts were committed (their turn could be answered).
     committed: HashMap<UtteranceId, Instant>,
+    /// The turn numbers of answers still being spoken (after their end).
+    speaking: VecDeque<(UtteranceId, u32)>,
 }
+
+/// Answers whose voice may still be coming after their text ended.
+const SPEAKING_KEPT: usize = 16;
 
 impl std::fmt::Debug for Turns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -79,6 +84,7 @@ impl Turns {
             untranscribed: HashSet::new(),
             stream_end: None,
             committed: HashMap::new(),
+            speaking: VecDeque::new(),
         }
     }
 
@@ -254,6 +260,10 @@ impl Turns {
                     if s.silent {
                         return;
                     }
+                    self.speaking.push_back((done.id, s.turn));
+                    if self.speaking.len() > SPEAKING_KEPT {
+                        self.speaking.pop_front();
+                    }
                     let response = s
                         .first
                         .zip(arrived(s.end_sample))
@@ -274,6 +284,30 @@ impl Turns {
                                 .map(|f| ms(f.saturating_duration_since(s.transcribed))),
                             decode_ms: s.first.zip(s.last).map(|(f, l)| ms(l - f)),
                         },
+                    });
+                } else if let Some(a) = any.downcast_ref::<voxline_tts::VoiceAudio>() {
+                    let turn = self.open.get(&a.id).map(|s| s.turn).or_else(|| {
+                        self.speaking
+                            .iter()
+                            .find(|(id, _)| *id == a.id)
+                            .map(|(_, t)| *t)
+                    });
+                    let Some(turn) = turn else { return };
+                    out.push(ServerEvent::Voice {
+                        id: turn,
+                        t_ms: self.ms(at),
+                        chunk: a.chunk,
+                        sample_rate: a.sample_rate,
+                        format: "s16le".into(),
+                        samples: a.samples.len(),
+                        text: a.text.as_deref().map(str::to_owned),
+                        pcm: a
+                            .samples
+                            .iter()
+                            .flat_map(|x| {
+                                ((x.clamp(-1.0, 1.0) * 32767.0).round() as i16).to_le_bytes()
+                            })
+                            .collect(),
                     });
                 }
             }
