@@ -137,7 +137,7 @@ impl Bridge {
             ServerEvent::Voice { pcm, .. } => Some(pcm.clone()),
             _ => None,
         };
-        let room = out.capacity() >= 1 + usize::from(frame.is_some());
+        let room = out.capacity() > usize::from(frame.is_some());
         if !room || out.try_send(Message::Text(e.to_json().into())).is_err() {
             self.untold[0].1 += 1;
             metrics.dropped(Edge::Client, 1);
