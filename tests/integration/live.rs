@@ -899,12 +899,7 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
             "--max-duration",
             "90s",
         ])
-        .args([
-            "--max-tokens",
-            "48",
-            "--system-prompt",
-            "You are a helpful assistant. Answer at length.",
-        ])
+        .args(["--max-tokens", "300"])
         .arg("--models-dir")
         .arg(util::models_dir())
         .arg("--report-json")
@@ -1020,19 +1015,43 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
         "heard {heard_text:?} of {said:?}"
     );
     let barge_in = first["barge_in_ms"].as_f64().unwrap();
-    let lines = std::fs::read_to_string(&events).unwrap();
-    let stop_ms = lines
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&events)
+        .unwrap()
         .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|e| e["type"] == "voice_interrupted")
-        .and_then(|e| e["stop_ms"].as_f64())
-        .expect("a voice_interrupted event");
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let of_first = |kind: &str| {
+        lines
+            .iter()
+            .find(|e| e["type"] == kind && e["id"] == first["id"])
+            .unwrap_or_else(|| panic!("no {kind} event for the first turn"))
+    };
+    let interrupted = of_first("voice_interrupted");
+    let stop_ms = interrupted["stop_ms"].as_f64().unwrap();
     assert!(stop_ms <= 100.0, "detected → stopped {stop_ms:.0} ms");
+    // the answer's generation was cancelled, unless it had ended before the user spoke
+    let complete = of_first("turn_complete");
+    let ended_before = complete["t_ms"].as_f64() < interrupted["t_ms"].as_f64();
+    assert!(
+        complete["stop"] == "cancelled" || ended_before,
+        "still generating when interrupted, yet not cancelled: {complete}"
+    );
+    // nothing of it was spoken after the interruption
+    let spoken_after = lines.iter().any(|e| {
+        e["type"] == "voice_audio"
+            && e["id"] == first["id"]
+            && e["t_ms"].as_f64() > interrupted["t_ms"].as_f64()
+    });
+    assert!(
+        !spoken_after,
+        "the first answer was still synthesised after the barge-in"
+    );
     assert!(
         next["response"].as_str().is_some_and(|s| !s.is_empty()),
         "{next}"
     );
     eprintln!(
-        "barge-in {barge_in:.0} ms (detected → stopped {stop_ms:.0} ms); heard {heard_text:?}"
+        "barge-in {barge_in:.0} ms (detected → stopped {stop_ms:.0} ms); generation {}; heard {heard_text:?}; {interrupted}",
+        complete["stop"]
     );
 }

@@ -697,4 +697,21 @@ fn a_server_with_a_voice_sends_each_block_after_its_voice_event() {
     }
     assert!(samples > 22_050, "{samples} samples of voice");
     assert_eq!(chunks.join(" "), voxline_tts::chunk::speakable(&answer));
+    let latencies: Vec<f64> = log
+        .iter()
+        .filter_map(|e| match e {
+            ServerEvent::Voice {
+                voice_latency_ms, ..
+            } => *voice_latency_ms,
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        latencies.len(),
+        1,
+        "the answer's first block says its latency"
+    );
+    assert!(latencies[0] > 0.0);
+    let m = server.metrics(None);
+    assert_eq!(sample(&m, "voxline_voice_latency_seconds_count"), 1.0);
 }

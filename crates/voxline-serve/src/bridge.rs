@@ -187,6 +187,10 @@ fn note(e: &ServerEvent, metrics: &Metrics, progress: &Progress) {
             metrics.turn(secs(latency.response_ms), secs(latency.first_token_ms));
         }
         ServerEvent::TurnError { .. } => metrics.turn_error(),
+        ServerEvent::Voice {
+            voice_latency_ms: Some(v),
+            ..
+        } => metrics.voice(Duration::from_secs_f64(v.max(0.0) / 1e3)),
         ServerEvent::StreamEnd { .. } => progress.stream_ended.store(true, Ordering::SeqCst),
         _ => {}
     }

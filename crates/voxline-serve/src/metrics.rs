@@ -98,6 +98,7 @@ pub struct Metrics {
     turn_errors: Counter,
     response: Histogram,
     first_token: Histogram,
+    voice: Histogram,
     busy: Family<Labels, Counter<f64, AtomicU64>>,
     utilisation: Family<Labels, Gauge<f64, AtomicU64>>,
     runs: Family<Labels, Counter>,
@@ -134,6 +135,7 @@ impl Metrics {
             turn_errors: Counter::default(),
             response: Histogram::new(LATENCY_BUCKETS),
             first_token: Histogram::new(LATENCY_BUCKETS),
+            voice: Histogram::new(LATENCY_BUCKETS),
             busy: Family::default(),
             utilisation: Family::default(),
             runs: Family::default(),
@@ -183,6 +185,11 @@ impl Metrics {
             "response_latency_seconds",
             "End of speech arriving -> first token leaving, per turn",
             m.response.clone(),
+        );
+        r.register(
+            "voice_latency_seconds",
+            "End of speech arriving -> the first block of the spoken answer leaving, per turn (a server with --voice)",
+            m.voice.clone(),
         );
         r.register(
             "llm_first_token_seconds",
@@ -258,6 +265,11 @@ impl Metrics {
         if let Some(f) = first_token {
             self.first_token.observe(f.as_secs_f64());
         }
+    }
+
+    /// A spoken answer's first block left: its voice latency.
+    pub fn voice(&self, latency: Duration) {
+        self.voice.observe(latency.as_secs_f64());
     }
 
     /// Counts a failed turn.

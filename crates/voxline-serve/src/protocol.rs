@@ -327,6 +327,10 @@ pub enum ServerEvent {
         /// The chunk's text, on its first block.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         text: Option<String>,
+        /// On the answer's first block: the end of speech arriving → this
+        /// block leaving, ms (the voice latency as the server sees it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        voice_latency_ms: Option<f64>,
         /// The frame itself (not in the JSON: the binary frame after it).
         #[serde(skip)]
         pcm: Vec<u8>,

@@ -55,8 +55,9 @@ pub struct Turns {
     stream_end: Option<(HashSet<UtteranceId>, Instant)>,
     /// When speculative attempts were committed (their turn could be answered).
     committed: HashMap<UtteranceId, Instant>,
-    /// The turn numbers of answers still being spoken (after their end).
-    speaking: VecDeque<(UtteranceId, u32)>,
+    /// Answers still being spoken (after their end): the turn number and
+    /// where its end of speech is in the stream.
+    speaking: VecDeque<(UtteranceId, u32, u64)>,
 }
 
 /// Answers whose voice may still be coming after their text ended.
@@ -260,7 +261,7 @@ impl Turns {
                     if s.silent {
                         return;
                     }
-                    self.speaking.push_back((done.id, s.turn));
+                    self.speaking.push_back((done.id, s.turn, s.end_sample));
                     if self.speaking.len() > SPEAKING_KEPT {
                         self.speaking.pop_front();
                     }
@@ -286,13 +287,23 @@ impl Turns {
                         },
                     });
                 } else if let Some(a) = any.downcast_ref::<voxline_tts::VoiceAudio>() {
-                    let turn = self.open.get(&a.id).map(|s| s.turn).or_else(|| {
-                        self.speaking
-                            .iter()
-                            .find(|(id, _)| *id == a.id)
-                            .map(|(_, t)| *t)
-                    });
-                    let Some(turn) = turn else { return };
+                    let turn = self
+                        .open
+                        .get(&a.id)
+                        .map(|s| (s.turn, s.end_sample))
+                        .or_else(|| {
+                            self.speaking
+                                .iter()
+                                .find(|(id, _, _)| *id == a.id)
+                                .map(|(_, t, end)| (*t, *end))
+                        });
+                    let Some((turn, end_sample)) = turn else {
+                        return;
+                    };
+                    let first = a.chunk == 0 && a.block == 0;
+                    let voice_latency_ms = arrived(end_sample)
+                        .filter(|_| first)
+                        .map(|a| ms(at.saturating_duration_since(a)));
                     out.push(ServerEvent::Voice {
                         id: turn,
                         t_ms: self.ms(at),
@@ -301,6 +312,7 @@ impl Turns {
                         format: "s16le".into(),
                         samples: a.samples.len(),
                         text: a.text.as_deref().map(str::to_owned),
+                        voice_latency_ms,
                         pcm: a
                             .samples
                             .iter()

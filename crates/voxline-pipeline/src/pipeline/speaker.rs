@@ -105,9 +105,8 @@ impl Voice {
             }
         }
         let first = (a.chunk == 0 && a.block == 0).then_some(a.id);
-        if first.is_some() {
-            self.barge.set_playing(Some(a.id));
-        }
+        // playing again after a pause between chunks (the next one was not ready)
+        self.barge.set_playing(Some(a.id));
         if let Err(e) = s.play(&a.samples, a.sample_rate, first) {
             tracing::warn!(error = %e, "the voice could not be played");
         }
