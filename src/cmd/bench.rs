@@ -102,15 +102,30 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
             ) => anyhow::Error::new(BadInput(e.to_string())),
             other => other.into(),
         })?,
-        None => capacity::run(
-            &session.settings,
-            &session.vad,
-            &script,
-            &files,
-            &opts,
-            session.budget.as_ref(),
-            &say,
-        )?,
+        None => {
+            // each simulated user hears its answers spoken, on the same cores
+            let stages: Option<capacity::StagesFn> = match session.voice.clone() {
+                Some(v) => {
+                    let threads = session.settings.threads.total;
+                    drop(v.load(threads)?);
+                    Some(std::sync::Arc::new(move || match v.load(threads) {
+                        Ok(stage) => voxline_pipeline::pipeline::Extras::default().voice(stage),
+                        Err(_) => voxline_pipeline::pipeline::Extras::default(),
+                    }))
+                }
+                None => None,
+            };
+            capacity::run_with(
+                &session.settings,
+                &session.vad,
+                &script,
+                &files,
+                &opts,
+                session.budget.as_ref(),
+                stages,
+                &say,
+            )?
+        }
     };
     let json = serde_json::to_string_pretty(&report)?;
     let md = capacity::to_markdown(&report);
