@@ -714,6 +714,62 @@ fn recorder(pulse: &Pulse, source: &str) -> std::process::Child {
     rec.spawn().expect("arecord (alsa-utils) runs")
 }
 
+/// `voxline live --voice espeak` on this daemon (the microphone on
+/// `voxsink`'s monitor, the voice to `voxout`) with `extra` flags, waited for
+/// until it listens; its stderr, whole, from the thread that reads it.
+fn speaking_live(
+    pulse: &Pulse,
+    extra: &[&str],
+    report: &Path,
+    events: Option<&Path>,
+) -> (std::process::Child, std::thread::JoinHandle<String>) {
+    use std::time::{Duration, Instant};
+    let mut vox = util::voxline_bin();
+    pulse
+        .client(&mut vox)
+        .env("PULSE_SINK", "voxout")
+        .args(["live", "--voice", "espeak", "--max-duration", "90s"])
+        .args(extra)
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .arg("--report-json")
+        .arg(report)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(e) = events {
+        vox.arg("--events").arg(e);
+    }
+    let mut vox = vox.spawn().unwrap();
+    let stderr = vox.stderr.take().unwrap();
+    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
+    let err_thread = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = line_tx.send(line.clone());
+            all.push(line);
+        }
+        all.join("\n")
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match line_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains("listening") => return (vox, err_thread),
+            Ok(_) => {}
+            Err(_) => {
+                let _ = vox.kill();
+                let _ = vox.wait();
+                panic!(
+                    "voxline never started listening:\n{}",
+                    err_thread.join().unwrap()
+                );
+            }
+        }
+    }
+}
+
 /// The voice through a real sound server, timed from outside: PulseAudio
 /// plays a question into one null sink, whose monitor `voxline live` hears;
 /// voxline speaks its answer (espeak-ng) to a second sink through ALSA's
@@ -725,7 +781,7 @@ fn recorder(pulse: &Pulse, source: &str) -> std::process::Child {
 /// the endpointer's lag taken out as in the response-latency test.
 #[test]
 fn live_voice_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let _g = util::engine_lock();
     let pulse = Pulse::start_with_output();
     let dir = pulse.dir.path().to_path_buf();
@@ -749,55 +805,12 @@ fn live_voice_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
     write_wav(&wav, &play);
 
     let report = dir.join("report.json");
-    let mut vox = util::voxline_bin();
-    pulse
-        .client(&mut vox)
-        .env("PULSE_SINK", "voxout")
-        .args([
-            "live",
-            "--voice",
-            "espeak",
-            "--max-turns",
-            "1",
-            "--max-duration",
-            "90s",
-        ])
-        .args(["--max-tokens", "8"])
-        .arg("--models-dir")
-        .arg(util::models_dir())
-        .arg("--report-json")
-        .arg(&report)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut vox = vox.spawn().unwrap();
-    let stderr = vox.stderr.take().unwrap();
-    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
-    let err_thread = std::thread::spawn(move || {
-        let mut all = Vec::new();
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = line_tx.send(line.clone());
-            all.push(line);
-        }
-        all.join("\n")
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match line_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(l) if l.contains("listening") => break,
-            Ok(_) => {}
-            Err(_) => {
-                let _ = vox.kill();
-                let _ = vox.wait();
-                panic!(
-                    "voxline never started listening:\n{}",
-                    err_thread.join().unwrap()
-                );
-            }
-        }
-    }
+    let (vox, err_thread) = speaking_live(
+        &pulse,
+        &["--max-turns", "1", "--max-tokens", "8"],
+        &report,
+        None,
+    );
     std::thread::sleep(Duration::from_millis(500));
     let mut rec_in = recorder(&pulse, "voxsink.monitor");
     let mut rec_out = recorder(&pulse, "voxout.monitor");
@@ -886,56 +899,12 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
     let dir = pulse.dir.path().to_path_buf();
     let report = dir.join("report.json");
     let events = dir.join("events.jsonl");
-    let mut vox = util::voxline_bin();
-    pulse
-        .client(&mut vox)
-        .env("PULSE_SINK", "voxout")
-        .args([
-            "live",
-            "--voice",
-            "espeak",
-            "--max-turns",
-            "2",
-            "--max-duration",
-            "90s",
-        ])
-        .args(["--max-tokens", "300"])
-        .arg("--models-dir")
-        .arg(util::models_dir())
-        .arg("--report-json")
-        .arg(&report)
-        .arg("--events")
-        .arg(&events)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut vox = vox.spawn().unwrap();
-    let stderr = vox.stderr.take().unwrap();
-    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
-    let err_thread = std::thread::spawn(move || {
-        let mut all = Vec::new();
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = line_tx.send(line.clone());
-            all.push(line);
-        }
-        all.join("\n")
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match line_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(l) if l.contains("listening") => break,
-            Ok(_) => {}
-            Err(_) => {
-                let _ = vox.kill();
-                panic!(
-                    "voxline never started listening:\n{}",
-                    err_thread.join().unwrap()
-                );
-            }
-        }
-    }
+    let (vox, err_thread) = speaking_live(
+        &pulse,
+        &["--max-turns", "2", "--max-tokens", "300"],
+        &report,
+        Some(&events),
+    );
     std::thread::sleep(Duration::from_millis(500));
     let mut rec_out = recorder(&pulse, "voxout.monitor");
     let heard = live_reader(rec_out.stdout.take().unwrap());

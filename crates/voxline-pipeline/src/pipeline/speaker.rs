@@ -35,6 +35,9 @@ pub(super) struct Voice {
     log: Arc<Mutex<VecDeque<Queued>>>,
     bus: Arc<Mutex<Option<voxline_core::EventBus>>>,
     pub(super) barge: voxline_core::BargeIn,
+    /// The last turn whose voice is complete (its `VoiceDone` came): until
+    /// then the answer is still being spoken, pauses between chunks included.
+    complete: Arc<Mutex<Option<u64>>>,
     stop: Arc<AtomicBool>,
     watcher: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
@@ -68,6 +71,7 @@ impl Voice {
             log: Arc::default(),
             bus,
             barge: voxline_core::BargeIn::new(),
+            complete: Arc::default(),
             stop: Arc::default(),
             watcher: Arc::default(),
         };
@@ -85,8 +89,12 @@ impl Voice {
     }
 
     pub(super) fn play(&self, item: voxline_tts::VoiceOut) {
-        let voxline_tts::VoiceOut::Audio(a) = item else {
-            return;
+        let a = match item {
+            voxline_tts::VoiceOut::Audio(a) => a,
+            voxline_tts::VoiceOut::Done(d) => {
+                *locked(&self.complete) = Some(d.id);
+                return;
+            }
         };
         if self.barge.is_interrupted(a.id) {
             // the user spoke over it: what is still coming is not played
@@ -105,7 +113,6 @@ impl Voice {
             }
         }
         let first = (a.chunk == 0 && a.block == 0).then_some(a.id);
-        // playing again after a pause between chunks (the next one was not ready)
         self.barge.set_playing(Some(a.id));
         if let Err(e) = s.play(&a.samples, a.sample_rate, first) {
             tracing::warn!(error = %e, "the voice could not be played");
@@ -121,7 +128,10 @@ impl Voice {
                     self.interrupt(id, speech_start, detected);
                 }
             }
-            if self.barge.playing().is_some() && !self.control.is_playing() {
+            // an answer plays until all of it has been synthesised and played
+            let playing = self.barge.playing();
+            if playing.is_some() && playing == *locked(&self.complete) && !self.control.is_playing()
+            {
                 self.barge.set_playing(None);
             }
         }
