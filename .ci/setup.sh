@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 # cmake/clang/libclang: whisper.cpp and llama.cpp builds (bindgen);
 # libasound2-dev + pkg-config: the microphone (cpal's ALSA backend);
-# espeak-ng + sox: regenerating the audio fixtures; python3-pip: `models fetch`;
+# espeak-ng: the instant voice and the neural voice's phonemes (run as a program), and with sox
+# regenerating the audio fixtures; python3-pip: `models fetch`;
 # alsa-utils (arecord), pulseaudio + pulseaudio-utils (paplay, pactl) and
 # libasound2-plugins (ALSA's pulse plugin): the live tests through a real sound server;
 # chromium: the browser test of `voxline serve`'s page.

@@ -62,6 +62,10 @@ pub(crate) struct ServeArgs {
     /// Events queued for a client that does not read before they are dropped (counted).
     #[arg(long, default_value_t = 1024)]
     pub(crate) client_queue: usize,
+    /// A web origin (`https://app.example`) besides this server's own whose pages may connect;
+    /// repeat it for more. Pages of any other origin are refused (HTTP 403).
+    #[arg(long, value_name = "ORIGIN")]
+    pub(crate) allow_origin: Vec<String>,
     #[command(flatten)]
     pub(crate) engine: EngineArgs,
     #[command(flatten)]

@@ -31,6 +31,7 @@ pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
         idle_timeout: Duration::from_secs(args.idle_timeout_s),
         hello_timeout: Duration::from_secs(10),
         client_queue: args.client_queue,
+        allow_origins: args.allow_origin.clone(),
     };
     opts.check().map_err(BadInput)?;
     let (settings, warnings) = args.engine.settings()?;

@@ -715,3 +715,58 @@ fn a_server_with_a_voice_sends_each_block_after_its_voice_event() {
     let m = server.metrics(None);
     assert_eq!(sample(&m, "voxline_voice_latency_seconds_count"), 1.0);
 }
+
+/// The status line of a WebSocket upgrade to `/ws` sent with `origin`
+/// (none: no `Origin` header, as a script sends it).
+fn upgrade_status(addr: &str, origin: Option<&str>) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let origin = origin.map_or(String::new(), |o| format!("Origin: {o}\r\n"));
+    write!(
+        s,
+        "GET /ws HTTP/1.1\r\nHost: {addr}\r\n{origin}Upgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf).unwrap();
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn a_page_of_another_origin_may_not_take_the_assistant() {
+    let server = Server::start(&[
+        "--max-sessions",
+        "4",
+        "--allow-origin",
+        "https://app.example",
+    ]);
+    let addr = server.addr.clone();
+    let own = format!("http://{addr}");
+    assert!(
+        upgrade_status(&addr, None).contains(" 101 "),
+        "a script (no Origin)"
+    );
+    assert!(
+        upgrade_status(&addr, Some(&own)).contains(" 101 "),
+        "the server's own page"
+    );
+    assert!(
+        upgrade_status(&addr, Some("https://app.example")).contains(" 101 "),
+        "an allowed origin"
+    );
+    for evil in ["http://evil.example", "null", "http://127.0.0.1:1"] {
+        let status = upgrade_status(&addr, Some(evil));
+        assert!(status.contains(" 403 "), "{evil}: {status}");
+    }
+    let m = server.metrics(None);
+    assert_eq!(
+        sample(&m, r#"voxline_connections_total{outcome="bad_origin"}"#),
+        3.0
+    );
+}

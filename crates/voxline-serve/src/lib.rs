@@ -63,6 +63,9 @@ pub struct ServeOptions {
     pub hello_timeout: Duration,
     /// Events queued for one client before they are dropped (counted).
     pub client_queue: usize,
+    /// Web origins besides the server's own whose pages may connect
+    /// (`scheme://host[:port]`, as a browser sends `Origin`).
+    pub allow_origins: Vec<String>,
 }
 
 impl ServeOptions {
@@ -128,6 +131,31 @@ struct Shared {
 }
 
 impl Shared {
+    /// Whether a browser page may connect: a request without `Origin` (no
+    /// browser sent it: a script, `bench --via`) may; one from the server's
+    /// own page (the origin's host is the request's `Host`) or an origin
+    /// `--allow-origin` names may. Any other page the user happens to visit
+    /// may not take the assistant (and its microphone sessions).
+    fn origin_allowed(&self, headers: &HeaderMap) -> bool {
+        let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+            return headers.get(header::ORIGIN).is_none();
+        };
+        let origin = origin.trim_end_matches('/');
+        if self
+            .opts
+            .allow_origins
+            .iter()
+            .any(|a| a.trim_end_matches('/').eq_ignore_ascii_case(origin))
+        {
+            return true;
+        }
+        let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+        let own = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"));
+        matches!((own, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
+    }
+
     /// Whether the request carries the token (always, when none is set).
     fn authorised(
         &self,
@@ -351,6 +379,14 @@ async fn upgrade(
     if !s.authorised(&q, &headers) {
         s.metrics.connection(Outcome::BadToken);
         return refused_token();
+    }
+    if !s.origin_allowed(&headers) {
+        s.metrics.connection(Outcome::BadOrigin);
+        return (
+            StatusCode::FORBIDDEN,
+            "voxline: a page of another origin may not connect; serve it from this server, or start the server with --allow-origin ORIGIN\n",
+        )
+            .into_response();
     }
     if *s.phase.borrow() != Phase::Running {
         s.metrics.connection(Outcome::Shutdown);

@@ -37,6 +37,8 @@ pub enum Outcome {
     Full,
     /// A missing or wrong token.
     BadToken,
+    /// A web page of another origin tried to connect.
+    BadOrigin,
     /// The hello was missing or malformed.
     BadHello,
     /// A frame after the hello was malformed.
@@ -55,6 +57,7 @@ impl Outcome {
             Self::Accepted => "accepted",
             Self::Full => "full",
             Self::BadToken => "bad_token",
+            Self::BadOrigin => "bad_origin",
             Self::BadHello => "bad_hello",
             Self::BadFrame => "bad_frame",
             Self::Idle => "idle",
