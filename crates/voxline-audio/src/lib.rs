@@ -10,6 +10,7 @@
 //!   [`SegmentTracker`] is its detector-independent decision logic.
 #![warn(missing_docs)]
 
+mod barge;
 pub mod capture;
 mod error;
 pub mod playback;
@@ -19,6 +20,7 @@ pub mod stage;
 pub mod vad;
 pub mod wav;
 
+pub use barge::BargeInOptions;
 pub use capture::{
     check_input_device, list_input_devices, list_output_devices, Capture, CaptureEnd, CaptureError,
     CaptureFormat, CaptureOptions, CaptureStats, CaptureTiming, ClockGap, InputConfigRange,
@@ -29,7 +31,7 @@ pub use playback::{
     check_output_device, Mark, PlaybackError, Speaker, SpeakerControl, SpeakerFormat,
 };
 pub use resample::StreamResampler;
-pub use stage::{BargeInOptions, VadStage, VAD_STAGE, VAD_STAGE_NAME};
+pub use stage::{VadStage, VAD_STAGE, VAD_STAGE_NAME};
 pub use vad::{Endpointer, Segment, SegmentTracker, VadConfig, VadStats, FRAME_SAMPLES};
 pub use wav::{HeaderWarning, Level, SampleEncoding, WavSource, WavSpec};
 

@@ -7,6 +7,7 @@ use voxline_core::{
     AudioFrame, Clock, Emitter, PipelineEvent, SpecBoard, Stage, StageError, Utterance, UtteranceId,
 };
 
+use crate::barge::{BargeInOptions, BargeWatch};
 use crate::vad::{Endpointer, Segment, VadConfig, FRAME_SAMPLES};
 use crate::AudioError;
 
@@ -67,30 +68,8 @@ pub struct VadStage {
     gap_samples: u64,
     /// The id of the latest forced split, which a continuation names.
     last_forced: Option<UtteranceId>,
-    /// Barge-in: the shared state, the options, the usual threshold, and
-    /// the turn whose answer this stage already asked to stop.
-    barge: Option<(voxline_core::BargeIn, BargeInOptions, f32)>,
-    barged: Option<UtteranceId>,
-}
-
-/// How speech over the assistant's voice stops it ([`VadStage::with_barge_in`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BargeInOptions {
-    /// The speech probability a frame needs while an answer plays (higher
-    /// than the usual threshold: the assistant's own voice reaching the
-    /// microphone must not stop it).
-    pub threshold: f32,
-    /// Speech over the answer this long, in ms, stops it.
-    pub min_speech_ms: u32,
-}
-
-impl Default for BargeInOptions {
-    fn default() -> Self {
-        Self {
-            threshold: 0.8,
-            min_speech_ms: 200,
-        }
-    }
+    /// Barge-in, when the pipeline speaks.
+    barge: Option<BargeWatch>,
 }
 
 impl std::fmt::Debug for VadStage {
@@ -118,7 +97,6 @@ impl VadStage {
             gap_samples: 0,
             last_forced: None,
             barge: None,
-            barged: None,
         })
     }
 
@@ -130,35 +108,28 @@ impl VadStage {
     #[must_use]
     pub fn with_barge_in(mut self, barge: voxline_core::BargeIn, options: BargeInOptions) -> Self {
         let base = self.endpointer.config().threshold;
-        self.barge = Some((barge, options, base));
+        self.barge = Some(BargeWatch::new(barge, options, base));
         self
     }
 
-    /// While an answer plays: the raised threshold; once enough speech is
-    /// heard over it, the request to stop.
-    fn barge_in(&mut self, origin: u64, before: bool) {
-        let Some((barge, options, base)) = &self.barge else {
-            return;
-        };
-        let playing = barge.playing();
-        let threshold = if playing.is_some() {
-            options.threshold.max(*base)
-        } else {
-            *base
-        };
-        self.endpointer.set_threshold(threshold);
-        if before {
-            return;
+    /// While an answer plays, the frames about to be pushed are judged
+    /// against the raised threshold.
+    fn barge_threshold(&mut self) {
+        if let Some(w) = &self.barge {
+            self.endpointer.set_threshold(w.threshold());
         }
-        let (Some(id), Some(open)) = (playing, self.endpointer.open_utterance()) else {
+    }
+
+    /// Once enough speech is heard over the answer: the request to stop it.
+    fn barge_in(&mut self, origin: u64) {
+        let Some(w) = self.barge.as_mut() else {
             return;
         };
-        let min = u64::from(options.min_speech_ms) * u64::from(voxline_core::SAMPLE_RATE) / 1000;
-        if self.barged != Some(id) && open.end_sample.saturating_sub(open.first_speech) >= min {
-            self.barged = Some(id);
-            let start = self.wall_of(open.first_speech + origin);
-            let (barge, _, _) = self.barge.as_ref().expect("checked above");
-            barge.request(start, Instant::now());
+        if let Some(first_speech) = w.speech_over_answer(self.endpointer.open_utterance()) {
+            let start = self.wall_of(first_speech + origin);
+            if let Some(w) = &self.barge {
+                w.request(start);
+            }
         }
     }
 
@@ -384,7 +355,7 @@ impl Stage for VadStage {
         }
         self.recent
             .push_back((self.endpointer.position() + origin, frame.captured));
-        self.barge_in(origin, true);
+        self.barge_threshold();
         if self.spec.is_none() {
             let segments = self.endpointer.push(&frame.samples);
             let closed = self.endpointer.position() + origin;
@@ -403,7 +374,7 @@ impl Stage for VadStage {
                 self.speculate(pos, out);
             }
         }
-        self.barge_in(origin, false);
+        self.barge_in(origin);
         if frame.end_of_stream {
             // the speaker is done: what is open closes now, as at the end of input
             self.finish(out)?;
