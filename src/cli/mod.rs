@@ -66,6 +66,13 @@ pub(crate) struct ServeArgs {
     /// repeat it for more. Pages of any other origin are refused (HTTP 403).
     #[arg(long, value_name = "ORIGIN")]
     pub(crate) allow_origin: Vec<String>,
+    /// TCP connections open at once, WebSockets included; at the cap a new one takes the place
+    /// of the oldest that has sent no request, or is refused (counted in /metrics).
+    #[arg(long, default_value_t = 512)]
+    pub(crate) max_connections: usize,
+    /// Close a connection that has not sent a request's headers within this long, s.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) header_timeout_s: u64,
     #[command(flatten)]
     pub(crate) engine: EngineArgs,
     #[command(flatten)]

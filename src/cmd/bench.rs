@@ -98,7 +98,8 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
         .map_err(|e| match e {
             capacity::CapacityError::Remote(
                 voxline_serve::client::ClientError::Url { .. }
-                | voxline_serve::client::ClientError::Connect { .. },
+                | voxline_serve::client::ClientError::Connect { .. }
+                | voxline_serve::client::ClientError::Timeout { .. },
             ) => anyhow::Error::new(BadInput(e.to_string())),
             other => other.into(),
         })?,

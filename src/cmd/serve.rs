@@ -22,8 +22,22 @@ pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
         ))
         .into());
     }
-    if args.idle_timeout_s == 0 {
-        return Err(BadInput("--idle-timeout-s: give at least 1 second".into()).into());
+    for (flag, s) in [
+        ("--idle-timeout-s", args.idle_timeout_s),
+        ("--header-timeout-s", args.header_timeout_s),
+    ] {
+        if !(1..=86_400).contains(&s) {
+            return Err(BadInput(format!("{flag} {s}: give 1 to 86400 seconds")).into());
+        }
+    }
+    let spare = serve::SPARE_CONNECTIONS;
+    if args.max_connections < args.max_sessions + spare || args.max_connections > 1_000_000 {
+        return Err(BadInput(format!(
+            "--max-connections {}: give {} (--max-sessions + {spare}, for /healthz and the page) to 1000000",
+            args.max_connections,
+            args.max_sessions + spare
+        ))
+        .into());
     }
     let opts = ServeOptions {
         listen,
@@ -32,6 +46,11 @@ pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
         hello_timeout: Duration::from_secs(10),
         client_queue: args.client_queue,
         allow_origins: args.allow_origin.clone(),
+        limits: serve::Limits {
+            max_connections: args.max_connections,
+            header_timeout: Duration::from_secs(args.header_timeout_s),
+            ..serve::Limits::default()
+        },
     };
     opts.check().map_err(BadInput)?;
     let (settings, warnings) = args.engine.settings()?;
@@ -72,8 +91,16 @@ pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
         serve::ServeError::Bind { .. } => anyhow::Error::new(BadInput(e.to_string())),
         other => other.into(),
     })?;
+    let dropped = if summary.dropped_audio_s > 0.0 {
+        format!(
+            "; {:.1} s of audio the clients had sent was not yet transcribed and was dropped",
+            summary.dropped_audio_s
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "voxline: stopped{}",
+        "voxline: stopped{}{dropped}",
         if summary.cancelled {
             " (answers in flight cancelled)"
         } else {

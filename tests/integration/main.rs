@@ -8,6 +8,7 @@ mod browser;
 mod engines;
 mod faults;
 mod ggml_guard;
+mod hardening;
 mod live;
 mod live_soak;
 mod long_speech;

@@ -78,17 +78,34 @@ impl Server {
     }
 
     /// Sends SIGINT (Ctrl-C).
-    fn interrupt(&self) {
+    pub fn interrupt(&self) {
+        self.signal("INT");
+    }
+
+    /// Sends signal `name` (`TERM`, `INT`).
+    pub fn signal(&self, name: &str) {
         let pid = self.child.id().to_string();
         assert!(Command::new("kill")
-            .args(["-INT", &pid])
+            .args([format!("-{name}"), pid])
             .status()
             .unwrap()
             .success());
     }
 
+    /// The server's resident memory now, MB.
+    pub fn rss_mb(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kb: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        kb / 1024.0
+    }
+
     /// Waits for the server to exit; its status and what it printed after starting.
-    fn wait(mut self, within: Duration) -> (Option<i32>, Vec<String>) {
+    pub fn wait(mut self, within: Duration) -> (Option<i32>, Vec<String>) {
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -114,7 +131,7 @@ fn script(names: &[&str]) -> Script {
 }
 
 /// Every event until the stream's turns are all answered.
-fn collect(client: &mut WsClient, within: Duration) -> Vec<ServerEvent> {
+pub(crate) fn collect(client: &mut WsClient, within: Duration) -> Vec<ServerEvent> {
     let deadline = Instant::now() + within;
     let mut log = Vec::new();
     loop {
@@ -146,7 +163,7 @@ fn collect(client: &mut WsClient, within: Duration) -> Vec<ServerEvent> {
     }
 }
 
-fn transcripts(log: &[ServerEvent]) -> Vec<String> {
+pub(crate) fn transcripts(log: &[ServerEvent]) -> Vec<String> {
     log.iter()
         .filter_map(|e| match e {
             ServerEvent::Transcript { text, .. } => Some(text.clone()),
@@ -156,7 +173,7 @@ fn transcripts(log: &[ServerEvent]) -> Vec<String> {
 }
 
 /// Sends 16 kHz samples as fast as the socket takes them, then `end`.
-fn send_all(client: &mut WsClient, samples: &[f32]) {
+pub(crate) fn send_all(client: &mut WsClient, samples: &[f32]) {
     for block in samples.chunks(320) {
         client.send_samples(block).unwrap();
     }

@@ -154,6 +154,7 @@ fn the_added_stage_runs_in_serve_and_its_client_hears_what_it_made() {
         hello_timeout: Duration::from_secs(10),
         client_queue: 4096,
         allow_origins: Vec::new(),
+        limits: voxline_serve::Limits::default(),
     };
     let halt = stop.clone();
     let server = std::thread::spawn(move || {

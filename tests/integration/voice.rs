@@ -97,9 +97,14 @@ fn the_spoken_answer_transcribes_back_to_the_streamed_answer_with_both_voices() 
         let (said, heard) = (said.join(" "), heard.join(" "));
         let wer = word_error_rate(&said, &heard);
         eprintln!("{voice}: round-trip WER {wer:.3}");
+        // espeak is deterministic (0.053 in every run); Piper's VITS draws
+        // fresh noise for every synthesis, so its round trip through tiny.en
+        // varies: 0.079-0.145 over eight runs of the same answers. A voice
+        // whose phonemes are wrong is far past either limit (WER > 0.5).
+        let limit = if voice == "piper" { 0.2 } else { 0.1 };
         assert!(
-            wer <= 0.1,
-            "{voice}: said {said:?}, heard {heard:?}: WER {wer:.3}"
+            wer <= limit,
+            "{voice}: said {said:?}, heard {heard:?}: WER {wer:.3} (limit {limit})"
         );
         // aligned: nothing of the assistant before its first answer, the user on the left
         assert!(

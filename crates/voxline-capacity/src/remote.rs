@@ -159,7 +159,17 @@ pub fn get(url: &str, path: &str, token: Option<&str>) -> Result<String, ClientE
     )
     .map_err(connect)?;
     let mut text = String::new();
-    tcp.read_to_string(&mut text).map_err(connect)?;
+    tcp.read_to_string(&mut text).map_err(|e| {
+        if voxline_serve::client::timed_out(&e) {
+            ClientError::Timeout {
+                url: url.to_string(),
+                what: format!("GET {path}"),
+                secs: 10,
+            }
+        } else {
+            connect(e)
+        }
+    })?;
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status: u16 = head
         .split(' ')

@@ -33,6 +33,16 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
+    /// The server took the connection and then said nothing in time.
+    #[error("{url}: no answer to {what} within {secs} s; the server there is hung or is not `voxline serve`")]
+    Timeout {
+        /// The URL.
+        url: String,
+        /// What was asked (`the WebSocket handshake`, `GET /healthz`).
+        what: String,
+        /// How long it waited.
+        secs: u64,
+    },
     /// The server answered the upgrade with an HTTP error (a wrong token, shutting down).
     #[error("the server refused the connection: HTTP {status}: {body}")]
     Http {
@@ -124,6 +134,15 @@ fn request_for(
     Ok((request, host, port))
 }
 
+/// How long a server has to answer a WebSocket handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether an I/O error is a read or write that timed out.
+#[must_use]
+pub fn timed_out(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
 impl WsClient {
     /// Connects to `url` (`ws://HOST:PORT[/ws]`), presenting `token` if
     /// given, sends `hello` and waits for the server's `ready`.
@@ -151,12 +170,22 @@ impl WsClient {
             })?;
         let _ = tcp.set_nodelay(true);
         tcp.set_write_timeout(Some(Duration::from_secs(30)))
+            .and_then(|()| tcp.set_read_timeout(Some(HANDSHAKE_TIMEOUT)))
             .map_err(|source| ClientError::Connect {
                 url: url.clone(),
                 source,
             })?;
         let (socket, _) = match tungstenite::client(request, tcp) {
             Ok(ok) => ok,
+            Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Io(e)))
+                if timed_out(&e) =>
+            {
+                return Err(ClientError::Timeout {
+                    url,
+                    what: "the WebSocket handshake".into(),
+                    secs: HANDSHAKE_TIMEOUT.as_secs(),
+                })
+            }
             Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r))) => {
                 let body = r
                     .body()
@@ -214,6 +243,18 @@ impl WsClient {
     /// [`ClientError::Socket`] when the connection has failed.
     pub fn send_binary(&mut self, bytes: Vec<u8>) -> Result<(), ClientError> {
         self.socket.send(Message::binary(bytes))?;
+        Ok(())
+    }
+
+    /// Sends `bytes` as one text message as they are, UTF-8 or not (what a
+    /// broken client might send; the server closes on it).
+    ///
+    /// # Errors
+    /// As [`WsClient::send_binary`].
+    pub fn send_raw_text(&mut self, bytes: Vec<u8>) -> Result<(), ClientError> {
+        use tungstenite::protocol::frame::{coding::Data, coding::OpCode, Frame};
+        let frame = Frame::message(bytes, OpCode::Data(Data::Text), true);
+        self.socket.send(Message::Frame(frame))?;
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use voxline_core::SAMPLE_RATE;
 
 use super::bridge::{Arrivals, Bridge, Progress, TICK};
 use super::metrics::Outcome;
-use super::protocol::{close_reason, Control, Decoder, Hello, ServerEvent};
+use super::protocol::{close_reason, Control, Decoder, Hello, ServerEvent, MAX_FRAME_BYTES};
 use super::{Phase, Shared};
 use voxline_pipeline::sessions::{HubError, Session};
 
@@ -22,6 +22,7 @@ mod code {
     pub const UNSUPPORTED: u16 = 1003;
     pub const INVALID: u16 = 1007;
     pub const POLICY: u16 = 1008;
+    pub const TOO_BIG: u16 = 1009;
     pub const INTERNAL: u16 = 1011;
     pub const TRY_LATER: u16 = 1013;
 }
@@ -232,7 +233,7 @@ async fn receive(
         let message = tokio::select! {
             next = tokio::time::timeout(idle, stream.next()) => next,
             () = until(&mut phase, |p| p != Phase::Running) => {
-                return drain(shared, session, decoder, progress, &mut push).await;
+                return drain(shared, session, progress).await;
             }
         };
         let message = match message {
@@ -247,7 +248,8 @@ async fn receive(
                 }
                 continue;
             }
-            Ok(None | Some(Err(_) | Ok(Message::Close(_)))) => return None,
+            Ok(None | Some(Ok(Message::Close(_)))) => return None,
+            Ok(Some(Err(e))) => return refused_message(&e),
             Ok(Some(Ok(m))) => m,
         };
         last_heard = Instant::now();
@@ -271,17 +273,40 @@ async fn receive(
     }
 }
 
+/// Why a message the socket could not take closes the connection: one too
+/// large (1009) or a text message that is not UTF-8 (1007); `None` for a
+/// connection that failed or went away.
+fn refused_message(e: &axum::Error) -> Option<(u16, String, Option<Outcome>)> {
+    use std::error::Error as _;
+    let inner = e.source()?.downcast_ref::<tungstenite::Error>()?;
+    match inner {
+        tungstenite::Error::Capacity(c) => Some((
+            code::TOO_BIG,
+            format!(
+                "message too big ({c}); send audio in frames of at most {MAX_FRAME_BYTES} bytes"
+            ),
+            Some(Outcome::BadFrame),
+        )),
+        tungstenite::Error::Utf8(_) => Some((
+            code::INVALID,
+            "bad frame: a text message that is not UTF-8; send JSON text".into(),
+            Some(Outcome::BadFrame),
+        )),
+        _ => None,
+    }
+}
+
 /// Ctrl-C: the stream ends here; answers in flight finish (unless a second
 /// Ctrl-C comes), then the connection closes.
 async fn drain(
     shared: &Shared,
     session: &Session,
-    decoder: &mut Decoder,
     progress: &Progress,
-    push: &mut impl FnMut(Vec<f32>),
 ) -> Option<(u16, String, Option<Outcome>)> {
-    push(decoder.flush());
-    session.end_of_stream();
+    // what the VAD has not reached is dropped (counted); the turns the
+    // pipeline holds finish
+    let dropped = session.discard_queued();
+    shared.dropped_at_shutdown(dropped);
     let mut phase = shared.phase.clone();
     loop {
         let done = progress.stream_ended.load(Ordering::SeqCst)

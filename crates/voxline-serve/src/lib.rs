@@ -21,11 +21,11 @@
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Query, State, WebSocketUpgrade};
+use axum::extract::{RawQuery, State, WebSocketUpgrade};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
@@ -39,10 +39,12 @@ use voxline_pipeline::sessions::Hub;
 mod bridge;
 pub mod client;
 mod conn;
+mod listen;
 pub mod metrics;
 pub mod protocol;
 pub mod turns;
 
+pub use listen::Limits;
 use metrics::{Load, Metrics, Outcome};
 
 /// The page at `/`: plain HTML and JavaScript, compiled in.
@@ -66,6 +68,8 @@ pub struct ServeOptions {
     /// Web origins besides the server's own whose pages may connect
     /// (`scheme://host[:port]`, as a browser sends `Origin`).
     pub allow_origins: Vec<String>,
+    /// The listener's bounds: connections, header and shutdown times.
+    pub limits: Limits,
 }
 
 impl ServeOptions {
@@ -84,11 +88,26 @@ impl ServeOptions {
             Some(t) if t.chars().count() < 16 => {
                 Err("--token: use at least 16 characters (e.g. `openssl rand -hex 16`)".to_string())
             }
-            _ if self.client_queue == 0 => Err("--client-queue: give at least 1 event".to_string()),
+            _ if !(1..=MAX_CLIENT_QUEUE).contains(&self.client_queue) => Err(format!(
+                "--client-queue {}: give 1 to {MAX_CLIENT_QUEUE} events",
+                self.client_queue
+            )),
+            _ if self.limits.max_connections < SPARE_CONNECTIONS => Err(format!(
+                "--max-connections {}: give at least {SPARE_CONNECTIONS} more than --max-sessions",
+                self.limits.max_connections,
+            )),
             _ => Ok(()),
         }
     }
 }
+
+/// The most events a client's queue may hold (far more than any client
+/// needs; the queue's own limit is higher still).
+pub const MAX_CLIENT_QUEUE: usize = 1 << 20;
+
+/// Connections the cap leaves beyond the sessions, at least: `/healthz`,
+/// `/metrics` and the page while every session is taken.
+pub const SPARE_CONNECTIONS: usize = 8;
 
 /// Why the server could not run.
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +145,12 @@ struct Shared {
     token: Option<[u8; 32]>,
     opts: ServeOptions,
     phase: watch::Receiver<Phase>,
+    /// The listener's HTTP connections.
+    conns: listen::Connections,
+    /// WebSocket conversations open now.
     live: AtomicUsize,
+    /// Samples of queued audio dropped at shutdown, all sessions.
+    dropped_samples: AtomicU64,
     gone: Notify,
 }
 
@@ -156,24 +180,50 @@ impl Shared {
         matches!((own, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
     }
 
-    /// Whether the request carries the token (always, when none is set).
-    fn authorised(
-        &self,
-        query: &std::collections::HashMap<String, String>,
-        headers: &HeaderMap,
-    ) -> bool {
+    /// Counts queued audio a stopping server dropped.
+    fn dropped_at_shutdown(&self, samples: u64) {
+        self.dropped_samples.fetch_add(samples, Ordering::SeqCst);
+        self.metrics.dropped_at_shutdown(samples);
+    }
+
+    /// Whether the request carries the token (always, when none is set):
+    /// `?token=` (percent-decoded only, so that a `+` stays a `+`) or
+    /// `Authorization: Bearer` (the scheme in any case). When both are
+    /// given both must be right: a wrong one is never outvoted.
+    fn authorised(&self, query: Option<&str>, headers: &HeaderMap) -> bool {
         let Some(want) = &self.token else {
             return true;
         };
         let bearer = headers
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        let given = query.get("token").map(String::as_str).or(bearer);
-        // digests of equal length: the comparison takes the same time
-        // whatever the given token's length and content
-        given.is_some_and(|g| bool::from(digest(g).ct_eq(want)))
+            .map(|v| v.to_str().ok().and_then(bearer_token).unwrap_or_default());
+        let given = query.and_then(query_token);
+        let right = |g: &str| bool::from(digest(g).ct_eq(want));
+        match (given, bearer) {
+            (None, None) => false,
+            (Some(q), Some(b)) => right(&q) & right(b),
+            (Some(q), None) => right(&q),
+            (None, Some(b)) => right(b),
+        }
     }
+}
+
+/// The token of an `Authorization` header's value, for the Bearer scheme
+/// in any case.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// The `token` parameter of a raw query string, percent-decoded (a `+` is
+/// a `+`: tokens are not form data).
+fn query_token(query: &str) -> Option<String> {
+    let raw = query.split('&').find_map(|kv| kv.strip_prefix("token="))?;
+    Some(
+        percent_encoding::percent_decode_str(raw)
+            .decode_utf8_lossy()
+            .into_owned(),
+    )
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -181,10 +231,13 @@ fn digest(token: &str) -> [u8; 32] {
 }
 
 /// What a finished server did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ServeSummary {
     /// Whether a second Ctrl-C cancelled turns in flight.
     pub cancelled: bool,
+    /// Seconds of audio the clients had sent that had not reached the VAD
+    /// when the server stopped: dropped, not transcribed.
+    pub dropped_audio_s: f64,
 }
 
 /// Serves `hub` until Ctrl-C/SIGTERM: the first stops taking connections
@@ -239,15 +292,14 @@ pub fn serve_until(
             hub,
             opts,
             phase,
+            conns: listen::Connections::default(),
             live: AtomicUsize::new(0),
+            dropped_samples: AtomicU64::new(0),
             gone: Notify::new(),
         });
         bound(addr);
         let app = router(Arc::clone(&shared));
-        let mut draining = phase_tx.subscribe();
-        let accept = axum::serve(listener, app).with_graceful_shutdown(async move {
-            let _ = draining.wait_for(|p| *p != Phase::Running).await;
-        });
+        let accept = listen::accept(listener, app, Arc::clone(&shared), phase_tx.subscribe());
         let signals = tokio::spawn(async move {
             tokio::select! {
                 () = stop_signal() => {}
@@ -260,7 +312,7 @@ pub fn serve_until(
             stop_signal().await;
             let _ = phase_tx.send(Phase::Cancel);
         });
-        accept.await.map_err(ServeError::Runtime)?;
+        accept.await;
         // the listener is closed; wait for the conversations still open
         loop {
             let gone = shared.gone.notified();
@@ -271,7 +323,11 @@ pub fn serve_until(
         }
         let cancelled = *shared.phase.borrow() == Phase::Cancel;
         signals.abort();
-        Ok(ServeSummary { cancelled })
+        let dropped = shared.dropped_samples.load(Ordering::SeqCst);
+        Ok(ServeSummary {
+            cancelled,
+            dropped_audio_s: dropped as f64 / f64::from(voxline_core::SAMPLE_RATE),
+        })
     })
 }
 
@@ -321,8 +377,6 @@ fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-type Params = Query<std::collections::HashMap<String, String>>;
-
 async fn healthz(State(s): State<Arc<Shared>>) -> Response {
     let running = *s.phase.borrow() == Phase::Running;
     let body = serde_json::json!({
@@ -345,10 +399,10 @@ async fn healthz(State(s): State<Arc<Shared>>) -> Response {
 
 async fn metrics_page(
     State(s): State<Arc<Shared>>,
-    Query(q): Params,
+    RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    if !s.authorised(&q, &headers) {
+    if !s.authorised(q.as_deref(), &headers) {
         return refused_token();
     }
     let text = s.metrics.render(&s.hub.totals(), s.hub.sessions());
@@ -365,18 +419,18 @@ async fn metrics_page(
 fn refused_token() -> Response {
     (
         StatusCode::UNAUTHORIZED,
-        "voxline: missing or wrong token; pass it as ?token=T or `Authorization: Bearer T`\n",
+        "voxline: missing or wrong token; pass it as ?token=T or `Authorization: Bearer T` (when both are given, both must be right)\n",
     )
         .into_response()
 }
 
 async fn upgrade(
     State(s): State<Arc<Shared>>,
-    Query(q): Params,
+    RawQuery(q): RawQuery,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
-    if !s.authorised(&q, &headers) {
+    if !s.authorised(q.as_deref(), &headers) {
         s.metrics.connection(Outcome::BadToken);
         return refused_token();
     }
@@ -396,6 +450,56 @@ async fn upgrade(
         )
             .into_response();
     }
-    ws.max_message_size(2 * protocol::MAX_FRAME_BYTES)
+    ws.max_message_size(protocol::MAX_FRAME_BYTES)
+        .max_frame_size(protocol::MAX_FRAME_BYTES)
         .on_upgrade(move |socket| conn::run(socket, s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bearer_token_is_read_in_any_case_and_nothing_else_is() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer  abc "), Some("abc"));
+        assert_eq!(bearer_token("BEARER abc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearerabc"), None);
+    }
+
+    #[test]
+    fn a_query_token_is_percent_decoded_and_a_plus_stays_a_plus() {
+        assert_eq!(query_token("token=a+b").as_deref(), Some("a+b"));
+        assert_eq!(query_token("x=1&token=a%2Bb%20c").as_deref(), Some("a+b c"));
+        assert_eq!(query_token("mytoken=a"), None);
+        assert_eq!(query_token("x=1"), None);
+    }
+
+    #[test]
+    fn out_of_range_options_are_refused_with_the_range() {
+        let ok = ServeOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            token: None,
+            idle_timeout: Duration::from_secs(60),
+            hello_timeout: Duration::from_secs(10),
+            client_queue: 1024,
+            allow_origins: Vec::new(),
+            limits: Limits::default(),
+        };
+        assert!(ok.check().is_ok());
+        let huge = ServeOptions {
+            client_queue: usize::MAX,
+            ..ok.clone()
+        };
+        assert!(huge.check().unwrap_err().contains("1 to 1048576"));
+        let few = ServeOptions {
+            limits: Limits {
+                max_connections: 2,
+                ..Limits::default()
+            },
+            ..ok
+        };
+        assert!(few.check().unwrap_err().contains("--max-connections 2"));
+    }
 }

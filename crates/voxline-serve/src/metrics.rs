@@ -66,6 +66,32 @@ impl Outcome {
     }
 }
 
+/// Why the listener closed a connection before it was served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// At the connection cap with none to give way: refused.
+    Refused,
+    /// It had sent no whole request and gave its place to a newer one.
+    Evicted,
+    /// It did not send a request's headers in time.
+    HeaderTimeout,
+    /// Its request had not finished when the shutdown's grace ran out.
+    Shutdown,
+}
+
+impl Closed {
+    /// The label value.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Refused => "refused",
+            Self::Evicted => "evicted",
+            Self::HeaderTimeout => "header_timeout",
+            Self::Shutdown => "shutdown",
+        }
+    }
+}
+
 /// Where events or audio were lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Edge {
@@ -97,6 +123,8 @@ pub struct Metrics {
     threads: Gauge,
     peak_threads: Gauge,
     connections: Family<Labels, Counter>,
+    closed: Family<Labels, Counter>,
+    shutdown_dropped: Counter<f64, AtomicU64>,
     turns: Counter,
     turn_errors: Counter,
     response: Histogram,
@@ -134,6 +162,8 @@ impl Metrics {
             threads: Gauge::default(),
             peak_threads: Gauge::default(),
             connections: Family::default(),
+            closed: Family::default(),
+            shutdown_dropped: Counter::default(),
             turns: Counter::default(),
             turn_errors: Counter::default(),
             response: Histogram::new(LATENCY_BUCKETS),
@@ -181,6 +211,16 @@ impl Metrics {
             "connections",
             "WebSocket connections by outcome",
             m.connections.clone(),
+        );
+        r.register(
+            "closed_connections",
+            "TCP connections the listener closed before serving them, by reason (refused at the cap, evicted to make room, header timeout, shutdown)",
+            m.closed.clone(),
+        );
+        r.register(
+            "shutdown_dropped_audio_seconds",
+            "Audio the clients had sent that had not reached the VAD when the server stopped: dropped, not transcribed",
+            m.shutdown_dropped.clone(),
         );
         r.register("turns", "Turns answered", m.turns.clone());
         r.register("turn_errors", "Turns that failed", m.turn_errors.clone());
@@ -257,6 +297,24 @@ impl Metrics {
         self.connections
             .get_or_create(&vec![("outcome", outcome.label().to_owned())])
             .inc();
+    }
+
+    /// Counts a connection the listener closed.
+    pub fn closed(&self, why: Closed) {
+        self.closed_by(why, 1);
+    }
+
+    /// Counts `n` connections the listener closed.
+    pub fn closed_by(&self, why: Closed, n: u64) {
+        self.closed
+            .get_or_create(&vec![("reason", why.label().to_owned())])
+            .inc_by(n);
+    }
+
+    /// Counts `samples` (16 kHz) of queued audio dropped at shutdown.
+    pub fn dropped_at_shutdown(&self, samples: u64) {
+        self.shutdown_dropped
+            .inc_by(samples as f64 / f64::from(voxline_core::SAMPLE_RATE));
     }
 
     /// Counts an answered turn and its latency figures.

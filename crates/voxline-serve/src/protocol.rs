@@ -12,8 +12,10 @@ use voxline_llm::Stop;
 pub const RATES: std::ops::RangeInclusive<u32> = 8_000..=192_000;
 /// Most interleaved channels a client may declare.
 pub const MAX_CHANNELS: u16 = 8;
-/// Largest audio frame accepted, bytes (about 1 s of 48 kHz stereo f32).
-pub const MAX_FRAME_BYTES: usize = 512 * 1024;
+/// Largest message accepted, bytes: an audio frame of 2 s of 16 kHz mono
+/// s16le, 170 ms of 48 kHz stereo f32le, at most 4 s of audio at any rate
+/// (well inside a session's 20 s queue). Browsers send 3-100 ms frames.
+pub const MAX_FRAME_BYTES: usize = 64 * 1024;
 
 /// How the client's samples are encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

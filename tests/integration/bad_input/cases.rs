@@ -648,6 +648,24 @@ pub(super) fn cases() -> Vec<Case> {
             expect: vec!["--max-sessions 0", "1 to 64"],
             ..Case::ONE_LINE
         },
+        Case {
+            name: "serve --client-queue past what a queue can hold",
+            setup: |s| s.serve(&[&"--client-queue", &"18446744073709551615"]),
+            expect: vec!["--client-queue 18446744073709551615", "1 to 1048576"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "serve --max-connections below the sessions and the spare",
+            setup: |s| s.serve(&[&"--max-connections", &"10"]),
+            expect: vec!["--max-connections 10", "16 (--max-sessions + 8"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "serve --header-timeout-s 0",
+            setup: |s| s.serve(&[&"--header-timeout-s", &"0"]),
+            expect: vec!["--header-timeout-s 0", "1 to 86400"],
+            ..Case::ONE_LINE
+        },
         // ---- live (fails on the flag before any audio device is opened)
         Case {
             name: "live --max-duration soon",

@@ -107,6 +107,9 @@ pub enum PushedAudio {
 pub struct Pushed {
     /// Where the audio comes from.
     pub audio: crossbeam_channel::Receiver<PushedAudio>,
+    /// Samples queued in `audio`: the sender adds what it queues (and
+    /// bounds it), the source subtracts what it plays.
+    pub queued: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Where a replayed file sits in the pipeline's stream (16 kHz positions).

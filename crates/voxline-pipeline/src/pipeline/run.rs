@@ -226,7 +226,7 @@ where
         }
         Source::Replay(inputs) => (inputs, None),
         Source::Pushed(p) => {
-            pushed = Some(p.audio);
+            pushed = Some(p);
             (Vec::new(), None)
         }
     };
@@ -501,35 +501,51 @@ where
     ))
 }
 
+/// Pushed audio enters the pipeline in frames of at most this many
+/// samples (32 ms, the VAD's window), so that the audio edge's frames hold
+/// about two seconds whatever the size of the pushes: the rest waits in the
+/// pusher's queue, where a stopping server can still drop it.
+const PUSHED_FRAME: usize = 512;
+
 /// Plays pushed audio into the pipeline as it arrives, until every sender
 /// is gone or `stop` holds; returns the samples played.
 fn push_source(
-    audio: &crossbeam_channel::Receiver<PushedAudio>,
+    pushed: &super::Pushed,
     tx: &voxline_core::EdgeSender<AudioFrame>,
     stop: &dyn Fn() -> bool,
 ) -> u64 {
     let mut pos = 0u64;
+    let mut send = |samples: Vec<f32>, captured: Instant, end: bool| {
+        let n = samples.len() as u64;
+        let frame = AudioFrame {
+            start_sample: pos,
+            new_recording: pos == 0 && !end,
+            end_of_stream: end,
+            samples,
+            captured,
+        };
+        pos += n;
+        tx.send(frame).is_ok()
+    };
     while !stop() {
-        let frame = match audio.recv_timeout(std::time::Duration::from_millis(50)) {
-            Ok(PushedAudio::Samples(samples, at)) => AudioFrame {
-                start_sample: pos,
-                new_recording: pos == 0,
-                end_of_stream: false,
-                samples,
-                captured: at,
-            },
-            Ok(PushedAudio::End) => AudioFrame {
-                start_sample: pos,
-                new_recording: false,
-                end_of_stream: true,
-                samples: Vec::new(),
-                captured: Instant::now(),
-            },
+        let sent = match pushed
+            .audio
+            .recv_timeout(std::time::Duration::from_millis(50))
+        {
+            Ok(PushedAudio::Samples(samples, at)) => {
+                let n = samples.len() as u64;
+                pushed
+                    .queued
+                    .fetch_sub(n, std::sync::atomic::Ordering::SeqCst);
+                samples
+                    .chunks(PUSHED_FRAME)
+                    .all(|c| !stop() && send(c.to_vec(), at, false))
+            }
+            Ok(PushedAudio::End) => send(Vec::new(), Instant::now(), true),
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
         };
-        pos += frame.samples.len() as u64;
-        if tx.send(frame).is_err() {
+        if !sent {
             break;
         }
     }

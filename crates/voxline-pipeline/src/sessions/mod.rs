@@ -22,12 +22,12 @@
 //! and never stalls the other sessions or the engines.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
 use voxline_audio::{AudioError, VadConfig};
 use voxline_core::{Clock, CpuLease, ShutdownHandle, Span, SpanKind, ThreadMeter, TimedEvent};
 use voxline_llm::serving::{BatchServer, ServingOptions, ServingTotals};
@@ -38,9 +38,16 @@ use crate::pipeline::{self, Extras, Pace, Pushed, PushedAudio, RunOptions, Sourc
 use crate::settings::EngineSettings;
 use crate::topology;
 
-/// Audio blocks a session queues before pushes are refused (about 20 s of
-/// 20 ms blocks): the session's pipeline is transcribing meanwhile.
-const AUDIO_QUEUE: usize = 1024;
+/// Audio a session queues before pushes are refused, in 16 kHz samples
+/// (20 s, 1.3 MB): the session's pipeline is transcribing meanwhile. The
+/// bound is in audio, not in messages, so that neither huge nor tiny
+/// pushes change what a session holds.
+pub const AUDIO_QUEUE_SAMPLES: u64 = 20 * voxline_core::SAMPLE_RATE as u64;
+
+/// Pushes are gathered into blocks of at least this many samples (20 ms)
+/// before they are queued: a client sending 1 ms frames costs the pipeline
+/// no more messages than one sending 20 ms frames.
+const MIN_BLOCK: usize = 320;
 
 /// Items a session queues for its reader before it drops them.
 const EVENT_QUEUE: usize = 4096;
@@ -257,7 +264,9 @@ impl Hub {
         let slot = client.slot();
         // on failure the client leaves as it drops, and the slot is free again
         let stt = lock(&self.stt).share()?;
-        let (audio_tx, audio_rx) = bounded(AUDIO_QUEUE);
+        // unbounded in messages, bounded in samples (`queued`)
+        let (audio_tx, audio_rx) = unbounded();
+        let queued = Arc::new(AtomicU64::new(0));
         let (out_tx, out_rx) = bounded(EVENT_QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
         let reader = Reader {
@@ -291,7 +300,10 @@ impl Hub {
         };
         let extras = (self.stages)();
         let stop = leaving.clone();
-        let source = Source::Pushed(Pushed { audio: audio_rx });
+        let source = Source::Pushed(Pushed {
+            audio: audio_rx.clone(),
+            queued: Arc::clone(&queued),
+        });
         let thread = std::thread::Builder::new()
             .name(format!("session-{slot}"))
             .spawn(move || {
@@ -311,6 +323,10 @@ impl Hub {
         Ok(Session {
             slot,
             audio: Some(audio_tx),
+            queue: audio_rx,
+            queued,
+            pending: Mutex::new(Vec::new()),
+            ended: AtomicBool::new(false),
             events: out_rx,
             dropped,
             refused: AtomicU64::new(0),
@@ -397,6 +413,14 @@ impl Reader {
 pub struct Session {
     slot: usize,
     audio: Option<Sender<PushedAudio>>,
+    /// The queue's other end, to empty it at shutdown.
+    queue: Receiver<PushedAudio>,
+    /// Samples queued and not yet played into the pipeline.
+    queued: Arc<AtomicU64>,
+    /// Pushed samples not yet a whole block.
+    pending: Mutex<Vec<f32>>,
+    /// The last thing queued was the end of a stream.
+    ended: AtomicBool,
     events: Receiver<Observed>,
     dropped: Arc<AtomicU64>,
     refused: AtomicU64,
@@ -414,28 +438,78 @@ impl std::fmt::Debug for Session {
 
 impl Session {
     /// Queues 16 kHz mono samples captured just now. Never blocks: when the
-    /// session's queue is full (its pipeline far behind), the block is
-    /// refused and counted ([`Session::refused_blocks`]); returns whether it
-    /// was queued.
+    /// session already holds [`AUDIO_QUEUE_SAMPLES`] (its pipeline far
+    /// behind), the block is refused and counted
+    /// ([`Session::refused_blocks`]); returns whether it was taken. Blocks
+    /// shorter than 20 ms are gathered until they make one.
     pub fn push(&self, samples: Vec<f32>) -> bool {
         let Some(tx) = &self.audio else {
             return false;
         };
-        let ok = tx
-            .try_send(PushedAudio::Samples(samples, Instant::now()))
-            .is_ok();
-        if !ok {
+        let n = samples.len() as u64;
+        if self.queued.load(Ordering::SeqCst) + n > AUDIO_QUEUE_SAMPLES {
             self.refused.fetch_add(1, Ordering::Relaxed);
+            return false;
         }
-        ok
+        let mut pending = lock(&self.pending);
+        pending.extend_from_slice(&samples);
+        if pending.len() < MIN_BLOCK {
+            return true;
+        }
+        let block = std::mem::take(&mut *pending);
+        self.queued.fetch_add(block.len() as u64, Ordering::SeqCst);
+        self.ended.store(false, Ordering::SeqCst);
+        // the receiver lives as long as the session's pipeline; after it has
+        // gone nothing is played anyway
+        let _ = tx.send(PushedAudio::Samples(block, Instant::now()));
+        true
     }
 
     /// The stream ends (the speaker is done): an open utterance is closed
-    /// now instead of after the hangover. More audio may follow as a new stream.
+    /// now instead of after the hangover. More audio may follow as a new
+    /// stream. Never blocks; ends in a row count once.
     pub fn end_of_stream(&self) {
-        if let Some(tx) = &self.audio {
-            let _ = tx.send(PushedAudio::End);
+        let Some(tx) = &self.audio else {
+            return;
+        };
+        let mut pending = lock(&self.pending);
+        if !pending.is_empty() {
+            let block = std::mem::take(&mut *pending);
+            self.queued.fetch_add(block.len() as u64, Ordering::SeqCst);
+            let _ = tx.send(PushedAudio::Samples(block, Instant::now()));
+        } else if self.ended.load(Ordering::SeqCst) {
+            return;
         }
+        self.ended.store(true, Ordering::SeqCst);
+        let _ = tx.send(PushedAudio::End);
+    }
+
+    /// Drops the audio queued that has not reached the VAD yet (a server
+    /// stopping: what was said is not transcribed after all), then ends the
+    /// stream; returns the samples dropped.
+    pub fn discard_queued(&self) -> u64 {
+        let mut dropped = {
+            let mut pending = lock(&self.pending);
+            let n = pending.len() as u64;
+            pending.clear();
+            n
+        };
+        while let Ok(item) = self.queue.try_recv() {
+            if let PushedAudio::Samples(block, _) = item {
+                let n = block.len() as u64;
+                self.queued.fetch_sub(n, Ordering::SeqCst);
+                dropped += n;
+            }
+        }
+        self.ended.store(false, Ordering::SeqCst);
+        self.end_of_stream();
+        dropped
+    }
+
+    /// Samples queued and not yet played into the pipeline.
+    #[must_use]
+    pub fn queued_samples(&self) -> u64 {
+        self.queued.load(Ordering::SeqCst)
     }
 
     /// The session's events and spans, in order of arrival.

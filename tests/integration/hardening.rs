@@ -1,0 +1,302 @@
+//! `voxline serve` under abuse: bounded in connections, memory and
+//! shutdown time before any token is checked, and strict about what a
+//! client sends. The real binary on the loopback, bounded loops.
+
+use std::io::{ErrorKind, Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use voxline_capacity::remote::get;
+use voxline_serve::client::WsClient;
+use voxline_serve::metrics::sample;
+use voxline_serve::protocol::{Hello, SampleFormat, ServerEvent};
+
+use crate::serve::{collect, transcripts, Server};
+use crate::util;
+
+/// Whether the server has closed `s` (end of file or reset; what it sent
+/// before closing is read past).
+fn is_closed(s: &mut TcpStream) -> bool {
+    let _ = s.set_nonblocking(true);
+    let mut buf = [0u8; 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+/// The status of one raw HTTP request `head` (without its blank line).
+fn status(addr: &str, head: &str) -> u16 {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let request = format!("{head}\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).unwrap();
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+fn closed(server: &Server, reason: &str) -> f64 {
+    sample(
+        &server.metrics(None),
+        &format!(r#"voxline_closed_connections_total{{reason="{reason}"}}"#),
+    )
+}
+
+#[test]
+fn idle_sockets_are_closed_in_time_and_healthz_answers_while_they_are_held() {
+    let _g = util::engine_lock();
+    let server = Server::start(&["--header-timeout-s", "3", "--max-connections", "600"]);
+    let t0 = Instant::now();
+    let mut idle: Vec<TcpStream> = (0..1100)
+        .map(|i| {
+            TcpStream::connect(&server.addr).unwrap_or_else(|e| {
+                panic!("idle socket {i}: {e} (the test needs about 1,200 descriptors: ulimit -n)")
+            })
+        })
+        .collect();
+    // 1,100 sockets that send nothing, against a cap of 600: a health
+    // check still gets in (in the place of the oldest idle one)
+    let health = get(&server.url(), "/healthz", None).unwrap();
+    assert!(health.contains(r#""status":"ok""#), "{health}");
+    // and every idle one is closed within the header timeout
+    let deadline = t0 + Duration::from_secs(3 + 7);
+    loop {
+        idle.retain_mut(|s| !is_closed(s));
+        if idle.is_empty() || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        idle.is_empty(),
+        "{} idle sockets still open after {:?}",
+        idle.len(),
+        t0.elapsed()
+    );
+    let (evicted, timed_out) = (
+        closed(&server, "evicted"),
+        closed(&server, "header_timeout"),
+    );
+    assert!(evicted >= 490.0, "evicted {evicted}");
+    assert!(timed_out >= 1.0, "timed out {timed_out}");
+    assert!(evicted + timed_out >= 1100.0, "{evicted} + {timed_out}");
+    // a conversation still works
+    let mut client = WsClient::connect(&server.url(), None, Hello::pcm16k()).unwrap();
+    crate::serve::send_all(
+        &mut client,
+        &util::read_16k(&util::fixture("q_capital.wav")),
+    );
+    let log = collect(&mut client, Duration::from_secs(60));
+    assert_eq!(transcripts(&log).len(), 1, "{log:?}");
+}
+
+#[test]
+fn a_half_sent_request_does_not_hold_sigterm_up() {
+    let _g = util::engine_lock();
+    // the default header timeout (10 s) is longer than the shutdown's grace
+    let server = Server::start(&[]);
+    let mut half = TcpStream::connect(&server.addr).unwrap();
+    half.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    server.signal("TERM");
+    let (code, said) = server.wait(Duration::from_secs(10));
+    let took = t.elapsed();
+    assert_eq!(code, Some(0), "{said:?}");
+    // the grace (3 s) ended it, not the client nor the header timeout
+    assert!(took < Duration::from_secs(7), "SIGTERM took {took:?}");
+    assert!(is_closed(&mut half));
+}
+
+/// A 20 Hz-and-up noise of `secs` at `rate`, s16le: the VAD hears it as
+/// nothing, so only the queue is exercised.
+fn quiet_s16(rate: u32, secs: f64) -> Vec<u8> {
+    let n = (f64::from(rate) * secs) as usize;
+    (0..n)
+        .flat_map(|i| (((i * 7919) % 64) as i16 - 32).to_le_bytes())
+        .collect()
+}
+
+#[test]
+fn oversized_and_malformed_messages_close_with_their_codes_and_memory_stays_bounded() {
+    let _g = util::engine_lock();
+    let server = Server::start(&[]);
+    let before = server.rss_mb();
+    let hello8k = Hello {
+        sample_rate: 8_000,
+        channels: 1,
+        format: SampleFormat::S16le,
+    };
+    // 200 frames of 512 KiB at 8 kHz: the first closes the connection
+    let mut big = WsClient::connect(&server.url(), None, hello8k).unwrap();
+    let frame = vec![0u8; 512 * 1024];
+    for _ in 0..200 {
+        if big.send_binary(frame.clone()).is_err() {
+            break;
+        }
+    }
+    while let Ok(Some(_)) = big.next_event(Duration::from_secs(10)) {}
+    let (code, reason) = big.close_reason().expect("closed by the server");
+    assert_eq!(code, 1009, "{reason}");
+    assert!(reason.contains("65536"), "{reason}");
+    // 200 of the largest frames allowed (4 s of 8 kHz audio each) as fast
+    // as the socket takes them: 800 s of audio against a 20 s queue
+    let mut fast = WsClient::connect(&server.url(), None, hello8k).unwrap();
+    let frame = quiet_s16(8_000, 4.0);
+    assert_eq!(frame.len(), 64_000);
+    for _ in 0..200 {
+        fast.send_binary(frame.clone()).unwrap();
+    }
+    let grown = server.rss_mb() - before;
+    eprintln!("800 s of audio in 200 frames of 64 KB: the server grew by {grown:.1} MB");
+    assert!(grown < 400.0, "the server grew by {grown:.0} MB");
+    fast.close();
+    // a text message that is not UTF-8
+    let mut bad = WsClient::connect(&server.url(), None, Hello::pcm16k()).unwrap();
+    bad.send_raw_text(vec![b'{', 0xff, 0xfe, b'}']).unwrap();
+    while let Ok(Some(_)) = bad.next_event(Duration::from_secs(10)) {}
+    let (code, reason) = bad.close_reason().expect("closed by the server");
+    assert_eq!(code, 1007, "{reason}");
+    assert!(reason.contains("UTF-8"), "{reason}");
+    let grown = server.rss_mb() - before;
+    assert!(grown < 400.0, "the server grew by {grown:.0} MB");
+}
+
+#[test]
+fn one_sample_frames_lose_nothing() {
+    let _g = util::engine_lock();
+    let server = Server::start(&[]);
+    let audio = util::read_16k(&util::fixture("q_capital.wav"));
+    let mut client = WsClient::connect(&server.url(), None, Hello::pcm16k()).unwrap();
+    // 2-byte frames, one sample each, at twice real time
+    let t0 = Instant::now();
+    for (i, block) in audio.chunks(1).enumerate() {
+        client.send_samples(block).unwrap();
+        if i % 320 == 0 {
+            let due = t0 + Duration::from_secs_f64(i as f64 / 32_000.0);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        }
+    }
+    client.end_of_stream().unwrap();
+    let log = collect(&mut client, Duration::from_secs(60));
+    let lost: Vec<_> = log
+        .iter()
+        .filter(|e| matches!(e, ServerEvent::Dropped { .. }))
+        .collect();
+    assert!(lost.is_empty(), "{lost:?}");
+    let heard = transcripts(&log);
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    let wer = voxline_stt::word_error_rate("What is the capital of France?", &heard[0]);
+    assert!(wer <= 0.2, "{heard:?}");
+}
+
+#[test]
+fn sigterm_drops_the_queued_audio_and_the_io_threads_never_wait_on_a_full_queue() {
+    let _g = util::engine_lock();
+    let server = Server::start(&[]);
+    // four minutes of speech sent as fast as the socket takes it
+    let speech = util::read_16k(&util::fixture("multi_turn.wav"));
+    let mut client = WsClient::connect(&server.url(), None, Hello::pcm16k()).unwrap();
+    let mut sent = 0usize;
+    while sent < 240 * 16_000 {
+        for block in speech.chunks(16_000) {
+            client.send_samples(block).unwrap();
+            sent += block.len();
+        }
+    }
+    // `end` on a full queue, then a health check: answered at once
+    client.end_of_stream().unwrap();
+    let t = Instant::now();
+    let health = get(&server.url(), "/healthz", None).unwrap();
+    assert!(health.contains("ok"), "{health}");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "/healthz took {:?}",
+        t.elapsed()
+    );
+    // the queue is bounded in audio: most of it was refused (counted)
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let refused = loop {
+        let n = sample(
+            &server.metrics(None),
+            r#"voxline_dropped_total{edge="audio"}"#,
+        );
+        if n > 0.0 || Instant::now() > deadline {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(refused > 0.0, "no audio refused");
+    let t = Instant::now();
+    server.signal("TERM");
+    let (code, said) = server.wait(Duration::from_secs(60));
+    let took = t.elapsed();
+    assert_eq!(code, Some(0), "{said:?}");
+    // the turns the pipeline held finish; the queued audio does not wait
+    assert!(took < Duration::from_secs(20), "SIGTERM took {took:?}");
+    let last = said.last().cloned().unwrap_or_default();
+    eprintln!("SIGTERM with 240 s uploaded: exit after {took:?}: {last}");
+    assert!(
+        last.contains("not yet transcribed and was dropped"),
+        "{said:?}"
+    );
+}
+
+#[test]
+fn a_token_is_checked_the_same_way_wherever_it_comes() {
+    let _g = util::engine_lock();
+    let token = "abc+def/ghi=jkl0123";
+    let server = Server::start(&["--token", token]);
+    let a = &server.addr;
+    let q = |t: &str| format!("GET /metrics?token={t} HTTP/1.1");
+    assert_eq!(status(a, &q("abc%2Bdef%2Fghi%3Djkl0123")), 200);
+    // a `+` is a `+`, as the page passes it on
+    assert_eq!(status(a, &q(token)), 200);
+    assert_eq!(status(a, &q("abc%20def/ghi=jkl0123")), 401);
+    let h = |v: &str| format!("GET /metrics HTTP/1.1\r\nAuthorization: {v}");
+    assert_eq!(status(a, &h(&format!("bearer {token}"))), 200);
+    assert_eq!(status(a, &h(&format!("BEARER {token}"))), 200);
+    assert_eq!(status(a, &h(&format!("Basic {token}"))), 401);
+    // a wrong query token is not outvoted by a right header, nor the reverse
+    let both = |qt: &str, ht: &str| {
+        format!("GET /metrics?token={qt} HTTP/1.1\r\nAuthorization: Bearer {ht}")
+    };
+    assert_eq!(status(a, &both("wrong-wrong-wrong!", token)), 401);
+    assert_eq!(status(a, &both(token, "wrong-wrong-wrong!")), 401);
+    assert_eq!(status(a, &both(token, token)), 200);
+}
+
+#[test]
+fn bench_via_a_server_that_never_answers_says_it_timed_out() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    // takes connections and never answers them
+    std::thread::spawn(move || {
+        let held: Vec<_> = silent.incoming().take(16).collect();
+        std::thread::sleep(Duration::from_secs(60));
+        drop(held);
+    });
+    let t = Instant::now();
+    let out = util::voxline_bin()
+        .args(["bench", "--sessions", "1", "--via", &format!("ws://{addr}")])
+        .arg("--fixtures")
+        .arg(util::fixture("q_capital.wav"))
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no answer to"), "{err}");
+    assert!(err.contains(&addr.to_string()), "{err}");
+    assert!(!err.contains("os error"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+}
