@@ -300,3 +300,121 @@ fn bench_via_a_server_that_never_answers_says_it_timed_out() {
     assert!(!err.contains("os error"), "{err}");
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
 }
+
+/// `secs` of `f(t)` at 16 kHz between a second of silence on each side.
+fn write_sound(path: &std::path::Path, secs: f64, f: impl Fn(f64) -> f64) {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    let n = (secs * 16_000.0) as usize;
+    for i in 0..(n + 32_000) {
+        let t = (i as f64 - 16_000.0) / 16_000.0;
+        let x = if i < 16_000 || i >= n + 16_000 {
+            0.0
+        } else {
+            f(t)
+        };
+        w.write_sample((x.clamp(-1.0, 1.0) * 20_000.0) as i16)
+            .unwrap();
+    }
+    w.finalize().unwrap();
+}
+
+#[test]
+fn tones_hums_and_blank_audio_are_never_answered() {
+    use std::f64::consts::TAU;
+    let _g = util::engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let sounds: [(&str, &dyn Fn(f64) -> f64); 4] = [
+        ("tone", &|t| {
+            0.5 * (TAU * 440.0 * t).sin() + 0.25 * (TAU * 880.0 * t).sin()
+        }),
+        ("hum", &|t| {
+            (1..8)
+                .map(|k| 0.3 / f64::from(k) * (TAU * 120.0 * f64::from(k) * t).sin())
+                .sum()
+        }),
+        ("whistle", &|t| {
+            0.6 * (TAU * (1500.0 * t + 40.0 * (TAU * 5.0 * t).sin())).sin()
+        }),
+        ("chord", &|t| {
+            let c = [261.6, 329.6, 392.0]
+                .iter()
+                .map(|f| (TAU * f * t).sin())
+                .sum::<f64>();
+            0.3 * c * (0.5 + 0.5 * (TAU * 2.0 * t).sin())
+        }),
+    ];
+    let mut files = Vec::new();
+    for (name, f) in sounds {
+        let p = dir.path().join(format!("{name}.wav"));
+        write_sound(&p, 4.0, f);
+        files.push(p);
+    }
+    let report = dir.path().join("out").join("report.json");
+    std::fs::create_dir_all(report.parent().unwrap()).unwrap();
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = util::voxline_bin()
+            .arg("replay")
+            .args(args)
+            .args([
+                "--pace",
+                "fast",
+                "--quiet",
+                "--max-tokens",
+                "16",
+                "--ctx",
+                "512",
+            ])
+            .arg("--report-json")
+            .arg(&report)
+            .arg("--models-dir")
+            .arg(util::models_dir())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        util::read_json(&report)
+    };
+    let args: Vec<&std::ffi::OsStr> = files.iter().map(|p| p.as_os_str()).collect();
+    let r = run(&args);
+    let s = &r["summary"];
+    let heard: Vec<_> = r["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["transcript"].clone())
+        .collect();
+    assert_eq!(s["completed"], 0, "answered a sound: {heard:?}");
+    assert_eq!(s["turns"], 0, "{heard:?}");
+    assert!(s["non_speech"].as_u64() >= Some(3), "{heard:?}");
+    for t in r["turns"].as_array().unwrap() {
+        assert_eq!(t["non_speech"], true, "{t}");
+        assert!(t["response"].is_null(), "{t}");
+    }
+    // utterances cut to 233 ms: whisper's [BLANK_AUDIO] pieces are not
+    // answered, and the question still is
+    let q = util::fixture("q_capital.wav");
+    let r = run(&[
+        q.as_os_str(),
+        "--max-utterance-ms".as_ref(),
+        "233".as_ref(),
+        "--min-speech-ms".as_ref(),
+        "0".as_ref(),
+    ]);
+    let turns = r["turns"].as_array().unwrap();
+    let blank = turns.iter().filter(|t| t["non_speech"] == true).count();
+    assert!(blank >= 3, "{turns:?}");
+    for t in turns {
+        let answered = !t["response"].is_null();
+        assert_eq!(answered, t["non_speech"] == false, "{t}");
+    }
+    assert_eq!(r["summary"]["non_speech"], blank);
+}

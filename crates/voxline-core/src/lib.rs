@@ -90,7 +90,7 @@ pub use edge::{
 pub use event::{AnyEngineEvent, EngineEvent, PipelineEvent, TimedEvent};
 pub use fault::Fault;
 pub use message::{
-    AudioFrame, Message, Transcript, TurnError, Utterance, UtteranceId, UtteranceInfo,
+    non_speech, AudioFrame, Message, Transcript, TurnError, Utterance, UtteranceId, UtteranceInfo,
 };
 pub use runtime::{
     CpuLease, EventBus, EventReceiver, Pipeline, PipelineBuilder, RunOutcome, RuntimeError,

@@ -160,6 +160,36 @@ pub struct Transcript {
     pub end_wall: Instant,
 }
 
+impl Transcript {
+    /// Whether the recogniser heard no words: the text is empty, or only
+    /// its annotations of sounds that are not speech (`[BLANK_AUDIO]`,
+    /// `[Music]`, `(phone ringing)`, `*whistling*`, `♪`) and punctuation.
+    /// Such a transcript is not a turn: nothing is answered.
+    #[must_use]
+    pub fn is_non_speech(&self) -> bool {
+        non_speech(&self.text)
+    }
+}
+
+/// Whether `text` holds no words outside annotations (see
+/// [`Transcript::is_non_speech`]).
+#[must_use]
+pub fn non_speech(text: &str) -> bool {
+    let mut depth = 0usize;
+    let mut starred = false;
+    for c in text.chars() {
+        match c {
+            '[' | '(' | '{' => depth += 1,
+            ']' | ')' | '}' => depth = depth.saturating_sub(1),
+            '*' => starred = !starred,
+            _ if depth > 0 || starred => {}
+            c if c.is_alphanumeric() => return false,
+            _ => {}
+        }
+    }
+    true
+}
+
 /// A turn that failed in one stage; the pipeline goes on with the others.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TurnError {
@@ -311,5 +341,36 @@ mod tests {
         assert_eq!(v["text"], "what time is it");
         assert_eq!(v["n_tokens"], 5);
         assert_eq!(v["audio_ms"], 1_200.0);
+    }
+}
+
+#[cfg(test)]
+mod non_speech_tests {
+    use super::non_speech;
+
+    #[test]
+    fn annotations_and_punctuation_are_not_speech_and_any_word_is() {
+        for t in [
+            "",
+            " [BLANK_AUDIO]",
+            "[Music]",
+            "(phone ringing)",
+            " (whistling) [MUSIC PLAYING]",
+            "♪ ♪",
+            "*sigh*",
+            "...",
+            "[ Silence ]",
+        ] {
+            assert!(non_speech(t), "{t:?}");
+        }
+        for t in [
+            "What is the capital of France?",
+            "(coughs) Hello.",
+            "[Music] play it again",
+            "5",
+            "Oui.",
+        ] {
+            assert!(!non_speech(t), "{t:?}");
+        }
     }
 }

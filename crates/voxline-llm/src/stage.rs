@@ -67,9 +67,10 @@ impl voxline_core::StartStage for LlmStage {
 
 /// The language-model stage running on its thread, over backend `B`: one
 /// [`Transcript`] in; its answer streamed out as [`LlmOut::Token`]s as they
-/// come, then one [`LlmOut::Done`]. An empty transcript is answered with
-/// nothing (a turn with an empty response); a backend failure becomes a
-/// turn error for that id.
+/// come, then one [`LlmOut::Done`]. A transcript of no words (empty, or
+/// only whisper's `[BLANK_AUDIO]`, `[Music]`, `(phone ringing)`: see
+/// [`Transcript::is_non_speech`]) is answered with nothing, never sent to
+/// the model; a backend failure becomes a turn error for that id.
 ///
 /// What is not the stage's is the runtime's: it skips cancelled attempts,
 /// calls [`Stage::speculate`] before a pending one (the stage keeps the
@@ -199,7 +200,8 @@ impl<B: ChatBackend> Stage for RunningLlmStage<B> {
                 "cancelled: the session was stopped before this turn was answered",
             ));
         }
-        if t.text.trim().is_empty() {
+        if t.is_non_speech() {
+            // no words (silence, a tone, music): not a turn, nothing to answer
             out.emit(LlmOut::Done(TurnComplete {
                 id,
                 transcript: t.text,

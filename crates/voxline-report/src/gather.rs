@@ -246,7 +246,11 @@ pub(crate) fn turn_report(
             t.wer = Some(voxline_stt::word_error_rate(exp, &tr.text));
         }
     }
-    if let Some(d) = &g.done {
+    t.non_speech = g
+        .transcript
+        .as_ref()
+        .is_some_and(|(tr, _)| tr.is_non_speech());
+    if let Some(d) = g.done.as_ref().filter(|_| !t.non_speech) {
         t.response = Some(d.response.clone());
         t.llm_prompt_tokens = Some(d.n_prompt_tokens);
         t.llm_prefill_tokens = Some(d.engine.n_prefill_tokens);

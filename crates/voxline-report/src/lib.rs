@@ -159,13 +159,17 @@ pub fn build(
     } else {
         stages
     };
-    let counted: Vec<&TurnReport> = turns.iter().filter(|t| !t.warmup).collect();
+    let counted: Vec<&TurnReport> = turns
+        .iter()
+        .filter(|t| !t.warmup && !t.non_speech)
+        .collect();
     let pick = |f: &dyn Fn(&TurnReport) -> Option<f64>| -> Option<Percentiles> {
         Percentiles::of(&counted.iter().filter_map(|t| f(t)).collect::<Vec<_>>())
     };
     let wers: Vec<f64> = counted.iter().filter_map(|t| t.wer).collect();
     let mut summary = Summary {
-        turns: turns.len(),
+        turns: turns.iter().filter(|t| !t.non_speech).count(),
+        non_speech: turns.iter().filter(|t| t.non_speech).count(),
         completed: turns.iter().filter(|t| t.response.is_some()).count(),
         errors: turns.iter().filter(|t| t.error.is_some()).count(),
         warmup_turns: turns.iter().filter(|t| t.warmup).count(),

@@ -25,6 +25,10 @@ pub struct TurnReport {
     pub file: Option<PathBuf>,
     /// What whisper heard.
     pub transcript: Option<String>,
+    /// Whisper heard no words (silence, a tone, music: only annotations
+    /// such as `[BLANK_AUDIO]`): not a turn, not answered, and not counted
+    /// in the summary's turns or figures.
+    pub non_speech: bool,
     /// What the sidecar says was said.
     pub expected: Option<String>,
     /// Word error rate against `expected`.
@@ -239,8 +243,11 @@ pub struct ColdStart {
 /// Run-wide figures.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct Summary {
-    /// Utterances seen.
+    /// Turns: utterances seen in which whisper heard words.
     pub turns: usize,
+    /// Utterances in which whisper heard no words (see
+    /// [`TurnReport::non_speech`]): not answered.
+    pub non_speech: usize,
     /// Turns answered.
     pub completed: usize,
     /// Turns that ended in an error.
