@@ -9,7 +9,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use voxline_pipeline::pipeline;
 use voxline_pipeline::BadInput;
 
@@ -40,7 +39,10 @@ pub(crate) enum Outcome {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse_cli() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("VOXLINE_LOG")
@@ -69,6 +71,74 @@ fn main() -> ExitCode {
             ExitCode::from(if bad { 2 } else { 3 })
         }
     }
+}
+
+/// The command line, or the exit code of a help text (0) or of a bad flag
+/// (2, after one `voxline:` line naming the flag, its value and what it
+/// takes). Negative numbers are values, so that `--vad-threshold -0.5`
+/// is refused for its range, not as an unknown option.
+fn parse_cli() -> Result<Cli, ExitCode> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let command = Cli::command()
+        .allow_negative_numbers(true)
+        .mut_subcommands(|c| c.allow_negative_numbers(true));
+    let e = match command
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
+        Ok(cli) => return Ok(cli),
+        Err(e) => e,
+    };
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return Err(ExitCode::from(u8::from(e.use_stderr()) * 2));
+    }
+    let context = |k| match e.get(k) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let reason = std::error::Error::source(&e)
+        .map(ToString::to_string)
+        .or_else(|| match e.get(ContextKind::ValidValue) {
+            Some(ContextValue::Strings(v)) => Some(format!("give one of {}", v.join(", "))),
+            _ => None,
+        });
+    if let (ErrorKind::MissingRequiredArgument, Some(ContextValue::Strings(missing))) =
+        (e.kind(), e.get(ContextKind::InvalidArg))
+    {
+        eprintln!(
+            "voxline: missing {}; see `voxline help`",
+            missing.join(", ")
+        );
+        return Err(ExitCode::from(2));
+    }
+    let line = match (
+        context(ContextKind::InvalidArg),
+        context(ContextKind::InvalidValue),
+        reason,
+    ) {
+        (Some(arg), Some(value), reason) => {
+            let flag = arg.split_whitespace().next().unwrap_or(&arg).to_owned();
+            match reason.filter(|r| !r.ends_with("one of ")) {
+                _ if value.is_empty() => format!("{flag} needs a value"),
+                Some(reason) => format!("{flag} {value}: {reason}"),
+                None => format!("{flag} {value}: not a value it takes"),
+            }
+        }
+        _ => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            first.trim_start_matches("error: ").to_owned()
+        }
+    };
+    eprintln!("voxline: {line}; see `voxline help`");
+    Err(ExitCode::from(2))
 }
 
 /// Errors caused by what the user gave (files, flags, model files): exit

@@ -72,8 +72,8 @@ pub(crate) struct EngineArgs {
     /// Sampling temperature, 0 to 2 (0 = greedy, deterministic).
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub(crate) temperature: f32,
-    /// Sampling seed.
-    #[arg(long, default_value_t = 42)]
+    /// Sampling seed, 0 to 4294967295.
+    #[arg(long, default_value_t = 42, value_parser = seed)]
     pub(crate) seed: u32,
     /// Who speaks the answers: `piper` (the neural voice), `espeak` (espeak-ng), `auto` (piper
     /// when installed, else espeak) or `off`. Default: `off`, but `auto` for `replay --voice-out`
@@ -192,6 +192,17 @@ impl EngineArgs {
             voxline_pipeline::settings::available_cores(),
         )?;
         warnings.extend(capped);
+        if !cfg!(feature = "cuda") {
+            if self.n_gpu_layers > 0 {
+                warnings.push(format!(
+                    "--n-gpu-layers {}: this build has no GPU support (built without --features cuda); nothing is offloaded, the LLM runs on the CPU",
+                    self.n_gpu_layers
+                ));
+            }
+            if self.stt_gpu {
+                warnings.push("--stt-gpu: this build has no GPU support (built without --features cuda); whisper runs on the CPU".into());
+            }
+        }
         let threads = if self.cpu_share == CpuShare::Priority {
             ThreadBudget::priority(Some(threads.total))?
         } else {
@@ -253,6 +264,16 @@ impl EngineArgs {
                 self.llm_model.is_some(),
             ),
         ] {
+            match std::fs::metadata(path) {
+                // a loop of links, a directory that cannot be read: say so,
+                // as `models verify` would
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(BadInput(
+                        voxline_models::ModelError::io(path, e).to_string(),
+                    ));
+                }
+                _ => {}
+            }
             if !path.is_file() {
                 let hint = if given {
                     format!("check the path given to {flag}")
@@ -283,6 +304,7 @@ impl EngineArgs {
                 Role::Tts => Ok(()),
             };
             check.map_err(BadInput::from_display)?;
+            voxline_models::installed::check_installed(path).map_err(BadInput::from_display)?;
         }
         let trained = voxline_models::kind::gguf_context_length(&llm_model)
             .map_err(BadInput::from_display)?;
@@ -320,4 +342,11 @@ impl EngineArgs {
         };
         Ok((settings, warnings))
     }
+}
+
+/// `--seed`: a whole number that fits the sampler's 32 bits.
+fn seed(s: &str) -> Result<u32, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("give a whole number from 0 to {}", u32::MAX))
 }

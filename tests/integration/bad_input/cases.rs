@@ -387,13 +387,13 @@ pub(super) fn cases() -> Vec<Case> {
             name: "unknown flag",
             setup: |s| s.replay_good(&[&"--bogus-flag"]),
             expect: vec!["--bogus-flag"],
-            ..Case::CLAP
+            ..Case::ONE_LINE
         },
         Case {
             name: "--threads not a number",
             setup: |s| s.replay_good(&[&"--threads", &"two"]),
             expect: vec!["--threads", "two"],
-            ..Case::CLAP
+            ..Case::ONE_LINE
         },
         Case {
             name: "--threads 0",
@@ -411,7 +411,7 @@ pub(super) fn cases() -> Vec<Case> {
             name: "--pace sideways",
             setup: |s| set_flag(s.replay_good(&[]), "--pace", "sideways"),
             expect: vec!["--pace", "sideways", "realtime", "fast"],
-            ..Case::CLAP
+            ..Case::ONE_LINE
         },
         Case {
             name: "--audio-ctx 5000",
@@ -429,7 +429,7 @@ pub(super) fn cases() -> Vec<Case> {
             name: "--cpu-share sometimes",
             setup: |s| s.replay_good(&[&"--cpu-share", &"sometimes"]),
             expect: vec!["--cpu-share", "sometimes", "split", "shared"],
-            ..Case::CLAP
+            ..Case::ONE_LINE
         },
         Case {
             name: "--temperature -1",
@@ -441,6 +441,30 @@ pub(super) fn cases() -> Vec<Case> {
             name: "--temperature=-1",
             setup: |s| s.replay_good(&[&"--temperature=-1"]),
             expect: vec!["--temperature -1", "from 0 (greedy"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "--seed past 32 bits",
+            setup: |s| s.replay_good(&[&"--seed", &"18446744073709551615"]),
+            expect: vec!["--seed 18446744073709551615", "0 to 4294967295"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "--vad-threshold -0.5",
+            setup: |s| s.replay_good(&[&"--vad-threshold", &"-0.5"]),
+            expect: vec!["threshold", "-0.5", "[0, 1]"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "--spec-threshold -0.5",
+            setup: |s| s.replay_good(&[&"--spec-threshold", &"-0.5"]),
+            expect: vec!["spec_threshold", "-0.5", "[0, 1]"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "--hangover-ms -5",
+            setup: |s| s.replay_good(&[&"--hangover-ms", &"-5"]),
+            expect: vec!["--hangover-ms -5"],
             ..Case::ONE_LINE
         },
         Case {

@@ -101,8 +101,6 @@ enum Style {
     /// voxline's own validation: exactly one line, starting with `voxline:`,
     /// no Rust wording (`Some(`, `None`, `os error`), nothing on stdout.
     OneLine,
-    /// clap's usage error: `error: ...`, a usage block.
-    Clap,
 }
 
 /// One bad input: a row of [`cases::cases`].
@@ -128,15 +126,6 @@ impl Case {
         setup: |_| Vec::new(),
         exit: 2,
         style: Style::OneLine,
-        expect: Vec::new(),
-    };
-
-    /// A row refused by clap's own parsing (exit code 2, its usage block).
-    const CLAP: Case = Case {
-        name: "",
-        setup: |_| Vec::new(),
-        exit: 2,
-        style: Style::Clap,
         expect: Vec::new(),
     };
 }
@@ -281,11 +270,6 @@ fn check(
                     "unexpected stdout: {:?}",
                     String::from_utf8_lossy(&output.stdout)
                 ));
-            }
-        }
-        Style::Clap => {
-            if !lines.first().is_some_and(|l| l.starts_with("error:")) {
-                problems.push("clap's first line does not start with `error:`".into());
             }
         }
     }
