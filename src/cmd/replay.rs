@@ -33,7 +33,17 @@ pub(crate) fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         )
         .into());
     }
-    let inputs = pipeline::open_inputs(&args.files)?;
+    let stop = session.stop();
+    let inputs = match pipeline::open_inputs_until(&args.files, Some(stop), &|p| {
+        eprintln!(
+            "voxline: {}: a named pipe with no writer yet; waiting for one (Ctrl-C stops)",
+            p.display()
+        );
+    }) {
+        // Ctrl-C or SIGTERM while waiting for an input's writer
+        Err(_) if stop.is_requested() => return Ok(Outcome::Interrupted),
+        r => r?,
+    };
     let fault = voxline_pipeline::fault::Fault::from_env()?;
     let quiet = args.out.quiet;
     let Some(ran) = session.run(Run {

@@ -41,6 +41,8 @@ pub(crate) struct Session {
     budget_path: Option<PathBuf>,
     /// The voice that speaks the answers, if any.
     pub(crate) voice: Option<voxline_pipeline::voice::VoiceChoice>,
+    /// Ctrl-C and SIGTERM, once something can wait on them.
+    shutdown: std::sync::OnceLock<ShutdownHandle>,
 }
 
 /// What a subcommand runs in a [`Session`].
@@ -113,6 +115,17 @@ impl Session {
             budget: loaded,
             budget_path: budget.map(Path::to_path_buf),
             voice,
+            shutdown: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The session's stop: Ctrl-C and SIGTERM are the session's from the
+    /// first call on (e.g. before waiting for a named pipe's writer).
+    pub(crate) fn stop(&self) -> &ShutdownHandle {
+        self.shutdown.get_or_init(|| {
+            let h = ShutdownHandle::new();
+            install_signal_handler(h.clone());
+            h
         })
     }
 
@@ -148,8 +161,7 @@ impl Session {
     /// # Errors
     /// When a model cannot be loaded or the pipeline cannot run.
     pub(crate) fn run(self, run: Run<'_>) -> anyhow::Result<Option<Ran>> {
-        let shutdown = ShutdownHandle::new();
-        install_signal_handler(shutdown.clone());
+        let shutdown = self.stop().clone();
         for w in &self.warnings {
             eprintln!("voxline: warning: {w}");
         }

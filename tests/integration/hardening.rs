@@ -418,3 +418,115 @@ fn tones_hums_and_blank_audio_are_never_answered() {
     }
     assert_eq!(r["summary"]["non_speech"], blank);
 }
+
+/// `voxline replay FIFO`, its stderr lines on a channel.
+fn replay_fifo(fifo: &std::path::Path) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead as _;
+    let mut child = util::voxline_bin()
+        .arg("replay")
+        .arg(fifo)
+        .args(["--max-tokens", "8", "--ctx", "512"])
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    (child, rx)
+}
+
+/// Waits for a line containing `what`; every line seen.
+fn wait_line(rx: &std::sync::mpsc::Receiver<String>, what: &str, within: Duration) -> Vec<String> {
+    let deadline = Instant::now() + within;
+    let mut seen = Vec::new();
+    while let Ok(l) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        let hit = l.contains(what);
+        seen.push(l);
+        if hit {
+            return seen;
+        }
+    }
+    panic!("no line with {what:?} within {within:?}: {seen:?}");
+}
+
+/// Sends SIGINT to `child` and waits for its exit: its code and how long it took.
+fn interrupt(child: &mut std::process::Child) -> (Option<i32>, Duration) {
+    let t = Instant::now();
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return (s.code(), t.elapsed());
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("still running 20 s after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_named_pipe_without_a_writer_is_waited_for_out_loud_and_ctrl_c_ends_it() {
+    let _g = util::engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("in.wav");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let (mut child, lines) = replay_fifo(&fifo);
+    wait_line(
+        &lines,
+        "waiting for one (Ctrl-C stops)",
+        Duration::from_secs(10),
+    );
+    let (code, took) = interrupt(&mut child);
+    assert_eq!(code, Some(130));
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[test]
+fn a_writer_that_stalls_after_the_header_does_not_hold_ctrl_c_up() {
+    let _g = util::engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("in.wav");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let wav = std::fs::read(util::fixture("q_capital.wav")).unwrap();
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            // the header and a little audio, then nothing until released
+            let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            w.write_all(&wav[..20_000]).unwrap();
+            w.flush().unwrap();
+            let _ = held.recv();
+        })
+    };
+    let (mut child, lines) = replay_fifo(&fifo);
+    wait_line(&lines, "loading models", Duration::from_secs(20));
+    // the models load; the pipeline then waits on the stalled writer
+    std::thread::sleep(Duration::from_secs(6));
+    let (code, took) = interrupt(&mut child);
+    assert_eq!(code, Some(130));
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    drop(release);
+    writer.join().unwrap();
+}

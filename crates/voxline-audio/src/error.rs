@@ -28,6 +28,14 @@ pub enum AudioError {
         source: io::Error,
     },
 
+    /// A stop (Ctrl-C, SIGTERM) came while the input was being opened: a
+    /// named pipe's writer, or the header, had not come yet.
+    #[error("{}: stopped while waiting for the input", .path.display())]
+    Interrupted {
+        /// The input.
+        path: PathBuf,
+    },
+
     /// The file is not audio voxline recognises (empty, random bytes, text).
     #[error(
         "{} is not a WAV file or other audio voxline reads (MP3, FLAC, Ogg Vorbis, M4A): {reason}; \

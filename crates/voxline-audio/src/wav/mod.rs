@@ -14,6 +14,7 @@
 mod compressed;
 mod header;
 mod pcm;
+mod pipe;
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
@@ -157,6 +158,70 @@ impl WavSource {
         } else {
             Self::start(path.to_owned(), Origin::Stream(Box::new(file)), None)
         }
+    }
+
+    /// [`open`](Self::open), for a caller that can be stopped (Ctrl-C): a
+    /// named pipe with no writer is waited for on a helper thread, `waiting`
+    /// is called once when none has come within 200 ms, and `stop` ends the
+    /// wait; a pipe, FIFO or device is then read on a thread of its own, so
+    /// that a writer that stalls never holds a stop up (the stream ends
+    /// where it is). A regular file is opened as by [`open`](Self::open).
+    ///
+    /// # Errors
+    /// [`AudioError::Interrupted`] when `stop` came before the writer or the
+    /// header; otherwise as [`open`](Self::open).
+    pub fn open_stoppable(
+        path: &Path,
+        stop: &voxline_core::ShutdownHandle,
+        waiting: &dyn Fn(),
+    ) -> Result<WavSource, AudioError> {
+        let open_err = |source| AudioError::Open {
+            path: path.to_owned(),
+            source,
+        };
+        let meta = std::fs::metadata(path).map_err(open_err)?;
+        if meta.is_file() {
+            return Self::open(path);
+        }
+        let file = match pipe::open_waiting(path, stop, waiting).map_err(open_err)? {
+            pipe::Opened::File(f) => f,
+            pipe::Opened::Stopped => {
+                return Err(AudioError::Interrupted {
+                    path: path.to_owned(),
+                })
+            }
+        };
+        let reader = pipe::StopRead::wrap(file, stop.clone()).map_err(open_err)?;
+        Self::start(path.to_owned(), Origin::Stream(Box::new(reader)), None).map_err(|e| {
+            if stop.is_requested() {
+                AudioError::Interrupted {
+                    path: path.to_owned(),
+                }
+            } else {
+                e
+            }
+        })
+    }
+
+    /// [`stdin`](Self::stdin), read on a thread of its own so that `stop`
+    /// ends it even while the writer stalls.
+    ///
+    /// # Errors
+    /// As [`open_stoppable`](Self::open_stoppable).
+    pub fn stdin_stoppable(stop: &voxline_core::ShutdownHandle) -> Result<WavSource, AudioError> {
+        let label = PathBuf::from(STDIN_LABEL);
+        let reader =
+            pipe::StopRead::wrap(io::stdin(), stop.clone()).map_err(|source| AudioError::Open {
+                path: label.clone(),
+                source,
+            })?;
+        Self::from_reader(label.clone(), reader).map_err(|e| {
+            if stop.is_requested() {
+                AudioError::Interrupted { path: label }
+            } else {
+                e
+            }
+        })
     }
 
     /// Reads from any reader, front to back, without seeking (a pipe, a socket,

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use voxline_audio::WavSource;
+use voxline_core::ShutdownHandle;
 
 use super::LiveOptions;
 use crate::sidecar::Sidecar;
@@ -134,6 +135,22 @@ pub struct InputSpan {
 /// sidecar is malformed, or does not match its audio: another sample rate, a
 /// turn past the end).
 pub fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>, BadInput> {
+    open_inputs_until(paths, None, &|_| {})
+}
+
+/// [`open_inputs`] for a caller that can be stopped: with `stop`, a named
+/// pipe with no writer is waited for (`waiting` hears its path once it has
+/// waited 200 ms) until the writer or the stop comes, and pipes and standard
+/// input are read so that a stop ends them even while their writer stalls.
+///
+/// # Errors
+/// As [`open_inputs`]; also when the stop came first (then `stop` is
+/// requested, and the caller reports an interrupted run, not bad input).
+pub fn open_inputs_until(
+    paths: &[PathBuf],
+    stop: Option<&ShutdownHandle>,
+    waiting: &dyn Fn(&Path),
+) -> Result<Vec<Input>, BadInput> {
     if paths.is_empty() {
         return Err(BadInput(
             "no input files: give one or more WAV files".into(),
@@ -148,10 +165,11 @@ pub fn open_inputs(paths: &[PathBuf]) -> Result<Vec<Input>, BadInput> {
     paths
         .iter()
         .map(|p| {
-            let source = if is_stdin(p) {
-                WavSource::stdin()
-            } else {
-                WavSource::open(p)
+            let source = match (is_stdin(p), stop) {
+                (true, None) => WavSource::stdin(),
+                (true, Some(stop)) => WavSource::stdin_stoppable(stop),
+                (false, None) => WavSource::open(p),
+                (false, Some(stop)) => WavSource::open_stoppable(p, stop, &|| waiting(p)),
             }
             .map_err(BadInput::from_display)?;
             if source.spec().duration_frames == Some(0) {

@@ -19,7 +19,9 @@ mod sink;
 mod speaker;
 
 pub use assembly::{Extras, TranscriptStage};
-pub use input::{open_inputs, Input, InputSpan, Pace, Pushed, PushedAudio, Source};
+pub use input::{
+    open_inputs, open_inputs_until, Input, InputSpan, Pace, Pushed, PushedAudio, Source,
+};
 pub use live::{LiveOptions, LiveReport, VoiceOutputReport};
 pub use options::{EventHook, Observer, RunOptions, SharedObserver, SpanHook};
 pub use run::{run, run_source, run_source_with, run_with, RunError, RunResult};
