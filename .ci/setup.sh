@@ -11,8 +11,9 @@ cd "$(dirname "$0")/.."
 # regenerating the audio fixtures; python3-pip: `models fetch`;
 # alsa-utils (arecord), pulseaudio + pulseaudio-utils (paplay, pactl) and
 # libasound2-plugins (ALSA's pulse plugin): the live tests through a real sound server;
-# chromium: the browser test of `voxline serve`'s page.
-packages=(cmake clang libclang-dev libasound2-dev pkg-config espeak-ng sox python3 python3-pip alsa-utils
+# chromium: the browser test of `voxline serve`'s page; ffmpeg: the compressed recordings
+# (MP3, Ogg, M4A) the decoding tests join and cut, and the reference for what they hold.
+packages=(cmake clang libclang-dev libasound2-dev pkg-config espeak-ng sox ffmpeg python3 python3-pip alsa-utils
           pulseaudio pulseaudio-utils libasound2-plugins chromium)
 missing=()
 for p in "${packages[@]}"; do

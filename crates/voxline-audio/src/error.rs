@@ -133,11 +133,31 @@ pub enum AudioError {
         frames_read: u64,
     },
 
+    /// The compressed data ended inside a packet (a file cut short whose
+    /// container does not declare its length).
+    #[error(
+        "{}: the {format} data ends in the middle of a packet after {seconds:.2} s: the file was cut short; the audio up to there was played — copy or export it again to get all of it",
+        .path.display()
+    )]
+    CutShort {
+        /// The file.
+        path: PathBuf,
+        /// The container.
+        format: String,
+        /// Audio decoded before the cut, s.
+        seconds: f64,
+    },
+
     /// Reading or decoding a sample failed for a reason other than truncation.
-    #[error("{}: failed to decode audio after {frames_read} frames: {reason}", .path.display())]
+    #[error(
+        "{}: the audio cannot be decoded past {seconds:.2} s ({reason}); the audio up to there was played — re-export the file, or convert it: `ffmpeg -i INPUT -ar 16000 -ac 1 OUTPUT.wav`",
+        .path.display()
+    )]
     Decode {
         /// The file.
         path: PathBuf,
+        /// Audio decoded before the failure, s.
+        seconds: f64,
         /// Complete frames decoded before the failure.
         frames_read: u64,
         /// The decoder's description of the failure.

@@ -37,6 +37,11 @@ pub(crate) struct CompressedStream {
     /// Frames the container declares, when it does.
     pub declared_frames: Option<u64>,
     bad_packets: u32,
+    /// Streams chained after the first (Ogg), or recordings appended past
+    /// the length the first one's header declared (MP3s concatenated).
+    pub(crate) joined: u32,
+    /// The first packet's samples, decoded at open (see [`CompressedStream::open_file`]).
+    primed: Option<(Vec<f32>, bool)>,
 }
 
 impl CompressedStream {
@@ -63,7 +68,16 @@ impl CompressedStream {
                 FormatOptions::default(),
                 MetadataOptions::default(),
             )
-            .map_err(|e| unsupported(describe(&e)))?;
+            .map_err(|e| match e {
+                SymError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    AudioError::CutShort {
+                        path: path.to_owned(),
+                        format: kind.to_owned(),
+                        seconds: 0.0,
+                    }
+                }
+                e => unsupported(describe(&e)),
+            })?;
         let track = format
             .default_track(TrackType::Audio)
             .ok_or_else(|| unsupported("it holds no audio track".to_owned()))?;
@@ -102,22 +116,130 @@ impl CompressedStream {
             sample_rate,
             channels,
             bad_packets: 0,
+            joined: 0,
+            primed: None,
         })
+    }
+
+    /// Opens a regular file: with seeks first, then, when that fails at
+    /// the probe or on the first packet (an Ogg cut inside a page, an MP4
+    /// whose index promises more than the file holds), front to back as a
+    /// stream, which decodes what is there and reports the cut.
+    pub(crate) fn open_file(
+        path: &Path,
+        kind: &str,
+        file: std::fs::File,
+    ) -> Result<Self, AudioError> {
+        let again = file.try_clone().ok();
+        let e = match Self::open(path, kind, Box::new(file)).and_then(|s| s.primed(path, kind)) {
+            Ok(s) => return Ok(s),
+            Err(e) => e,
+        };
+        let Some(mut f) = again else {
+            return Err(e);
+        };
+        if std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0)).is_err() {
+            return Err(e);
+        }
+        let source = symphonia::core::io::ReadOnlySource::new(f);
+        // the first failure names the file's own problem
+        Self::open(path, kind, Box::new(source))
+            .and_then(|s| s.primed(path, kind))
+            .map_err(|_| e)
+    }
+
+    /// The next stream of a chain (Ogg): its decoder, when it has the
+    /// first one's rate and channels.
+    fn next_in_chain(&mut self) -> Result<(), String> {
+        let track = self
+            .format
+            .default_track(TrackType::Audio)
+            .ok_or("the next stream of the chain holds no audio")?;
+        let Some(CodecParameters::Audio(params)) = &track.codec_params else {
+            return Err("the next stream of the chain holds no audio".to_owned());
+        };
+        let channels = params.channels.as_ref().map(|c| c.count());
+        if params.sample_rate != Some(self.sample_rate)
+            || channels != Some(usize::from(self.channels))
+        {
+            return Err(format!(
+                "it is a chain of recordings, and the next one has {} Hz and {} channel(s) where the first has {} Hz and {}; convert it to one recording",
+                params.sample_rate.unwrap_or(0),
+                channels.unwrap_or(0),
+                self.sample_rate,
+                self.channels
+            ));
+        }
+        self.decoder = symphonia::default::get_codecs()
+            .make_audio_decoder(params, &AudioDecoderOptions::default())
+            .map_err(|e| describe(&e))?;
+        self.track_id = track.id;
+        self.joined += 1;
+        Ok(())
+    }
+
+    /// The stream with its first packet decoded, so that a file that
+    /// cannot give one is known at open.
+    fn primed(mut self, path: &Path, kind: &str) -> Result<Self, AudioError> {
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        match self.read_packet(&mut out, &mut scratch) {
+            end @ (PacketEnd::More | PacketEnd::Done) => {
+                self.primed = Some((out, matches!(end, PacketEnd::Done)));
+                Ok(self)
+            }
+            PacketEnd::Short => Err(AudioError::CutShort {
+                path: path.to_owned(),
+                format: kind.to_owned(),
+                seconds: 0.0,
+            }),
+            PacketEnd::Failed(reason) => Err(AudioError::Decode {
+                path: path.to_owned(),
+                seconds: 0.0,
+                frames_read: 0,
+                reason,
+            }),
+        }
     }
 
     /// Decodes the next packet of the track, appending its interleaved samples to `out`.
     pub(crate) fn read_packet(&mut self, out: &mut Vec<f32>, scratch: &mut Vec<f32>) -> PacketEnd {
+        if let Some((first, done)) = self.primed.take() {
+            out.extend_from_slice(&first);
+            return if done {
+                PacketEnd::Done
+            } else {
+                PacketEnd::More
+            };
+        }
         loop {
-            let packet = match self.format.next_packet() {
+            let mut packet = match self.format.next_packet() {
                 Ok(Some(p)) => p,
                 Ok(None) => return PacketEnd::Done,
                 Err(SymError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                     return PacketEnd::Short
                 }
+                // a chained Ogg: the next logical stream begins
+                Err(SymError::ResetRequired) => match self.next_in_chain() {
+                    Ok(()) => continue,
+                    Err(why) => return PacketEnd::Failed(why),
+                },
                 Err(e) => return PacketEnd::Failed(describe(&e)),
             };
             if packet.track_id != self.track_id {
                 continue;
+            }
+            // A packet wholly past the length the header declared is another
+            // recording appended to this one (MP3s concatenated): the demuxer
+            // would have it trimmed away as the first one's padding.
+            let past = self
+                .declared_frames
+                .is_some_and(|n| u64::try_from(packet.pts.get()).is_ok_and(|pts| pts >= n));
+            if past {
+                if self.joined == 0 {
+                    self.joined = 1;
+                }
+                packet.trim_start = symphonia::core::units::Duration::ZERO;
+                packet.trim_end = symphonia::core::units::Duration::ZERO;
             }
             match self.decoder.decode(&packet) {
                 Ok(buf) => {
@@ -125,9 +247,13 @@ impl CompressedStream {
                     if buf.spec().rate() != self.sample_rate
                         || buf.spec().channels().count() != usize::from(self.channels)
                     {
-                        return PacketEnd::Failed(
-                            "the sample rate or channel count changes mid-stream".to_owned(),
-                        );
+                        return PacketEnd::Failed(format!(
+                            "its sample rate or channel count changes mid-stream ({} Hz, {} channel(s) where it began with {} Hz, {}; recordings of different rates joined?); convert it to one rate",
+                            buf.spec().rate(),
+                            buf.spec().channels().count(),
+                            self.sample_rate,
+                            self.channels
+                        ));
                     }
                     buf.copy_to_vec_interleaved(scratch);
                     out.extend_from_slice(scratch);
@@ -147,6 +273,11 @@ impl CompressedStream {
 fn describe(e: &SymError) -> String {
     match e {
         SymError::Unsupported(what) => format!("unsupported: {what}"),
+        // the MP3 decoder's words for a frame of another rate or channel
+        // count than the stream began with (files of two rates joined)
+        other if other.to_string().contains("signal spec") => {
+            "its sample rate or channel count changes mid-stream (recordings of different rates joined?); convert it to one rate".to_owned()
+        }
         other => other.to_string(),
     }
 }

@@ -299,16 +299,17 @@ impl WavSource {
                 Ok(src)
             }
             Sniffed::Compressed(kind) => {
-                let source: Box<dyn MediaSource> = match origin {
+                let stream = match origin {
                     Origin::File(mut f) => {
                         f.seek(SeekFrom::Start(0)).map_err(open_err)?;
-                        Box::new(f)
+                        CompressedStream::open_file(&path, kind, f)?
                     }
                     Origin::Stream(r) => {
-                        Box::new(ReadOnlySource::new(io::Cursor::new(head.to_vec()).chain(r)))
+                        let source: Box<dyn MediaSource> =
+                            Box::new(ReadOnlySource::new(io::Cursor::new(head.to_vec()).chain(r)));
+                        CompressedStream::open(&path, kind, source)?
                     }
                 };
-                let stream = CompressedStream::open(&path, kind, source)?;
                 let spec = WavSpec {
                     sample_rate: stream.sample_rate,
                     channels: stream.channels,
@@ -475,9 +476,43 @@ impl WavSource {
             }
         };
         self.frames_read += (self.interleaved.len() / channels) as u64;
+        let compressed = matches!(self.decoder, Decoder::Compressed { .. });
+        let seconds = self.frames_read as f64 / f64::from(self.spec.sample_rate.max(1));
         match end {
             None => false,
+            // a compressed file whose header (an MP3's Xing/LAME frame count)
+            // declares more than it held: cut short
+            Some(Ok(()))
+                if compressed && self.frames_read + self.cut_slack() < self.declared_frames =>
+            {
+                self.deferred = Some(AudioError::Truncated {
+                    path: self.path.clone(),
+                    expected_frames: self.declared_frames,
+                    frames_read: self.frames_read,
+                });
+                true
+            }
             Some(Ok(())) => true,
+            // compressed data that ends inside a packet was cut short,
+            // whatever its container declared
+            Some(Err(None))
+                if compressed && self.frames_read + self.cut_slack() < self.declared_frames =>
+            {
+                self.deferred = Some(AudioError::Truncated {
+                    path: self.path.clone(),
+                    expected_frames: self.declared_frames,
+                    frames_read: self.frames_read,
+                });
+                true
+            }
+            Some(Err(None)) if compressed => {
+                self.deferred = Some(AudioError::CutShort {
+                    path: self.path.clone(),
+                    format: self.spec.container.to_owned(),
+                    seconds,
+                });
+                true
+            }
             Some(Err(None)) if self.frames_read >= self.declared_frames => {
                 // Ended early but every whole declared frame is there (a stream's
                 // header overstating by less than a frame, or no declared length).
@@ -503,12 +538,20 @@ impl WavSource {
             Some(Err(Some(reason))) => {
                 self.deferred = Some(AudioError::Decode {
                     path: self.path.clone(),
+                    seconds,
                     frames_read: self.frames_read,
                     reason,
                 });
                 true
             }
         }
+    }
+
+    /// Frames a compressed file may end short of its declared length and
+    /// still be whole: two MP3 frames and 1 % (encoder delay and padding
+    /// are counted differently by different writers).
+    fn cut_slack(&self) -> u64 {
+        2 * 1152 + self.declared_frames / 100
     }
 
     /// Records that a stream's data chunk ended a few bytes short of its header

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use voxline_audio::{AudioError, SampleEncoding, WavSource};
 
+mod compressed_cuts;
 mod real_world;
 
 const BURST_START: f64 = 0.5;
