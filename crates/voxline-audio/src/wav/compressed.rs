@@ -69,13 +69,9 @@ impl CompressedStream {
                 MetadataOptions::default(),
             )
             .map_err(|e| match e {
-                SymError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    AudioError::CutShort {
-                        path: path.to_owned(),
-                        format: kind.to_owned(),
-                        seconds: 0.0,
-                    }
-                }
+                SymError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => unsupported(
+                    "it ends before its header and first audio could be read: it was cut short, or its header is damaged (a rate, size or bit depth that its frames do not have)".to_owned(),
+                ),
                 e => unsupported(describe(&e)),
             })?;
         let track = format

@@ -176,3 +176,29 @@ fn mp3s_of_two_rates_joined_are_refused_in_words() {
     );
     assert!(!line.contains("signal spec"), "{line}");
 }
+
+#[test]
+fn a_flac_whose_header_lies_about_its_rate_or_depth_is_refused_in_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let flac = tone(dir.path(), "a.flac", 440, 2.0, 16_000, &[]);
+    let bytes = std::fs::read(&flac).unwrap();
+    assert_eq!(&bytes[..4], b"fLaC");
+    // STREAMINFO from byte 18: 20 bits of rate, 3 of channels - 1, 5 of bits - 1, 36 of length
+    let field = u64::from_be_bytes(bytes[18..26].try_into().unwrap());
+    for (name, patched) in [
+        ("rate1.flac", (field & !(0xF_FFFF << 44)) | (1 << 44)),
+        ("bits31.flac", (field & !(0x1F << 36)) | (30 << 36)),
+    ] {
+        let mut b = bytes.clone();
+        b[18..26].copy_from_slice(&patched.to_be_bytes());
+        let p = dir.path().join(name);
+        std::fs::write(&p, b).unwrap();
+        let (_, err) = play(&p);
+        let line = err.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            line.contains(name) && line.contains("header is damaged"),
+            "{line}"
+        );
+        assert!(!line.contains("unexpected end of file"), "{line}");
+    }
+}
