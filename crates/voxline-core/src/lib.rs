@@ -93,8 +93,8 @@ pub use message::{
     non_speech, AudioFrame, Message, Transcript, TurnError, Utterance, UtteranceId, UtteranceInfo,
 };
 pub use runtime::{
-    CpuLease, EventBus, EventReceiver, Pipeline, PipelineBuilder, RunOutcome, RuntimeError,
-    ShutdownHandle,
+    CpuLease, DrainHandle, EventBus, EventReceiver, Pipeline, PipelineBuilder, RunOutcome,
+    RuntimeError, ShutdownHandle,
 };
 pub use span::{Span, SpanKind, SpanRecord};
 pub use spec::{SpecBoard, SpecGate, SpecState};

@@ -862,3 +862,57 @@ fn an_observer_takes_every_span_as_it_happens_and_none_is_kept() {
         1
     );
 }
+
+#[test]
+fn a_drain_drops_the_turns_queued_before_it_and_lets_the_one_in_flight_finish() {
+    let drain = voxline_core::DrainHandle::new();
+    let mut pipeline = Pipeline::builder(Clock::start())
+        .drain_on(drain.clone())
+        .build();
+    let (source, a_in) = edge::<Item>("src->slow", 16, FullPolicy::Block);
+    let (a_out, sink_in) = edge::<Item>("slow->sink", 16, FullPolicy::Block);
+    let slow = Hop {
+        delay: Duration::from_millis(300),
+        ..Hop::new("slow")
+    };
+    pipeline.spawn_stage(slow, a_in, a_out).unwrap();
+    let (results_tx, results) = mpsc::channel();
+    pipeline
+        .spawn_sink("sink", sink_in, move |env| {
+            results_tx
+                .send(env.item)
+                .map_err(|_| StageError::fatal("results reader gone"))
+        })
+        .unwrap();
+    for id in 0..6 {
+        source
+            .send(Item {
+                id,
+                hops: Vec::new(),
+            })
+            .unwrap();
+    }
+    // turn 0 is in the slow stage; 1..=5 wait behind it
+    thread::sleep(Duration::from_millis(100));
+    drain.request();
+    // what comes after the drain's moment goes through
+    source
+        .send(Item {
+            id: 9,
+            hops: Vec::new(),
+        })
+        .unwrap();
+    drop(source);
+    let outcome = join_within(pipeline);
+    let ids: Vec<_> = results.try_iter().map(|i| i.id).collect();
+    assert_eq!(ids, vec![0, 9]);
+    let cancelled: Vec<_> = outcome
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            PipelineEvent::TurnError(t) if t.message.starts_with("cancelled") => Some(t.id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cancelled, vec![1, 2, 3, 4, 5]);
+}

@@ -478,13 +478,13 @@ impl WavSource {
         self.frames_read += (self.interleaved.len() / channels) as u64;
         let compressed = matches!(self.decoder, Decoder::Compressed { .. });
         let seconds = self.frames_read as f64 / f64::from(self.spec.sample_rate.max(1));
+        // a compressed file that held less than its header declares (an
+        // MP3's Xing/LAME frame count, an MP4's index), whether it ended at a
+        // packet's edge or inside one
+        let short = compressed && self.frames_read + self.cut_slack() < self.declared_frames;
         match end {
             None => false,
-            // a compressed file whose header (an MP3's Xing/LAME frame count)
-            // declares more than it held: cut short
-            Some(Ok(()))
-                if compressed && self.frames_read + self.cut_slack() < self.declared_frames =>
-            {
+            Some(Ok(()) | Err(None)) if short => {
                 self.deferred = Some(AudioError::Truncated {
                     path: self.path.clone(),
                     expected_frames: self.declared_frames,
@@ -495,16 +495,6 @@ impl WavSource {
             Some(Ok(())) => true,
             // compressed data that ends inside a packet was cut short,
             // whatever its container declared
-            Some(Err(None))
-                if compressed && self.frames_read + self.cut_slack() < self.declared_frames =>
-            {
-                self.deferred = Some(AudioError::Truncated {
-                    path: self.path.clone(),
-                    expected_frames: self.declared_frames,
-                    frames_read: self.frames_read,
-                });
-                true
-            }
             Some(Err(None)) if compressed => {
                 self.deferred = Some(AudioError::CutShort {
                     path: self.path.clone(),

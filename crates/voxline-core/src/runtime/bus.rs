@@ -62,3 +62,28 @@ impl ShutdownHandle {
         self.0.load(Ordering::Acquire)
     }
 }
+
+/// A drain: once requested, the turns queued before that moment are
+/// dropped, while calls in flight and what they send on still finish (a
+/// server stopping "where it is").
+#[derive(Debug, Clone, Default)]
+pub struct DrainHandle(Arc<std::sync::OnceLock<std::time::Instant>>);
+
+impl DrainHandle {
+    /// A new drain, not requested.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Drains from now on (the first request's moment counts).
+    pub fn request(&self) {
+        let _ = self.0.set(std::time::Instant::now());
+    }
+
+    /// When the drain was requested, if it was.
+    #[must_use]
+    pub fn requested_at(&self) -> Option<std::time::Instant> {
+        self.0.get().copied()
+    }
+}

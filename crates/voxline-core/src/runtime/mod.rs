@@ -23,7 +23,7 @@ use std::time::Instant;
 use crossbeam_channel as cb;
 
 pub use crate::cpu::CpuLease;
-pub use bus::{EventBus, EventReceiver, ShutdownHandle};
+pub use bus::{DrainHandle, EventBus, EventReceiver, ShutdownHandle};
 
 use crate::clock::Clock;
 use crate::cpu::ThreadMeter;
@@ -104,6 +104,7 @@ pub struct PipelineBuilder {
     publish_messages: bool,
     cancel_queued: Option<ShutdownHandle>,
     cancel_calls: Option<ShutdownHandle>,
+    drain: Option<DrainHandle>,
     board: Option<SpecBoard>,
     meter: ThreadMeter,
     observer: Option<SpanObserver>,
@@ -141,6 +142,18 @@ impl PipelineBuilder {
     #[must_use]
     pub fn cancel_queued_on(mut self, stop: ShutdownHandle) -> Self {
         self.cancel_queued = Some(stop);
+        self
+    }
+
+    /// Once `drain` is requested, every stage drops the inputs of a turn
+    /// that were queued for it before that moment: each such turn ends with
+    /// a `TurnError` ("cancelled"). Inputs of no turn (audio frames, the
+    /// end of a stream) still go through, so the stream ends in order, and
+    /// what calls in flight send on after the moment is processed: the
+    /// turns in flight finish. For a server stopping where it is.
+    #[must_use]
+    pub fn drain_on(mut self, drain: DrainHandle) -> Self {
+        self.drain = Some(drain);
         self
     }
 
@@ -215,6 +228,7 @@ impl PipelineBuilder {
             publish_messages: self.publish_messages,
             cancel_queued: self.cancel_queued,
             cancel_calls: self.cancel_calls,
+            drain: self.drain,
             board: self.board,
             meter: self.meter,
             barge: self.barge,
@@ -242,6 +256,7 @@ pub struct Pipeline {
     publish_messages: bool,
     cancel_queued: Option<ShutdownHandle>,
     cancel_calls: Option<ShutdownHandle>,
+    drain: Option<DrainHandle>,
     board: Option<SpecBoard>,
     meter: ThreadMeter,
     barge: Option<crate::BargeIn>,
@@ -259,6 +274,7 @@ impl Pipeline {
             publish_messages: true,
             cancel_queued: None,
             cancel_calls: None,
+            drain: None,
             board: None,
             meter: ThreadMeter::new(),
             observer: None,
@@ -326,6 +342,7 @@ impl Pipeline {
             lease: None,
             cancel_queued: self.cancel_queued.clone(),
             cancel_calls: self.cancel_calls.clone(),
+            drain: self.drain.clone(),
             board: self.board.clone(),
             meter: self.meter.clone(),
             barge: self.barge.clone(),

@@ -56,6 +56,8 @@ pub(super) struct StageContext {
     pub(super) publish_messages: bool,
     pub(super) lease: Option<CpuLease>,
     pub(super) cancel_queued: Option<ShutdownHandle>,
+    /// Turns queued before this drain's moment are dropped.
+    pub(super) drain: Option<super::DrainHandle>,
     /// Calls in flight stop (their probe reads cancelled) once this is requested.
     pub(super) cancel_calls: Option<ShutdownHandle>,
     /// Speculative attempts: skipped when cancelled, settled after.
@@ -203,10 +205,16 @@ pub(super) fn run_stage<S: Stage>(
             // a thrown-away attempt: nothing of it is computed any more
             continue;
         }
-        if ctx
-            .cancel_queued
+        let drained = ctx
+            .drain
             .as_ref()
-            .is_some_and(ShutdownHandle::is_requested)
+            .and_then(super::DrainHandle::requested_at)
+            .is_some_and(|at| id.is_some() && envelope.enqueued < at);
+        if drained
+            || ctx
+                .cancel_queued
+                .as_ref()
+                .is_some_and(ShutdownHandle::is_requested)
         {
             if let Some(id) = id {
                 ctx.bus.post(PipelineEvent::TurnError(TurnError {

@@ -70,6 +70,10 @@ pub struct RunOptions {
     /// A stop (Ctrl-C) cancels the answer in flight and the turns queued
     /// behind it, instead of letting them finish.
     pub cancel_on_stop: bool,
+    /// Once requested, the turns queued before that moment are dropped
+    /// (each a `cancelled` turn error) while those in flight finish: a
+    /// server stopping where it is.
+    pub drain: Option<voxline_core::DrainHandle>,
     /// A live pipeline that speaks: how speech over the voice stops it
     /// (`None`: it never does).
     pub barge_in: Option<voxline_audio::BargeInOptions>,
@@ -86,6 +90,7 @@ impl std::fmt::Debug for RunOptions {
             .field("queue_capacity", &self.queue_capacity)
             .field("cpu_share", &self.cpu_share)
             .field("cancel_on_stop", &self.cancel_on_stop)
+            .field("drain", &self.drain)
             .field("speculation", &self.speculation.as_ref().map(|(_, ms)| ms))
             .finish_non_exhaustive()
     }
@@ -108,6 +113,7 @@ impl Default for RunOptions {
             lease: None,
             meter: voxline_core::ThreadMeter::new(),
             cancel_on_stop: false,
+            drain: None,
             barge_in: Some(voxline_audio::BargeInOptions::default()),
         }
     }

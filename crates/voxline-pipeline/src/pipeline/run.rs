@@ -266,6 +266,9 @@ where
             .cancel_calls_on(stop.clone())
             .cancel_queued_on(stop.clone());
     }
+    if let Some(drain) = &opts.drain {
+        builder = builder.drain_on(drain.clone());
+    }
     if let Some((board, _)) = &opts.speculation {
         builder = builder.speculation(board.clone());
     }

@@ -274,6 +274,7 @@ impl Hub {
             dropped: Arc::clone(&dropped),
         };
         let leaving = ShutdownHandle::new();
+        let draining = voxline_core::DrainHandle::new();
         let spans = reader.clone();
         let load = Arc::clone(&self.load);
         let opts = RunOptions {
@@ -296,6 +297,7 @@ impl Hub {
                 .map(|ms| (voxline_core::SpecBoard::new(), ms)),
             meter: self.meter.clone(),
             cancel_on_stop: true,
+            drain: Some(draining.clone()),
             ..RunOptions::default()
         };
         let extras = (self.stages)();
@@ -327,6 +329,7 @@ impl Hub {
             queued,
             pending: Mutex::new(Vec::new()),
             ended: AtomicBool::new(false),
+            draining,
             events: out_rx,
             dropped,
             refused: AtomicU64::new(0),
@@ -421,6 +424,8 @@ pub struct Session {
     pending: Mutex<Vec<f32>>,
     /// The last thing queued was the end of a stream.
     ended: AtomicBool,
+    /// Turns queued before it was requested are dropped.
+    draining: voxline_core::DrainHandle,
     events: Receiver<Observed>,
     dropped: Arc<AtomicU64>,
     refused: AtomicU64,
@@ -484,10 +489,12 @@ impl Session {
         let _ = tx.send(PushedAudio::End);
     }
 
-    /// Drops the audio queued that has not reached the VAD yet (a server
-    /// stopping: what was said is not transcribed after all), then ends the
-    /// stream; returns the samples dropped.
+    /// Stops where it is (a server stopping): the audio queued that has
+    /// not reached the VAD yet is dropped, the turns queued in front of the
+    /// engines are cancelled (each a `cancelled` turn error), the stream
+    /// ends; the turns in flight finish. Returns the samples dropped.
     pub fn discard_queued(&self) -> u64 {
+        self.draining.request();
         let mut dropped = {
             let mut pending = lock(&self.pending);
             let n = pending.len() as u64;
