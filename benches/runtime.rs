@@ -1,6 +1,7 @@
 //! The runtime's own cost: what one message and one token cost to carry
-//! through a stage (channel hop + span recording + event publishing), and
-//! how fast the VAD front end replays audio.
+//! through a stage (channel hop + span recording + event publishing), how
+//! fast the VAD front end replays audio, and what the end-of-turn model's
+//! features of one candidate end cost.
 //!
 //! `cargo bench --bench runtime`
 
@@ -132,5 +133,15 @@ fn vad_replay(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, runtime, vad_replay);
+/// The end-of-turn model's input: the log-mel features of a turn's last 8 s.
+fn turn_features(c: &mut Criterion) {
+    let audio = util::read_16k(&util::fixture("long_10s.wav"));
+    let mut f = voxline_audio::turn::TurnFeatures::new();
+    let mut g = c.benchmark_group("turn");
+    g.sample_size(20);
+    g.bench_function("features_8s", |b| b.iter(|| f.compute(&audio).len()));
+    g.finish();
+}
+
+criterion_group!(benches, runtime, vad_replay, turn_features);
 criterion_main!(benches);

@@ -17,6 +17,7 @@ pub mod playback;
 mod quiet;
 pub mod resample;
 pub mod stage;
+pub mod turn;
 pub mod vad;
 pub mod wav;
 
