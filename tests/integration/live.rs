@@ -343,6 +343,29 @@ impl Drop for Pulse {
 }
 
 /// Writes 16 kHz mono 16-bit PCM as a WAV file.
+/// Writes to `path` what a stopwatch test plays: 0.5 s of silence, a
+/// 20 ms 1 kHz click, 1 s of silence, `fixture`, then `tail` samples of
+/// silence. Returns where the click and the fixture start (16 kHz samples),
+/// and the fixture's samples.
+fn write_clicked(path: &Path, fixture: &str, tail: usize) -> (usize, usize, Vec<f32>) {
+    let click_at = 8_000usize;
+    let audio = util::read_16k(&util::fixture(fixture));
+    let mut play: Vec<i16> = vec![0; click_at];
+    play.extend((0..320).map(|i| {
+        (0.8 * 32_767.0 * (std::f64::consts::TAU * 1_000.0 * f64::from(i) / 16_000.0).sin()) as i16
+    }));
+    play.extend(std::iter::repeat_n(0, 16_000));
+    let offset = play.len();
+    play.extend(
+        audio
+            .iter()
+            .map(|s| (s * 32_768.0).round().clamp(-32_768.0, 32_767.0) as i16),
+    );
+    play.extend(std::iter::repeat_n(0, tail));
+    write_wav(path, &play);
+    (click_at, offset, audio)
+}
+
 fn write_wav(path: &Path, samples: &[i16]) {
     let data = (samples.len() * 2) as u32;
     let mut b = Vec::with_capacity(44 + samples.len() * 2);
@@ -404,27 +427,13 @@ fn live_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
     let pulse = Pulse::start();
     let dir = pulse.dir.path().to_path_buf();
 
-    // The played file: 0.5 s silence, a 20 ms click, 1 s silence, the
-    // fixture, 2 s silence (so the VAD closes the last question).
+    // The played file: the click, the fixture, 2 s of silence (so the VAD
+    // closes the last question).
     const RATE: f64 = 16_000.0;
-    let click_at = 8_000usize;
     let sidecar = util::sidecar("multi_turn.wav");
     assert_eq!(sidecar["sample_rate"], 16_000);
-    let fixture = util::read_16k(&util::fixture("multi_turn.wav"));
-    let mut play: Vec<i16> = vec![0; click_at];
-    play.extend((0..320).map(|i| {
-        (0.8 * 32_767.0 * (2.0 * std::f64::consts::PI * 1_000.0 * f64::from(i) / RATE).sin()) as i16
-    }));
-    play.extend(std::iter::repeat_n(0, 16_000));
-    let offset = play.len();
-    play.extend(
-        fixture
-            .iter()
-            .map(|s| (s * 32_768.0).round().clamp(-32_768.0, 32_767.0) as i16),
-    );
-    play.extend(std::iter::repeat_n(0, 32_000));
     let wav = dir.join("play.wav");
-    write_wav(&wav, &play);
+    let (click_at, offset, fixture) = write_clicked(&wav, "multi_turn.wav", 32_000);
 
     // voxline first: wait until it listens (models loaded, device open).
     let report = dir.join("report.json");
@@ -786,23 +795,9 @@ fn live_voice_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
     let pulse = Pulse::start_with_output();
     let dir = pulse.dir.path().to_path_buf();
     const RATE: f64 = 16_000.0;
-    let click_at = 8_000usize;
     let sidecar = util::sidecar("q_capital.wav");
-    let fixture = util::read_16k(&util::fixture("q_capital.wav"));
-    let mut play: Vec<i16> = vec![0; click_at];
-    play.extend((0..320).map(|i| {
-        (0.8 * 32_767.0 * (2.0 * std::f64::consts::PI * 1_000.0 * f64::from(i) / RATE).sin()) as i16
-    }));
-    play.extend(std::iter::repeat_n(0, 16_000));
-    let offset = play.len();
-    play.extend(
-        fixture
-            .iter()
-            .map(|s| (s * 32_768.0).round().clamp(-32_768.0, 32_767.0) as i16),
-    );
-    play.extend(std::iter::repeat_n(0, 48_000));
     let wav = dir.join("play.wav");
-    write_wav(&wav, &play);
+    let (click_at, offset, fixture) = write_clicked(&wav, "q_capital.wav", 48_000);
 
     let report = dir.join("report.json");
     let (vox, err_thread) = speaking_live(

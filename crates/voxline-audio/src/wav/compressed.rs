@@ -37,9 +37,6 @@ pub(crate) struct CompressedStream {
     /// Frames the container declares, when it does.
     pub declared_frames: Option<u64>,
     bad_packets: u32,
-    /// Streams chained after the first (Ogg), or recordings appended past
-    /// the length the first one's header declared (MP3s concatenated).
-    pub(crate) joined: u32,
     /// The first packet's samples, decoded at open (see [`CompressedStream::open_file`]).
     primed: Option<(Vec<f32>, bool)>,
 }
@@ -112,7 +109,6 @@ impl CompressedStream {
             sample_rate,
             channels,
             bad_packets: 0,
-            joined: 0,
             primed: None,
         })
     }
@@ -170,7 +166,6 @@ impl CompressedStream {
             .make_audio_decoder(params, &AudioDecoderOptions::default())
             .map_err(|e| describe(&e))?;
         self.track_id = track.id;
-        self.joined += 1;
         Ok(())
     }
 
@@ -231,9 +226,6 @@ impl CompressedStream {
                 .declared_frames
                 .is_some_and(|n| u64::try_from(packet.pts.get()).is_ok_and(|pts| pts >= n));
             if past {
-                if self.joined == 0 {
-                    self.joined = 1;
-                }
                 packet.trim_start = symphonia::core::units::Duration::ZERO;
                 packet.trim_end = symphonia::core::units::Duration::ZERO;
             }

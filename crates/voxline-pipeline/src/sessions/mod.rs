@@ -513,12 +513,6 @@ impl Session {
         dropped
     }
 
-    /// Samples queued and not yet played into the pipeline.
-    #[must_use]
-    pub fn queued_samples(&self) -> u64 {
-        self.queued.load(Ordering::SeqCst)
-    }
-
     /// The session's events and spans, in order of arrival.
     #[must_use]
     pub fn events(&self) -> &Receiver<Observed> {
