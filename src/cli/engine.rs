@@ -300,8 +300,8 @@ impl EngineArgs {
             let check = match role {
                 Role::Stt => voxline_models::kind::check_whisper_model(path),
                 Role::Llm => voxline_models::kind::check_llm_model(path),
-                // the voice is checked where it is loaded
-                Role::Tts => Ok(()),
+                // the voice and the turn model are checked where they are loaded
+                Role::Tts | Role::Turn => Ok(()),
             };
             check.map_err(BadInput::from_display)?;
             voxline_models::installed::check_installed(path).map_err(BadInput::from_display)?;

@@ -88,6 +88,7 @@ impl Manifest {
             Role::Stt => 0,
             Role::Llm => 1,
             Role::Tts => 2,
+            Role::Turn => 3,
         });
     }
 }

@@ -12,6 +12,8 @@ pub enum Role {
     Llm,
     /// Speech synthesis (a Piper voice, and the ONNX Runtime it runs on).
     Tts,
+    /// The semantic end of turn (smart-turn, on the same ONNX Runtime).
+    Turn,
 }
 
 impl std::fmt::Display for Role {
@@ -20,6 +22,7 @@ impl std::fmt::Display for Role {
             Self::Stt => "stt",
             Self::Llm => "llm",
             Self::Tts => "tts",
+            Self::Turn => "turn",
         })
     }
 }
@@ -160,7 +163,7 @@ pub const ONNX_RUNTIME: PinnedModel = PinnedModel {
     wheel_sha256: "5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f",
     file_sha256: "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
     licence: "MIT",
-    description: "ONNX Runtime 1.31.1 (CPU), the neural voice's inference library",
+    description: "ONNX Runtime 1.31.1 (CPU), the inference library of the neural voice and the end-of-turn model",
     extract: Extract::Copy {
         member: "onnxruntime/capi/libonnxruntime.so.1.31.1",
     },
@@ -169,6 +172,24 @@ pub const ONNX_RUNTIME: PinnedModel = PinnedModel {
         python_version: "3.11",
         platform: "manylinux_2_28_x86_64",
     }),
+};
+
+/// The semantic end-of-turn model: Pipecat's smart-turn v3.2 (CPU, int8
+/// ONNX), which scores whether the last 8 s of a turn end a complete
+/// thought. It ships inside the `pipecat-ai` wheel.
+pub const SMART_TURN: PinnedModel = PinnedModel {
+    role: Role::Turn,
+    file: "smart-turn-v3.2-cpu.onnx",
+    package: "pipecat-ai",
+    version: "1.14.0",
+    wheel_sha256: "0352f504b44e78bdf524e45af4bc759601c835b9b7dc195efe5e03384b974a44",
+    file_sha256: "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f",
+    licence: "BSD-2-Clause",
+    description: "Pipecat smart-turn v3.2 (int8 ONNX): end-of-turn probability from the last 8 s of speech",
+    extract: Extract::Copy {
+        member: "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
+    },
+    platform: None,
 };
 
 /// whisper tiny.en with its weight matrices in ggml's `q8_0`: the default
@@ -209,15 +230,16 @@ pub fn whisper_quantised(quant: crate::quant::WhisperQuant) -> &'static PinnedMo
 }
 
 /// Every model `voxline models fetch` installs by default, in fetch order
-/// (whisper in f16 too, for `--whisper-quant f16`).
-/// and the neural voice with its runtime.
-pub const PINNED: [PinnedModel; 6] = [
+/// (whisper in f16 too, for `--whisper-quant f16`), the neural voice with
+/// its runtime, and the end-of-turn model.
+pub const PINNED: [PinnedModel; 7] = [
     WHISPER_TINY_EN,
     WHISPER_TINY_EN_Q8_0,
     SMOLLM2_135M,
     PIPER_JOE,
     PIPER_JOE_CONFIG,
     ONNX_RUNTIME,
+    SMART_TURN,
 ];
 
 /// The model a role uses by default.
@@ -227,5 +249,6 @@ pub fn for_role(role: Role) -> &'static PinnedModel {
         Role::Stt => &WHISPER_TINY_EN_Q8_0,
         Role::Llm => &SMOLLM2_135M,
         Role::Tts => &PIPER_JOE,
+        Role::Turn => &SMART_TURN,
     }
 }

@@ -14,10 +14,10 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
 
-use ort::session::Session;
-use ort::value::Tensor;
+use voxline_onnx::ort;
+use voxline_onnx::ort::session::Session;
+use voxline_onnx::ort::value::Tensor;
 use serde::Deserialize;
 
 use crate::voice::{check_espeak, run_espeak};
@@ -64,46 +64,18 @@ pub struct InferenceConfig {
     pub noise_w: f32,
 }
 
-/// The ONNX Runtime environment of the process (one, however many voices).
-static RUNTIME: OnceLock<Mutex<Option<(PathBuf, ort::environment::Environment)>>> = OnceLock::new();
-
-/// Loads ONNX Runtime from `lib` once per process.
-fn runtime(lib: &Path) -> Result<ort::environment::Environment, TtsError> {
-    if !lib.is_file() {
-        return Err(TtsError::Missing {
+/// A runtime or model failure in the voice's words.
+fn voice_error(e: voxline_onnx::OnnxError) -> TtsError {
+    use voxline_onnx::OnnxError;
+    match e {
+        OnnxError::Missing { path } => TtsError::Missing {
             what: "the ONNX Runtime library",
-            path: lib.to_owned(),
-        });
+            path,
+        },
+        OnnxError::Runtime { path, detail } => TtsError::Runtime { path, detail },
+        OnnxError::BadModel { path, detail } => TtsError::BadVoice { path, detail },
+        other => TtsError::Inference(other.to_string()),
     }
-    let cell = RUNTIME.get_or_init(|| Mutex::new(None));
-    let mut held = cell
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((path, env)) = held.as_ref() {
-        if path != lib {
-            return Err(TtsError::Runtime {
-                path: lib.to_owned(),
-                detail: format!("this process already runs the one at {}", path.display()),
-            });
-        }
-        return Ok(env.clone());
-    }
-    let fail = |detail: String| TtsError::Runtime {
-        path: lib.to_owned(),
-        detail,
-    };
-    // loading a library that is no ONNX Runtime may panic inside ort: a broken file is an error too
-    let built = std::panic::catch_unwind(|| {
-        ort::init_from(lib)
-            .map_err(|e| e.to_string())?
-            .with_name("voxline")
-            .build()
-            .map_err(|e| e.to_string())
-    })
-    .map_err(|_| fail("it is not an ONNX Runtime library".into()))?
-    .map_err(fail)?;
-    *held = Some((lib.to_owned(), built.clone()));
-    Ok(built)
 }
 
 /// A Piper voice.
@@ -195,29 +167,9 @@ impl Piper {
             }
         }
         check_espeak(&config.espeak.voice)?;
-        let env = runtime(runtime_lib)?;
         let threads = threads.max(1);
-        let builder = (|| -> Result<_, String> {
-            let s = |e: &dyn std::fmt::Display| e.to_string();
-            Session::builder(&env)
-                .map_err(|e| s(&e))?
-                .with_intra_threads(threads)
-                .map_err(|e| s(&e))?
-                .with_inter_threads(1)
-                .map_err(|e| s(&e))?
-                .with_intra_op_spinning(false)
-                .map_err(|e| s(&e))?
-                .with_inter_op_spinning(false)
-                .map_err(|e| s(&e))
-        })()
-        .map_err(|detail| TtsError::Runtime {
-            path: runtime_lib.to_owned(),
-            detail,
-        })?;
-        let mut builder = builder;
-        let session = builder
-            .commit_from_file(model)
-            .map_err(|e| bad(model, e.to_string()))?;
+        let session =
+            voxline_onnx::session(runtime_lib, model, threads).map_err(voice_error)?;
         let inputs: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
         for want in ["input", "input_lengths", "scales"] {
             if !inputs.contains(&want) {
@@ -371,7 +323,7 @@ mod tests {
         std::fs::write(dir.path().join("voice.onnx.json"), b"{").unwrap();
         let e = Piper::load(&model, &dir.path().join("lib.so"), 1).unwrap_err();
         assert!(matches!(e, TtsError::BadVoice { .. }), "{e}");
-        let e = runtime(&dir.path().join("lib.so")).unwrap_err();
+        let e = voice_error(voxline_onnx::environment(&dir.path().join("lib.so")).unwrap_err());
         assert!(matches!(e, TtsError::Missing { .. }), "{e}");
     }
 }
