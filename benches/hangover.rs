@@ -1,17 +1,27 @@
 //! Turn-taking on real speech: for each hangover, how many single-sentence
 //! recordings the endpointer cuts at an inner breath pause, and how many
-//! turns the fixtures' multi-question recording keeps apart.
+//! turns the fixtures' multi-question recording keeps apart; then each
+//! end-of-turn policy (silence alone, or the semantic end of turn) on the
+//! corpus of pauses put into sentences (`support/pauses.rs`): false cuts,
+//! missed ends, and the commit's delay after the true end of speech.
 //!
 //! `cargo bench --bench hangover` (VOXLINE_SPEECH_DIR: a folder of real
-//! recordings, one sentence each; default `audio-fixtures/human`). Prints a
-//! Markdown table. No engine runs: this is the endpointer alone.
+//! recordings, one sentence each; default `audio-fixtures/human`;
+//! VOXLINE_PAUSE_CORPUS: a folder to write the corpus to, for the human WER
+//! bench). Prints Markdown tables. No STT or LLM runs: this is the
+//! endpointer alone, with the end-of-turn model where the policy has it.
 
 #[path = "../tests/integration/util.rs"]
 #[allow(dead_code)] // the benches use some of the tests' helpers
 mod util;
 
+#[path = "support/pauses.rs"]
+#[allow(dead_code)] // shared with the human WER bench
+mod pauses;
+
 use std::path::{Path, PathBuf};
 
+use voxline_audio::turn::{SharedTurnModel, TurnModel, TurnPolicy};
 use voxline_audio::{Endpointer, VadConfig, VadStage};
 use voxline_core::{AudioFrame, Clock, SpecBoard, SpecState};
 
@@ -153,6 +163,246 @@ fn main() {
             let mean = delays.iter().sum::<f64>() / delays.len().max(1) as f64;
             let max = delays.iter().copied().fold(0.0, f64::max);
             println!("| {end} | {silence} | {started} | {cancelled} | {mean:.0} / {max:.0} |");
+        }
+    }
+    policies(&dir);
+}
+
+/// An end-of-turn policy.
+#[derive(Clone, Copy)]
+enum Policy {
+    /// This much silence after the last speech frame ends a turn.
+    Silence(u32),
+    /// The semantic end of turn.
+    Semantic(TurnPolicy),
+}
+
+impl Policy {
+    fn name(&self) -> String {
+        match self {
+            Self::Silence(ms) => format!("silence {ms} ms"),
+            Self::Semantic(p) => format!(
+                "semantic: complete above {} after {} ms, incomplete below {} after {} ms",
+                p.threshold, p.complete_ms, p.incomplete_below, p.incomplete_ms
+            ),
+        }
+    }
+}
+
+/// The committed utterances (end of speech, closed at) of `clip` under
+/// `policy`, with speculation as the command line has it and 3 s of
+/// silence after the clip.
+fn turns(audio: &[f32], policy: Policy, model: &SharedTurnModel) -> Vec<(u64, u64)> {
+    let board = SpecBoard::new();
+    let hangover = match policy {
+        Policy::Silence(ms) => ms,
+        Policy::Semantic(_) => voxline_pipeline::settings::DEFAULT_HANGOVER_MS,
+    };
+    let mut stage = VadStage::new(VadConfig {
+        hangover_ms: hangover,
+        ..VadConfig::default()
+    })
+    .unwrap()
+    .with_speculation(board.clone(), voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS);
+    if let Policy::Semantic(p) = policy {
+        stage = stage.with_turn_model(model.clone(), p).unwrap();
+    }
+    let clock = Clock::start();
+    let mut padded = audio.to_vec();
+    padded.extend(std::iter::repeat_n(0.0, 48_000));
+    // frame by frame, so each attempt's commit is seen where it happens
+    let mut sent: Vec<voxline_core::Utterance> = Vec::new();
+    let mut turns = Vec::new();
+    let mut pending: Vec<(u64, u64)> = Vec::new();
+    for (i, c) in padded.chunks(320).enumerate() {
+        let frame = AudioFrame {
+            start_sample: (i * 320) as u64,
+            samples: c.to_vec(),
+            captured: clock.sample_due((i * 320) as u64),
+            new_recording: i == 0,
+            end_of_stream: false,
+        };
+        let pos = frame.start_sample + c.len() as u64;
+        voxline_core::Stage::process(&mut stage, frame, &mut voxline_core::Emitter::to_vec(&mut sent))
+            .unwrap();
+        for u in sent.drain(..) {
+            match board.state(u.id) {
+                SpecState::Final => turns.push((u.end_sample, u.closed_sample)),
+                _ => pending.push((u.id, u.end_sample)),
+            }
+        }
+        pending.retain(|&(id, end)| match board.state(id) {
+            SpecState::Committed => {
+                turns.push((end, pos));
+                false
+            }
+            SpecState::Cancelled => false,
+            _ => true,
+        });
+    }
+    voxline_core::Stage::finish(&mut stage, &mut voxline_core::Emitter::to_vec(&mut sent)).unwrap();
+    let end = padded.len() as u64;
+    turns.extend(sent.iter().filter(|u| board.state(u.id) == SpecState::Final).map(|u| (u.end_sample, u.closed_sample.max(end))));
+    turns
+}
+
+fn percentile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Each policy on the corpus of pauses.
+fn policies(dir: &Path) {
+    let models = util::models_dir();
+    let model = match TurnModel::load(
+        &models.join(voxline_models::registry::SMART_TURN.file),
+        &models.join(voxline_models::registry::ONNX_RUNTIME.file),
+        1,
+    ) {
+        Ok(m) => SharedTurnModel::new(m),
+        Err(e) => {
+            eprintln!("no end-of-turn model ({e}): the policies are not compared");
+            return;
+        }
+    };
+    let mut sentences = pauses::human_sentences(dir);
+    sentences.extend(pauses::piper_sentences(&models));
+    let corpus = pauses::corpus(&sentences);
+    if let Some(out) = std::env::var_os("VOXLINE_PAUSE_CORPUS") {
+        pauses::write(Path::new(&out), &corpus);
+        eprintln!("wrote {} clips to {}", corpus.len(), Path::new(&out).display());
+    }
+    let paused = corpus.iter().filter(|c| !c.pauses.is_empty()).count();
+    println!();
+    println!(
+        "Policies on the pause corpus: {} sentences ({} human, {} Piper), {} clips with pauses of {:?} ms put in at word gaps.",
+        sentences.len(),
+        sentences.iter().filter(|s| s.kind == "human").count(),
+        sentences.iter().filter(|s| s.kind == "piper").count(),
+        paused,
+        pauses::PAUSE_MS
+    );
+    println!("A false cut is a turn committed more than 200 ms before the sentence's end; a missed end, a sentence not committed within 2.9 s of its end. Delays are from the true end of speech to the commit, in stream time.");
+    for kind in ["human", "piper"] {
+        let part: Vec<pauses::PauseClip> = corpus.iter().filter(|c| c.kind == kind).cloned().collect();
+        println!("\n{kind} sentences:\n");
+        table(&part, &model);
+    }
+}
+
+/// The policies' table on `corpus`.
+fn table(corpus: &[pauses::PauseClip], model: &SharedTurnModel) {
+    let with = |ms: u32| {
+        corpus
+            .iter()
+            .filter(|c| c.pauses.len() == 1 && c.pauses[0].1 == ms as usize * 16)
+            .count()
+    };
+    println!(
+        "| policy | sentences cut as spoken (of {}) | cut at a pause of 0.6 s (of {}) / 1 s (of {}) / 1.5 s (of {}) / two of 1 s (of {}) | missed ends | delay after a complete sentence p50 / p95 ms | delay, all clips p50 / p95 ms |",
+        corpus.iter().filter(|c| c.pauses.is_empty()).count(),
+        with(600),
+        with(1000),
+        with(1500),
+        corpus.iter().filter(|c| c.pauses.len() == 2).count()
+    );
+    println!("|---|---|---|---|---|---|");
+    let semantic = TurnPolicy::default();
+    for policy in [
+        Policy::Silence(500),
+        Policy::Silence(700),
+        Policy::Silence(1000),
+        Policy::Semantic(semantic),
+        Policy::Semantic(TurnPolicy {
+            complete_ms: 150,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            complete_ms: 300,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            incomplete_ms: 1_500,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            threshold: 0.9,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            threshold: 0.95,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            threshold: 0.9,
+            incomplete_below: 0.2,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            threshold: 0.9,
+            incomplete_below: 0.9,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            threshold: 0.9,
+            incomplete_below: 0.9,
+            complete_ms: 300,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            threshold: 0.7,
+            incomplete_below: 0.7,
+            complete_ms: 250,
+            ..semantic
+        }),
+    ] {
+        let mut cut = [0usize; 5];
+        let mut missed = 0;
+        let (mut whole, mut all) = (Vec::new(), Vec::new());
+        let mut cut_names = Vec::new();
+        for c in corpus {
+            let t = turns(&c.audio, policy, model);
+            let end = c.speech.1 as u64;
+            if t.iter().any(|(e, _)| *e + 3_200 < end) {
+                cut_names.push(c.name.clone());
+                let k = match (c.pauses.len(), c.pauses.first().map(|p| p.1)) {
+                    (0, _) => 0,
+                    (1, Some(9_600)) => 1,
+                    (1, Some(16_000)) => 2,
+                    (1, _) => 3,
+                    _ => 4,
+                };
+                cut[k] += 1;
+            }
+            match t.iter().rfind(|(e, _)| *e + 3_200 >= end) {
+                Some(&(_, closed)) if closed < end + 46_400 => {
+                    let d = Clock::samples_to_ms(closed.saturating_sub(end));
+                    all.push(d);
+                    if c.pauses.is_empty() {
+                        whole.push(d);
+                    }
+                }
+                _ => missed += 1,
+            }
+        }
+        println!(
+            "| {} | {} | {} / {} / {} / {} | {missed} | {:.0} / {:.0} | {:.0} / {:.0} |",
+            policy.name(),
+            cut[0],
+            cut[1],
+            cut[2],
+            cut[3],
+            cut[4],
+            percentile(&mut whole, 0.5),
+            percentile(&mut whole, 0.95),
+            percentile(&mut all, 0.5),
+            percentile(&mut all, 0.95),
+        );
+        if std::env::var_os("VOXLINE_BENCH_VERBOSE").is_some() {
+            eprintln!("{}: cut {}", policy.name(), cut_names.iter().filter(|n| !n.contains("-p")).cloned().collect::<Vec<_>>().join(", "));
         }
     }
 }

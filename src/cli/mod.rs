@@ -231,7 +231,8 @@ pub(crate) struct BenchArgs {
     /// With --sessions: delay between one simulated user's start and the next's, ms.
     #[arg(long, default_value_t = 700)]
     pub(crate) stagger_ms: u64,
-    /// With --sessions: silence between one recording and the next (the user thinking), ms.
+    /// With --sessions: silence between one recording and the next (the user thinking), ms;
+    /// with the semantic end of turn, at least --turn-incomplete-ms + 500.
     #[arg(long, default_value_t = 1500)]
     pub(crate) think_ms: u64,
     /// With --sessions: talk to a running `voxline serve` at ws://HOST:PORT over the network

@@ -1,8 +1,13 @@
 //! The endpointing options (`--vad-threshold`, `--hangover-ms`,
 //! `--spec-silence-ms`, ...) and their validation into a [`VadConfig`].
 
+use std::path::PathBuf;
+
 use clap::Args;
+use voxline_audio::turn::{SharedTurnModel, TurnModel, TurnPolicy};
 use voxline_audio::VadConfig;
+use voxline_models::location::ModelsDir;
+use voxline_models::registry;
 use voxline_pipeline::BadInput;
 use voxline_report::RunConfig;
 
@@ -35,6 +40,31 @@ pub(crate) struct VadArgs {
     /// Wait for the hangover before any work starts (no speculative turns).
     #[arg(long)]
     pub(crate) no_speculation: bool,
+    /// End a turn on silence alone (--hangover-ms), without the end-of-turn
+    /// model judging whether the sentence was complete.
+    #[arg(long)]
+    pub(crate) no_semantic_turn: bool,
+    /// The end-of-turn model's probability above which a pause ends the turn.
+    #[arg(long, default_value_t = TurnPolicy::default().threshold)]
+    pub(crate) turn_threshold: f32,
+    /// The probability below which a pause is judged incomplete (between it
+    /// and --turn-threshold the silence-only --hangover-ms ends the turn).
+    #[arg(long, default_value_t = TurnPolicy::default().incomplete_below)]
+    pub(crate) turn_incomplete_below: f32,
+    /// Silence after the last speech frame at which the end-of-turn model
+    /// judges the pause, ms.
+    #[arg(long, default_value_t = TurnPolicy::default().probe_ms)]
+    pub(crate) turn_probe_ms: u32,
+    /// Silence that ends a turn the model judged complete, ms.
+    #[arg(long, default_value_t = TurnPolicy::default().complete_ms)]
+    pub(crate) turn_complete_ms: u32,
+    /// Silence that ends a turn the model judged incomplete (the speaker
+    /// paused mid-sentence and said no more), ms.
+    #[arg(long, default_value_t = TurnPolicy::default().incomplete_ms)]
+    pub(crate) turn_incomplete_ms: u32,
+    /// The end-of-turn model (default: smart-turn in the models directory).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) turn_model: Option<PathBuf>,
 }
 
 impl VadArgs {
@@ -70,9 +100,71 @@ impl VadArgs {
             .then_some(self.spec_silence_ms)
     }
 
+    /// The semantic end of turn's policy, checked (`None`: off).
+    ///
+    /// # Errors
+    /// [`BadInput`] naming the option out of range.
+    pub(crate) fn turn_policy(&self) -> Result<Option<TurnPolicy>, BadInput> {
+        if self.no_semantic_turn {
+            return Ok(None);
+        }
+        let policy = TurnPolicy {
+            threshold: self.turn_threshold,
+            incomplete_below: self.turn_incomplete_below,
+            complete_ms: self.turn_complete_ms,
+            incomplete_ms: self.turn_incomplete_ms,
+            probe_ms: self.turn_probe_ms,
+        };
+        policy.validate().map_err(|e| match e {
+            voxline_audio::AudioError::InvalidVadConfig { field, reason } => {
+                BadInput(format!("--{}: {reason}", field.replace('_', "-")))
+            }
+            other => BadInput::from_display(other),
+        })?;
+        Ok(Some(policy))
+    }
+
+    /// Loads the end-of-turn model (on one thread: it runs on the VAD's),
+    /// unless --no-semantic-turn.
+    ///
+    /// # Errors
+    /// [`BadInput`] for an option out of range, or a model or runtime that
+    /// is missing, damaged or not what it should be.
+    pub(crate) fn semantic_turn(
+        &self,
+        models_dir: &ModelsDir,
+    ) -> Result<Option<(SharedTurnModel, TurnPolicy)>, BadInput> {
+        let Some(policy) = self.turn_policy()? else {
+            return Ok(None);
+        };
+        let runtime = models_dir.path.join(registry::ONNX_RUNTIME.file);
+        let model = self
+            .turn_model
+            .clone()
+            .unwrap_or_else(|| models_dir.path.join(registry::SMART_TURN.file));
+        let fetch = crate::cmd::models::fetch_command(models_dir);
+        for (path, given) in [(&model, self.turn_model.is_some()), (&runtime, false)] {
+            if !path.is_file() {
+                let hint = if given {
+                    "check the path given to --turn-model".to_owned()
+                } else {
+                    format!("run {fetch}")
+                };
+                return Err(BadInput(format!(
+                    "{}: not installed — {hint}, or run with --no-semantic-turn",
+                    path.display()
+                )));
+            }
+            voxline_models::installed::check_installed(path).map_err(BadInput::from_display)?;
+        }
+        let loaded = TurnModel::load(&model, &runtime, 1).map_err(BadInput::from_display)?;
+        Ok(Some((SharedTurnModel::new(loaded), policy)))
+    }
+
     /// Records the endpointing choices in the report's configuration.
     pub(crate) fn record(&self, config: &mut RunConfig) {
         config.hangover_ms = self.hangover_ms;
         config.spec_silence_ms = self.speculation();
+        config.semantic_turn = self.turn_policy().ok().flatten();
     }
 }

@@ -46,7 +46,15 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
         crate::cli::VoiceArg::Off,
     )?;
     let files = collect_wavs(&args.fixtures)?;
-    let think = std::time::Duration::from_millis(args.think_ms);
+    // a user thinks longer than the endpointer waits, or their recordings run together
+    let think = std::time::Duration::from_millis(args.vad.turn_policy()?.map_or(
+        args.think_ms,
+        |p| {
+            args.think_ms.max(u64::from(
+                p.incomplete_ms + voxline_pipeline::pipeline::SEMANTIC_GAP_MARGIN_MS,
+            ))
+        },
+    ));
     let script = capacity::Script::load(&files, think)?;
     for (flag, given) in [
         ("--baseline", args.baseline.is_some()),
@@ -83,6 +91,7 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
         stagger: std::time::Duration::from_millis(args.stagger_ms),
         think,
         spec_silence_ms: session.speculation(),
+        semantic_turn: session.semantic_turn.clone(),
     };
     let say = |m: &str| eprintln!("voxline: {m}");
     let report = match &args.via {

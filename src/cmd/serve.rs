@@ -55,6 +55,9 @@ pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
     opts.check().map_err(BadInput)?;
     let (settings, warnings) = args.engine.settings()?;
     let vad = args.vad.config()?;
+    let semantic_turn = args.vad.semantic_turn(&voxline_models::location::resolve_from_process(
+        args.engine.models_dir.as_deref(),
+    ))?;
     for w in &warnings {
         eprintln!("voxline: warning: {w}");
     }
@@ -64,7 +67,13 @@ pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
         // a voice that cannot load is refused before anything listens
         drop(v.load(threads)?);
     }
-    let hub = Hub::start(&settings, vad, args.vad.speculation(), args.max_sessions)?;
+    let hub = Hub::start(
+        &settings,
+        vad,
+        args.vad.speculation(),
+        semantic_turn,
+        args.max_sessions,
+    )?;
     let hub = match voice {
         // each conversation speaks with its own voice
         Some(v) => hub

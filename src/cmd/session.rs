@@ -35,6 +35,8 @@ pub(crate) struct Session {
     pub(crate) vad: VadConfig,
     /// The endpointing options as given (speculation, the report's record).
     endpointing: VadArgs,
+    /// The semantic end of turn, loaded (`None`: --no-semantic-turn).
+    pub(crate) semantic_turn: Option<pipeline::SemanticTurn>,
     /// The budget the session is held to, if any.
     pub(crate) budget: Option<Budget>,
     /// Where the budget was read from (an input no output may overwrite).
@@ -97,6 +99,9 @@ impl Session {
         let (settings, warnings) = engine.settings()?;
         let voice = engine.voice_choice(voice)?;
         let config = vad.config()?;
+        let models_dir =
+            voxline_models::location::resolve_from_process(engine.models_dir.as_deref());
+        let semantic_turn = vad.semantic_turn(&models_dir)?;
         let loaded = budget.map(Budget::load).transpose()?;
         if let (Some(b), Some(path)) = (&loaded, budget) {
             // the CLI's pipeline is the standard one
@@ -112,6 +117,7 @@ impl Session {
             warnings,
             vad: config,
             endpointing: vad.clone(),
+            semantic_turn,
             budget: loaded,
             budget_path: budget.map(Path::to_path_buf),
             voice,
@@ -188,6 +194,7 @@ impl Session {
             on_event: run.on_event,
             cpu_share: self.settings.threads.share,
             speculation: self.endpointing.speculation().map(|ms| (board.clone(), ms)),
+            semantic_turn: self.semantic_turn.clone(),
             cancel_on_stop: run.cancel_on_stop,
             barge_in: run.barge_in,
             observer: tally.clone().map(|t| t as pipeline::SharedObserver),

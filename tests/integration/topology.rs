@@ -141,7 +141,7 @@ fn the_added_stage_runs_in_serve_and_its_client_hears_what_it_made() {
     use voxline_serve::protocol::{Hello, ServerEvent};
     let _g = util::engine_lock();
     let (s, vad) = hub_settings();
-    let hub = voxline_pipeline::sessions::Hub::start(&s, vad, None, 1)
+    let hub = voxline_pipeline::sessions::Hub::start(&s, vad, None, None, 1)
         .unwrap()
         .with_stages(with_upper)
         .unwrap();

@@ -43,6 +43,8 @@ pub struct CapacityOptions {
     pub think: Duration,
     /// Speculative turn-taking's silence, ms (`None`: off).
     pub spec_silence_ms: Option<u32>,
+    /// The semantic end of turn (`None`: off).
+    pub semantic_turn: Option<voxline_pipeline::pipeline::SemanticTurn>,
 }
 
 /// One user's script: the fixtures back to back with think time between.
@@ -208,7 +210,13 @@ pub fn run_with(
 ) -> Result<CapacityReport, CapacityError> {
     measure(fixtures, opts, budget, None, |n| {
         progress(&format!("{n} session(s): loading"));
-        let hub = Hub::start(engine, vad.clone(), opts.spec_silence_ms, n)?;
+        let hub = Hub::start(
+            engine,
+            vad.clone(),
+            opts.spec_silence_ms,
+            opts.semantic_turn.clone(),
+            n,
+        )?;
         let hub = match stages.clone() {
             Some(s) => hub.with_stages(move || s())?,
             None => hub,

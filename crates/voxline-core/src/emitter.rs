@@ -318,6 +318,15 @@ impl<'a, T: Message> Emitter<'a, T> {
         self.after_output();
     }
 
+    /// Runs `work` (a model the stage consults on the side, say) on the
+    /// runtime's clock: its result and how long it took, for the stage to
+    /// report in an event. The call's own span times the whole call.
+    pub fn timed<R>(&mut self, work: impl FnOnce() -> R) -> (R, Duration) {
+        let at = Instant::now();
+        let r = work();
+        (r, at.elapsed())
+    }
+
     /// Publishes a control event (not a message) on the event bus, stamped
     /// now; a no-op for an emitter without a bus (e.g. [`drive`](crate::drive)).
     pub fn publish(&mut self, event: PipelineEvent) {

@@ -51,6 +51,8 @@ pub(crate) struct Gathered {
     voice_interrupted: Option<VoiceInterrupted>,
     /// Whether the pipeline speaks: the turn ends with its voice.
     pub(crate) speaks: bool,
+    /// How the semantic end of turn ended it.
+    end_of_turn: Option<voxline_audio::turn::EndOfTurn>,
 }
 
 /// One stage's calls for one turn, merged.
@@ -98,6 +100,8 @@ impl Gathered {
                     self.voice_played.get_or_insert(ev.at);
                 } else if let Some(i) = e.downcast_ref::<VoiceInterrupted>() {
                     self.voice_interrupted = Some(i.clone());
+                } else if let Some(t) = e.downcast_ref::<voxline_audio::turn::EndOfTurn>() {
+                    self.end_of_turn = Some(*t);
                 }
             }
             PipelineEvent::TurnError(e) => {
@@ -233,6 +237,13 @@ pub(crate) fn turn_report(
             }
         }
     }
+    t.end_of_turn = g.end_of_turn.map(|e| crate::schema::EndOfTurnReport {
+        decision: e.decision.as_str().to_owned(),
+        probability: e.probability,
+        probes: e.probes,
+        cost_ms: e.cost_ms,
+        silence_ms: e.silence_ms,
+    });
     t.error = g.error.clone().or_else(|| {
         // a turn the failure cut short must not vanish silently
         (g.done.is_none())

@@ -178,6 +178,7 @@ pub fn build(
         response_latency_ms: pick(&|t| t.response_latency_ms),
         processing_ms: pick(&|t| t.processing_ms),
         speculation: spec,
+        end_of_turn: crate::schema::EndOfTurnSummary::of(counted.iter().copied()),
         endpoint_delay_ms: pick(&|t| t.endpoint_delay_ms),
         terms_ms: run
             .topology

@@ -72,6 +72,10 @@ pub fn to_markdown(r: &Report) -> String {
         ("TTS first audio ms", r.summary.tts_first_audio_ms),
         ("TTS RTFx", r.summary.tts_rtfx),
         ("barge-in ms", r.summary.barge_in_ms),
+        (
+            "end-of-turn model ms per pause",
+            r.summary.end_of_turn.as_ref().and_then(|e| e.cost_ms),
+        ),
     ] {
         if let Some(p) = p {
             let _ = writeln!(
@@ -90,6 +94,15 @@ pub fn to_markdown(r: &Report) -> String {
         s,
         "\n\\* p99 of fewer than 100 turns is close to the maximum.\n"
     );
+    if let Some(e) = &r.summary.end_of_turn {
+        let by: Vec<String> = e.commits.iter().map(|(d, n)| format!("{n} {d}")).collect();
+        let _ = writeln!(
+            s,
+            "end of turn: {} ({} pauses judged)\n",
+            by.join(", "),
+            e.probes
+        );
+    }
     // the response latency, term by term, as the topology declares them
     let terms = r.topology.latency_terms();
     if terms

@@ -31,6 +31,8 @@ pub struct TurnReport {
     pub non_speech: bool,
     /// What the sidecar says was said.
     pub expected: Option<String>,
+    /// How the semantic end of turn ended it (`null`: off).
+    pub end_of_turn: Option<EndOfTurnReport>,
     /// Word error rate against `expected`.
     pub wer: Option<f64>,
     /// The answer.
@@ -265,6 +267,8 @@ pub struct Summary {
     /// Speculative turn-taking: attempts started, committed, cancelled, and
     /// the CPU time (stage busy time) cancelled attempts cost.
     pub speculation: SpecSummary,
+    /// What the semantic end of turn did (`null`: off).
+    pub end_of_turn: Option<EndOfTurnSummary>,
     /// Endpoint delay.
     pub endpoint_delay_ms: Option<Percentiles>,
     /// The response latency's decomposition: each declared term's
@@ -299,6 +303,55 @@ pub struct Summary {
     pub bottleneck: Bottleneck,
     /// The budget verdict.
     pub budget: BudgetResult,
+}
+
+/// How the semantic end of turn ended one turn.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct EndOfTurnReport {
+    /// `complete`, `incomplete` (the model judged it so and the speaker
+    /// said no more within the patience), `unjudged` (it ended before a
+    /// pause was judged: the end of the stream, a split) or `failed`.
+    pub decision: String,
+    /// The model's probability that the turn was complete, at the pause
+    /// that ended it.
+    pub probability: Option<f32>,
+    /// Pauses the model judged in the turn.
+    pub probes: u32,
+    /// The model's time over them, ms.
+    pub cost_ms: f64,
+    /// Silence after the last speech frame when the turn was committed, ms.
+    pub silence_ms: f64,
+}
+
+/// What the semantic end of turn did over a run.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct EndOfTurnSummary {
+    /// Turns by decision (`complete`, `incomplete`, `unjudged`, `failed`).
+    pub commits: BTreeMap<String, usize>,
+    /// Pauses judged.
+    pub probes: u32,
+    /// The model's time per pause judged, ms (each turn's mean).
+    pub cost_ms: Option<Percentiles>,
+}
+
+impl EndOfTurnSummary {
+    /// The summary of `turns`; `None` when none was judged (off).
+    #[must_use]
+    pub fn of<'a>(turns: impl IntoIterator<Item = &'a TurnReport>) -> Option<Self> {
+        let mut s = Self::default();
+        let mut costs = Vec::new();
+        let mut any = false;
+        for e in turns.into_iter().filter_map(|t| t.end_of_turn.as_ref()) {
+            any = true;
+            *s.commits.entry(e.decision.clone()).or_default() += 1;
+            s.probes += e.probes;
+            if e.probes > 0 {
+                costs.push(e.cost_ms / f64::from(e.probes));
+            }
+        }
+        s.cost_ms = Percentiles::of(&costs);
+        any.then_some(s)
+    }
 }
 
 /// What speculative turn-taking did over a run.
@@ -351,6 +404,8 @@ pub struct RunConfig {
     pub hangover_ms: u32,
     /// Silence after which a turn is sent early (speculation), ms; `null` = off.
     pub spec_silence_ms: Option<u32>,
+    /// The semantic end of turn's policy; `null` = off (silence alone ends a turn).
+    pub semantic_turn: Option<voxline_audio::turn::TurnPolicy>,
     /// Sampling temperature (0 = greedy).
     pub temperature: f64,
     /// Sampling seed.

@@ -86,6 +86,8 @@ struct TurnSeries {
     tts_first_audio: Series,
     tts_rtfx: Series,
     barge_in: Series,
+    /// The end-of-turn model's time per pause judged (each turn's mean).
+    turn_model: Series,
 }
 
 /// A live session's measurements, taken as they happen; see the module
@@ -324,6 +326,14 @@ impl Tally {
             for (name, ms) in &t.terms_ms {
                 v.terms.entry(name.clone()).or_default().record(*ms);
             }
+            if let Some(e) = &t.end_of_turn {
+                let acc = s.end_of_turn.get_or_insert_with(Default::default);
+                *acc.commits.entry(e.decision.clone()).or_default() += 1;
+                acc.probes += e.probes;
+                if e.probes > 0 {
+                    v.turn_model.record(e.cost_ms / f64::from(e.probes));
+                }
+            }
             if let Some(w) = t.wer {
                 self.wer.0 += w;
                 self.wer.1 += 1;
@@ -384,6 +394,10 @@ impl Tally {
             response_latency_ms: v.response.percentiles(),
             processing_ms: v.processing.percentiles(),
             speculation: self.spec.clone(),
+            end_of_turn: self.summary.end_of_turn.clone().map(|mut e| {
+                e.cost_ms = v.turn_model.percentiles();
+                e
+            }),
             endpoint_delay_ms: v.endpoint.percentiles(),
             terms_ms: (v.terms.iter())
                 .filter_map(|(name, series)| Some((name.clone(), series.percentiles()?)))

@@ -79,6 +79,12 @@ impl Endpointer {
         from_close.or(from_frame)
     }
 
+    /// Closes the open utterance now (see [`SegmentTracker::end_utterance`]);
+    /// the partial detector frame pending stays for the stream's next frame.
+    pub fn end_utterance(&mut self) -> Option<Segment> {
+        self.tracker.end_utterance()
+    }
+
     /// Counters since creation.
     pub fn stats(&self) -> VadStats {
         self.tracker.stats()

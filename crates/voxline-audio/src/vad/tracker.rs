@@ -254,6 +254,17 @@ impl SegmentTracker {
         self.check_forced_split(frame_end, frame.len() as u64)
     }
 
+    /// Closes the open utterance now, at the end of its last speech frame,
+    /// without waiting for the hangover (the end of turn was decided
+    /// otherwise), applying the usual minimum-length rule; the stream goes on.
+    pub fn end_utterance(&mut self) -> Option<Segment> {
+        if self.open.is_some() {
+            self.close()
+        } else {
+            None
+        }
+    }
+
     /// Ends the stream: closes an open utterance at the end of its last speech
     /// frame (no hangover wait), applying the usual minimum-length rule. The
     /// tracker then starts a new stream at position 0; stats are kept.

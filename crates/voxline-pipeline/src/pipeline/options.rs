@@ -40,7 +40,9 @@ pub struct RunOptions {
     pub pace: Pace,
     /// Endpointer settings.
     pub vad: VadConfig,
-    /// Silence inserted between files, in ms (lets the endpointer close the last utterance).
+    /// Silence inserted between files, in ms (lets the endpointer close the
+    /// last utterance); with the semantic end of turn, at least its wait
+    /// after an incomplete pause plus 500 ms.
     pub gap_ms: u32,
     /// Write every event as JSON lines here (checked by [`crate::output::plan`]).
     pub events: Option<crate::output::Output>,
@@ -77,7 +79,21 @@ pub struct RunOptions {
     /// A live pipeline that speaks: how speech over the voice stops it
     /// (`None`: it never does).
     pub barge_in: Option<voxline_audio::BargeInOptions>,
+    /// The semantic end of turn: the model that judges each pause and the
+    /// policy (`None`: the hangover alone ends a turn).
+    pub semantic_turn: Option<SemanticTurn>,
 }
+
+/// Silence beyond the semantic end of turn's longest wait that separates
+/// two recordings (replayed files, a capacity user's script), ms.
+pub const SEMANTIC_GAP_MARGIN_MS: u32 = 500;
+
+/// The semantic end of turn a run's VAD consults: the model (shared by
+/// every conversation of the process) and the policy.
+pub type SemanticTurn = (
+    voxline_audio::turn::SharedTurnModel,
+    voxline_audio::turn::TurnPolicy,
+);
 
 impl std::fmt::Debug for RunOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -92,6 +108,7 @@ impl std::fmt::Debug for RunOptions {
             .field("cancel_on_stop", &self.cancel_on_stop)
             .field("drain", &self.drain)
             .field("speculation", &self.speculation.as_ref().map(|(_, ms)| ms))
+            .field("semantic_turn", &self.semantic_turn.as_ref().map(|(_, p)| p))
             .finish_non_exhaustive()
     }
 }
@@ -115,6 +132,7 @@ impl Default for RunOptions {
             cancel_on_stop: false,
             drain: None,
             barge_in: Some(voxline_audio::BargeInOptions::default()),
+            semantic_turn: None,
         }
     }
 }

@@ -163,6 +163,8 @@ pub struct Hub {
     vad: VadConfig,
     /// Speculative turn-taking's silence, ms (`None`: off).
     spec_silence_ms: Option<u32>,
+    /// The semantic end of turn (`None`: off).
+    semantic_turn: Option<crate::pipeline::SemanticTurn>,
     lease: CpuLease,
     meter: ThreadMeter,
     threads: usize,
@@ -198,6 +200,7 @@ impl Hub {
         engine: &EngineSettings,
         vad: VadConfig,
         spec_silence_ms: Option<u32>,
+        semantic_turn: Option<crate::pipeline::SemanticTurn>,
         max_sessions: usize,
     ) -> Result<Self, HubError> {
         if max_sessions == 0 {
@@ -225,6 +228,7 @@ impl Hub {
             llm,
             vad,
             spec_silence_ms,
+            semantic_turn,
             lease,
             meter,
             threads,
@@ -296,6 +300,7 @@ impl Hub {
                 .spec_silence_ms
                 .map(|ms| (voxline_core::SpecBoard::new(), ms)),
             meter: self.meter.clone(),
+            semantic_turn: self.semantic_turn.clone(),
             cancel_on_stop: true,
             drain: Some(draining.clone()),
             ..RunOptions::default()

@@ -1,0 +1,321 @@
+//! A corpus of real pauses inside sentences, made here: each recording
+//! (real people from `audio-fixtures/human` or `VOXLINE_SPEECH_DIR`, and
+//! sentences the Piper voice speaks in one breath: digits read in groups,
+//! lists, a speech that pauses before its last words) with a silence of
+//! 0.6–1.5 s put in at a gap between two words, found from the energy of
+//! the speech (the quietest dips of its middle, well below its typical
+//! level). The silence is noise at the recording's own background level
+//! (digital zeros where the background is digital silence), joined with
+//! 5 ms fades.
+//!
+//! Each clip keeps, beside its audio, where its speech starts and ends and
+//! where the inserted pauses lie, so a cut at a pause can be counted; the
+//! sidecars written by [`write`] hold them as `pauses`.
+
+use std::path::{Path, PathBuf};
+
+/// The pauses put into each sentence, ms.
+pub const PAUSE_MS: [u32; 3] = [600, 1_000, 1_500];
+
+/// Sentences the Piper voice speaks, each in one synthesis (so the
+/// intonation runs on across the gaps where the pauses go).
+pub const PIPER_SENTENCES: [&str; 6] = [
+    "My number is four one five, two three eight, nine nine zero one.",
+    "I need eggs, milk, bread, and a bag of rice.",
+    "And so, my fellow citizens, ask not what your country can do for you.",
+    "The meeting is on Tuesday, at three, in the big room upstairs.",
+    "Set a timer for twenty minutes, and then remind me to call my sister.",
+    "The code for the door is seven, seven, three, one.",
+];
+
+const RATE: usize = 16_000;
+/// Energy frames: 25 ms windows every 10 ms.
+const WIN: usize = 400;
+const HOP: usize = 160;
+
+/// A recording to put pauses into.
+#[derive(Debug, Clone)]
+pub struct Sentence {
+    /// A short name.
+    pub name: String,
+    /// 16 kHz mono audio.
+    pub audio: Vec<f32>,
+    /// What is said.
+    pub text: String,
+    /// First and one-past-last speech sample.
+    pub speech: (usize, usize),
+    /// `human` or `piper`.
+    pub kind: &'static str,
+}
+
+/// One clip of the corpus.
+#[derive(Debug, Clone)]
+pub struct PauseClip {
+    /// `<sentence>-p<ms>-<k>`, or the sentence's name for the clip as spoken.
+    pub name: String,
+    /// `human` or `piper`.
+    pub kind: &'static str,
+    /// 16 kHz mono audio.
+    pub audio: Vec<f32>,
+    /// What is said.
+    pub text: String,
+    /// First and one-past-last speech sample.
+    pub speech: (usize, usize),
+    /// Inserted pauses: (first sample, length in samples).
+    pub pauses: Vec<(usize, usize)>,
+}
+
+fn rms(x: &[f32]) -> f32 {
+    if x.is_empty() {
+        return 0.0;
+    }
+    (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).sqrt()
+}
+
+/// RMS of each energy frame of `audio`.
+fn energy(audio: &[f32]) -> Vec<f32> {
+    (0..audio.len().saturating_sub(WIN) / HOP)
+        .map(|i| rms(&audio[i * HOP..i * HOP + WIN]))
+        .collect()
+}
+
+/// Where the speech of `audio` starts and ends: the first and last energy
+/// frame above 5 % of the loudest.
+pub fn speech_span(audio: &[f32]) -> (usize, usize) {
+    let e = energy(audio);
+    let top = e.iter().copied().fold(0.0, f32::max);
+    let loud = |v: &&f32| **v > 0.05 * top;
+    let first = e.iter().position(|v| loud(&v)).unwrap_or(0);
+    let last = e.iter().rposition(|v| loud(&v)).unwrap_or(e.len());
+    (first * HOP, (last * HOP + WIN).min(audio.len()))
+}
+
+/// Gaps between words inside the middle of the speech (from 20 % to 85 %
+/// of it): the centres of the quietest dips of the smoothed energy, below a
+/// quarter of the speech's median level, at least 400 ms apart, deepest
+/// first, at most `max`.
+pub fn word_gaps(audio: &[f32], speech: (usize, usize), max: usize) -> Vec<usize> {
+    let e = energy(audio);
+    let smooth: Vec<f32> = (0..e.len())
+        .map(|i| {
+            let w = &e[i.saturating_sub(2)..(i + 3).min(e.len())];
+            w.iter().sum::<f32>() / w.len() as f32
+        })
+        .collect();
+    let (s, t) = (speech.0 / HOP, (speech.1 / HOP).min(smooth.len()));
+    if t <= s + 10 {
+        return Vec::new();
+    }
+    let mut levels: Vec<f32> = smooth[s..t].to_vec();
+    levels.sort_by(f32::total_cmp);
+    let median = levels[levels.len() / 2];
+    let (from, to) = (s + (t - s) / 5, s + (t - s) * 17 / 20);
+    let mut dips: Vec<(usize, f32)> = (from.max(1)..to.min(smooth.len() - 1))
+        .filter(|&i| smooth[i] <= smooth[i - 1] && smooth[i] <= smooth[i + 1])
+        .filter(|&i| smooth[i] < 0.25 * median)
+        .map(|i| (i, smooth[i]))
+        .collect();
+    dips.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut chosen: Vec<usize> = Vec::new();
+    for (i, _) in dips {
+        let at = i * HOP + WIN / 2;
+        if chosen.iter().all(|&c| c.abs_diff(at) >= RATE * 2 / 5) {
+            chosen.push(at);
+        }
+        if chosen.len() == max {
+            break;
+        }
+    }
+    chosen
+}
+
+/// `len` samples of silence at the level of `audio`'s quietest 100 ms
+/// (seeded noise; zeros for digital silence).
+fn background(audio: &[f32], len: usize, seed: u32) -> Vec<f32> {
+    let level = audio
+        .chunks(RATE / 10)
+        .filter(|c| c.len() == RATE / 10)
+        .map(rms)
+        .fold(f32::MAX, f32::min);
+    let level = if level.is_finite() { level } else { 0.0 };
+    let mut state = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    let mut uniform = move || {
+        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+    };
+    // a sum of four uniforms: near-Gaussian, variance 1/3
+    (0..len)
+        .map(|_| level * 3f32.sqrt() * (uniform() + uniform() + uniform() + uniform()))
+        .collect()
+}
+
+/// `s` with a pause of `len` samples put in at `at`.
+fn insert(audio: &[f32], at: usize, len: usize, seed: u32) -> Vec<f32> {
+    let fade = RATE / 200;
+    let mut out = audio[..at].to_vec();
+    let n = out.len();
+    for k in 0..fade.min(n) {
+        out[n - 1 - k] *= k as f32 / fade as f32;
+    }
+    out.extend(background(audio, len, seed));
+    let mut rest = audio[at..].to_vec();
+    for (k, v) in rest.iter_mut().take(fade).enumerate() {
+        *v *= k as f32 / fade as f32;
+    }
+    out.extend(rest);
+    out
+}
+
+/// The corpus of `sentences`: each as spoken, then with one pause of each
+/// length of [`PAUSE_MS`] at each of its (up to two) word gaps, and with
+/// pauses at both gaps at once (1 s each).
+pub fn corpus(sentences: &[Sentence]) -> Vec<PauseClip> {
+    let mut out = Vec::new();
+    for (n, s) in sentences.iter().enumerate() {
+        out.push(PauseClip {
+            name: s.name.clone(),
+            kind: s.kind,
+            audio: s.audio.clone(),
+            text: s.text.clone(),
+            speech: s.speech,
+            pauses: Vec::new(),
+        });
+        let gaps = word_gaps(&s.audio, s.speech, 2);
+        for (k, &at) in gaps.iter().enumerate() {
+            for ms in PAUSE_MS {
+                let len = ms as usize * RATE / 1000;
+                out.push(PauseClip {
+                    name: format!("{}-p{ms}-{k}", s.name),
+                    kind: s.kind,
+                    audio: insert(&s.audio, at, len, (n * 7 + k) as u32),
+                    text: s.text.clone(),
+                    speech: (s.speech.0, s.speech.1 + len),
+                    pauses: vec![(at, len)],
+                });
+            }
+        }
+        if let [a, b] = gaps[..] {
+            let (a, b) = (a.min(b), a.max(b));
+            let len = RATE;
+            let once = insert(&s.audio, b, len, n as u32);
+            out.push(PauseClip {
+                name: format!("{}-p1000-both", s.name),
+                kind: s.kind,
+                audio: insert(&once, a, len, n as u32 + 1),
+                text: s.text.clone(),
+                speech: (s.speech.0, s.speech.1 + 2 * len),
+                pauses: vec![(a, len), (b + len, len)],
+            });
+        }
+    }
+    out
+}
+
+/// The human recordings of `dir` with sidecars (one turn each).
+pub fn human_sentences(dir: &Path) -> Vec<Sentence> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "wav"))
+                .collect()
+        })
+        .unwrap_or_default();
+    paths.sort();
+    paths
+        .into_iter()
+        .filter_map(|p| {
+            let side: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(p.with_extension("json")).ok()?).ok()?;
+            let turn = side["turns"].as_array()?.first()?.clone();
+            let rate = side["sample_rate"].as_u64()? as usize;
+            let scale = |v: u64| v as usize * RATE / rate;
+            Some(Sentence {
+                name: p.file_stem()?.to_string_lossy().into_owned(),
+                audio: super::util::read_16k(&p),
+                text: turn["text"].as_str()?.to_owned(),
+                speech: (
+                    scale(turn["start_sample"].as_u64()?),
+                    scale(turn["end_sample"].as_u64()?),
+                ),
+                kind: "human",
+            })
+        })
+        .collect()
+}
+
+/// [`PIPER_SENTENCES`] spoken by the Piper voice of `models` (16 kHz, with
+/// 0.3 s of silence before and 1 s after); empty when the voice is not
+/// installed.
+pub fn piper_sentences(models: &Path) -> Vec<Sentence> {
+    use voxline_tts::TextToSpeech as _;
+    let Ok(mut voice) = voxline_tts::Piper::load(
+        &models.join("en_US-joe-medium.onnx"),
+        &models.join("libonnxruntime.so.1.31.1"),
+        2,
+    ) else {
+        return Vec::new();
+    };
+    let rate = voice.sample_rate();
+    PIPER_SENTENCES
+        .iter()
+        .enumerate()
+        .filter_map(|(i, text)| {
+            let raw = voice.synthesize(text).ok()?;
+            let mut r = voxline_audio::StreamResampler::new(rate, 1).ok()?;
+            let mut speech = Vec::new();
+            r.process(&raw, &mut speech).ok()?;
+            r.flush(&mut speech).ok()?;
+            let mut audio = vec![0.0; RATE * 3 / 10];
+            audio.extend(&speech);
+            audio.extend(std::iter::repeat_n(0.0, RATE));
+            let span = speech_span(&audio);
+            Some(Sentence {
+                name: format!("piper-{i}"),
+                audio,
+                text: (*text).to_owned(),
+                speech: span,
+                kind: "piper",
+            })
+        })
+        .collect()
+}
+
+/// Writes each clip as `<name>.wav` (16 kHz s16) with its sidecar (the
+/// turn, and `pauses`: each inserted pause's first sample and length).
+///
+/// # Panics
+/// When the folder cannot be written.
+pub fn write(dir: &Path, clips: &[PauseClip]) {
+    std::fs::create_dir_all(dir).expect("the corpus folder");
+    for c in clips {
+        let wav = dir.join(format!("{}.wav", c.name));
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: RATE as u32,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut w = hound::WavWriter::create(&wav, spec).expect("a corpus WAV");
+        for &v in &c.audio {
+            w.write_sample((v.clamp(-1.0, 1.0) * 32_767.0) as i16)
+                .expect("a corpus WAV");
+        }
+        w.finalize().expect("a corpus WAV");
+        let side = serde_json::json!({
+            "file": format!("{}.wav", c.name),
+            "sample_rate": RATE,
+            "channels": 1,
+            "format": "s16",
+            "duration_samples": c.audio.len(),
+            "turns": [{"text": c.text, "start_sample": c.speech.0, "end_sample": c.speech.1}],
+            "pauses": c.pauses.iter().map(|&(at, len)| serde_json::json!({"start_sample": at, "samples": len})).collect::<Vec<_>>(),
+            "kind": c.kind,
+        });
+        std::fs::write(
+            wav.with_extension("json"),
+            serde_json::to_vec_pretty(&side).expect("a sidecar"),
+        )
+        .expect("a corpus sidecar");
+    }
+}

@@ -1,0 +1,143 @@
+//! The policy at work in the VAD stage: when to ask the model, and when its
+//! verdict closes the turn.
+
+use std::time::Duration;
+
+use voxline_core::{Clock, Emitter, Message, SAMPLE_RATE};
+
+use super::{EndOfTurn, SharedTurnModel, TurnDecision, TurnPolicy, WINDOW_SAMPLES};
+
+fn samples(ms: u32) -> u64 {
+    u64::from(ms) * u64::from(SAMPLE_RATE) / 1000
+}
+
+/// The open utterance as the judge sees it (stream positions).
+pub(crate) struct OpenTurn<'a> {
+    /// Its first sample.
+    pub start: u64,
+    /// The end of its last speech frame.
+    pub end: u64,
+    /// Long enough to be kept.
+    pub keepable: bool,
+    /// Its audio up to now (the silence after `end` included).
+    pub samples_to_now: &'a [f32],
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Verdict {
+    /// The speech end of the pause it judged.
+    end: u64,
+    probability: Option<f32>,
+    decision: TurnDecision,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TurnState {
+    start: u64,
+    probes: u32,
+    cost: Duration,
+    verdict: Option<Verdict>,
+}
+
+/// Judges each pause of the open utterance once (see [`TurnPolicy`]).
+#[derive(Debug)]
+pub(crate) struct TurnJudge {
+    model: SharedTurnModel,
+    policy: TurnPolicy,
+    /// The silence-only hangover, used when the model fails on a pause.
+    fallback: u64,
+    turn: Option<TurnState>,
+}
+
+impl TurnJudge {
+    pub(crate) fn new(model: SharedTurnModel, policy: TurnPolicy, fallback_ms: u32) -> Self {
+        Self {
+            model,
+            policy,
+            fallback: samples(fallback_ms),
+            turn: None,
+        }
+    }
+
+    /// After a detector frame ending at `pos`: judges the pause of `open`
+    /// once its silence reaches the probe point, and says whether the turn
+    /// ends now (judged complete and the short wait is over, or the model
+    /// failed and the silence-only hangover is).
+    pub(crate) fn after_frame<T: Message>(
+        &mut self,
+        open: Option<OpenTurn<'_>>,
+        pos: u64,
+        out: &mut Emitter<'_, T>,
+    ) -> bool {
+        let Some(open) = open else {
+            return false;
+        };
+        let turn = match &mut self.turn {
+            Some(t) if t.start == open.start => t,
+            slot => slot.insert(TurnState {
+                start: open.start,
+                probes: 0,
+                cost: Duration::ZERO,
+                verdict: None,
+            }),
+        };
+        // speech went on after the pause judged: the next pause is judged anew
+        if turn.verdict.is_some_and(|v| v.end != open.end) {
+            turn.verdict = None;
+        }
+        if !open.keepable {
+            return false;
+        }
+        let silence = pos.saturating_sub(open.end);
+        if turn.verdict.is_none() && silence >= samples(self.policy.probe_ms) {
+            let audio = open.samples_to_now;
+            let heard = &audio[audio.len().saturating_sub(WINDOW_SAMPLES)..];
+            let model = &self.model;
+            let (scored, took) = out.timed(|| model.probability(heard));
+            turn.probes += 1;
+            turn.cost += took;
+            turn.verdict = Some(match scored {
+                Ok(p) => Verdict {
+                    end: open.end,
+                    probability: Some(p),
+                    decision: if p > self.policy.threshold {
+                        TurnDecision::Complete
+                    } else if p < self.policy.incomplete_below {
+                        TurnDecision::Incomplete
+                    } else {
+                        TurnDecision::Unsure
+                    },
+                },
+                Err(e) => {
+                    tracing::warn!("{e}; this pause ends the turn after the silence-only hangover");
+                    Verdict {
+                        end: open.end,
+                        probability: None,
+                        decision: TurnDecision::Failed,
+                    }
+                }
+            });
+        }
+        match turn.verdict.map(|v| v.decision) {
+            Some(TurnDecision::Complete) => silence >= samples(self.policy.complete_ms),
+            Some(TurnDecision::Unsure | TurnDecision::Failed) => silence >= self.fallback,
+            _ => false,
+        }
+    }
+
+    /// The verdict on the turn that just closed as utterance `id` (its first
+    /// sample `start`, closed at `closed`, its speech ending at `end`).
+    pub(crate) fn outcome(&mut self, id: u64, start: u64, end: u64, closed: u64) -> EndOfTurn {
+        let turn = self.turn.take().filter(|t| t.start == start);
+        let verdict = turn.and_then(|t| t.verdict);
+        let decision = verdict.map_or(TurnDecision::Unjudged, |v| v.decision);
+        EndOfTurn {
+            id,
+            decision,
+            probability: verdict.and_then(|v| v.probability),
+            probes: turn.map_or(0, |t| t.probes),
+            cost_ms: turn.map_or(0.0, |t| t.cost.as_secs_f64() * 1000.0),
+            silence_ms: Clock::samples_to_ms(closed.saturating_sub(end)),
+        }
+    }
+}

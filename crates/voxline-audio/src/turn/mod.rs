@@ -1,0 +1,317 @@
+//! The semantic end of turn: whether a pause ends what the speaker meant
+//! to say, judged from how the last 8 s sounded (words, intonation,
+//! rhythm), not from the length of the silence alone.
+//!
+//! [`TurnModel`] runs Pipecat's smart-turn v3 on ONNX Runtime: the
+//! [`TurnFeatures`] of the last 8 s in, the probability that the turn is
+//! complete out. [`TurnPolicy`] says what the VAD stage does with it (see
+//! [`crate::VadStage::with_turn_model`]): a pause judged complete commits
+//! after a short wait, one judged incomplete waits for the speaker.
+
+mod features;
+pub(crate) mod judge;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+pub use features::{TurnFeatures, N_FRAMES, N_MELS, WINDOW_SAMPLES};
+use voxline_onnx::ort;
+use voxline_onnx::ort::value::Tensor;
+
+/// The end-of-turn model could not be loaded, or failed on a pause.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TurnModelError {
+    /// A file the model needs is not there.
+    #[error("{what} {} is missing; install it with `voxline models fetch`, or run with --no-semantic-turn", path.display())]
+    Missing {
+        /// What the file is.
+        what: &'static str,
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// The runtime could not be loaded, or the file is not the model.
+    #[error("{detail}; reinstall it with `voxline models fetch`, or run with --no-semantic-turn")]
+    Unusable {
+        /// What is wrong, naming the file.
+        detail: String,
+    },
+    /// Inference failed on one pause.
+    #[error("the end-of-turn model failed: {0}")]
+    Inference(String),
+}
+
+/// Pipecat's smart-turn v3 on ONNX Runtime.
+pub struct TurnModel {
+    session: ort::session::Session,
+    features: TurnFeatures,
+    threads: usize,
+}
+
+impl std::fmt::Debug for TurnModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnModel")
+            .field("threads", &self.threads)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TurnModel {
+    /// Loads `model` on the ONNX Runtime library `runtime_lib`, computing
+    /// with `threads` threads, and scores one second of silence to prove it
+    /// runs.
+    ///
+    /// # Errors
+    /// [`TurnModelError::Missing`] for a file that is not there;
+    /// [`TurnModelError::Unusable`] when the runtime cannot be loaded or the
+    /// model has not smart-turn's input and output, or does not run.
+    pub fn load(model: &Path, runtime_lib: &Path, threads: usize) -> Result<Self, TurnModelError> {
+        use voxline_onnx::OnnxError;
+        if !model.is_file() {
+            return Err(TurnModelError::Missing {
+                what: "the end-of-turn model",
+                path: model.to_owned(),
+            });
+        }
+        let session = voxline_onnx::session(runtime_lib, model, threads).map_err(|e| match e {
+            OnnxError::Missing { path } => TurnModelError::Missing {
+                what: "the ONNX Runtime library",
+                path,
+            },
+            other => TurnModelError::Unusable {
+                detail: other.to_string(),
+            },
+        })?;
+        let unusable = |detail: String| TurnModelError::Unusable {
+            detail: format!("{}: not smart-turn v3 ({detail})", model.display()),
+        };
+        let inputs = voxline_onnx::input_names(&session);
+        if !inputs.iter().any(|i| i == "input_features") {
+            return Err(unusable(format!(
+                "it has no input `input_features`; it has {inputs:?}"
+            )));
+        }
+        let mut this = Self {
+            session,
+            features: TurnFeatures::new(),
+            threads: threads.max(1),
+        };
+        let p = this
+            .probability(&vec![0.0; voxline_core::SAMPLE_RATE as usize])
+            .map_err(|e| unusable(e.to_string()))?;
+        if !(0.0..=1.0).contains(&p) {
+            return Err(unusable(format!("it gave {p}, not a probability")));
+        }
+        Ok(this)
+    }
+
+    /// The threads it computes with.
+    #[must_use]
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The probability that the turn whose audio (16 kHz mono) ends with
+    /// `audio` is complete; only the last 8 s are heard.
+    ///
+    /// # Errors
+    /// [`TurnModelError::Inference`] when the runtime fails.
+    pub fn probability(&mut self, audio: &[f32]) -> Result<f32, TurnModelError> {
+        let fail = |e: ort::Error| TurnModelError::Inference(e.to_string());
+        let features = self.features.compute(audio);
+        let input = Tensor::from_array(([1usize, N_MELS, N_FRAMES], features)).map_err(fail)?;
+        let outputs = self
+            .session
+            .run(ort::inputs!["input_features" => input])
+            .map_err(fail)?;
+        let (_, p) = outputs[0].try_extract_tensor::<f32>().map_err(fail)?;
+        p.first()
+            .copied()
+            .ok_or_else(|| TurnModelError::Inference("it gave no output".into()))
+    }
+}
+
+/// One model shared by every conversation of the process; pauses are
+/// judged one at a time.
+#[derive(Debug, Clone)]
+pub struct SharedTurnModel(Arc<Mutex<TurnModel>>);
+
+impl SharedTurnModel {
+    /// Shares `model`.
+    #[must_use]
+    pub fn new(model: TurnModel) -> Self {
+        Self(Arc::new(Mutex::new(model)))
+    }
+
+    /// See [`TurnModel::probability`].
+    ///
+    /// # Errors
+    /// As [`TurnModel::probability`].
+    pub fn probability(&self, audio: &[f32]) -> Result<f32, TurnModelError> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .probability(audio)
+    }
+}
+
+/// What the VAD stage does at a pause, given the model's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct TurnPolicy {
+    /// The probability above which a pause is judged complete. Default 0.9
+    /// (`cargo bench --bench hangover`: at 0.5 the model ends real
+    /// sentences at the pauses between digits read in groups).
+    pub threshold: f32,
+    /// The probability below which a pause is judged incomplete; between
+    /// the two the model is unsure, and the silence-only hangover ends the
+    /// turn, as without the model. Default 0.5 (the model's own threshold).
+    pub incomplete_below: f32,
+    /// Silence after the last speech frame that commits a turn judged
+    /// complete, ms. Default 200.
+    pub complete_ms: u32,
+    /// Silence after the last speech frame that commits a turn judged
+    /// incomplete (the speaker paused mid-sentence), ms. Default 2 000.
+    pub incomplete_ms: u32,
+    /// Silence after the last speech frame at which the pause is judged
+    /// when no speculative attempt starts sooner, ms. Default 100.
+    pub probe_ms: u32,
+}
+
+impl Default for TurnPolicy {
+    fn default() -> Self {
+        Self {
+            threshold: 0.9,
+            incomplete_below: 0.5,
+            complete_ms: 200,
+            incomplete_ms: 2_000,
+            probe_ms: 100,
+        }
+    }
+}
+
+impl TurnPolicy {
+    /// Checks the threshold and the waits.
+    ///
+    /// # Errors
+    /// [`crate::AudioError::InvalidVadConfig`] naming the first bad field:
+    /// `threshold` not in `[0, 1]`; a wait above 10 000 ms; `complete_ms`
+    /// or `probe_ms` longer than `incomplete_ms`.
+    pub fn validate(&self) -> Result<(), crate::AudioError> {
+        let bad = |field, reason: String| {
+            Err(crate::AudioError::InvalidVadConfig { field, reason })
+        };
+        for (field, p) in [
+            ("turn_threshold", self.threshold),
+            ("turn_incomplete_below", self.incomplete_below),
+        ] {
+            if !(0.0..=1.0).contains(&p) {
+                return bad(
+                    field,
+                    format!("{p} is not a probability; use a value in [0, 1], e.g. 0.5"),
+                );
+            }
+        }
+        if self.incomplete_below > self.threshold {
+            return bad(
+                "turn_incomplete_below",
+                format!(
+                    "{} is above the threshold of a complete pause ({}); use at most that",
+                    self.incomplete_below, self.threshold
+                ),
+            );
+        }
+        for (field, v) in [
+            ("turn_complete_ms", self.complete_ms),
+            ("turn_incomplete_ms", self.incomplete_ms),
+            ("turn_probe_ms", self.probe_ms),
+        ] {
+            if v > crate::vad::MAX_PAD_MS {
+                return bad(
+                    field,
+                    format!("{v} ms is too long; use at most {} ms", crate::vad::MAX_PAD_MS),
+                );
+            }
+        }
+        for (field, v) in [("turn_complete_ms", self.complete_ms), ("turn_probe_ms", self.probe_ms)] {
+            if v > self.incomplete_ms {
+                return bad(
+                    field,
+                    format!(
+                        "{v} ms is longer than the wait after an incomplete pause ({} ms); make it shorter",
+                        self.incomplete_ms
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a turn's end was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TurnDecision {
+    /// The model judged the pause complete: committed after the short wait.
+    Complete,
+    /// The model judged it incomplete, and the speaker said no more within
+    /// the patience: committed after the long wait.
+    Incomplete,
+    /// The model was unsure (between the two thresholds): the silence-only
+    /// hangover ended it.
+    Unsure,
+    /// Not judged: the stream ended, the utterance was split at its
+    /// maximum length, or it closed before the probe point.
+    Unjudged,
+    /// The model failed on the pause: the silence-only hangover ended it.
+    Failed,
+}
+
+impl TurnDecision {
+    /// Its name in reports.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Complete => "complete",
+            Self::Incomplete => "incomplete",
+            Self::Unsure => "unsure",
+            Self::Unjudged => "unjudged",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// The semantic end of turn's account of one turn, published when the VAD
+/// stage sends it (or commits its attempt).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EndOfTurn {
+    /// The turn's utterance id.
+    pub id: voxline_core::UtteranceId,
+    /// How its end was decided.
+    pub decision: TurnDecision,
+    /// The model's probability at the pause that ended it.
+    pub probability: Option<f32>,
+    /// Pauses the model judged in this turn.
+    pub probes: u32,
+    /// Time the model took over them, ms.
+    pub cost_ms: f64,
+    /// Silence after the last speech frame when the turn was committed, ms.
+    pub silence_ms: f64,
+}
+
+impl voxline_core::EngineEvent for EndOfTurn {
+    fn kind(&self) -> &'static str {
+        "end_of_turn"
+    }
+    fn utterance_id(&self) -> Option<voxline_core::UtteranceId> {
+        Some(self.id)
+    }
+    fn fields_json(&self, _: &voxline_core::Clock) -> Result<String, serde_json::Error> {
+        serde_json::to_string(&serde_json::json!({
+            "decision": self.decision,
+            "probability": self.probability,
+            "probes": self.probes,
+            "cost_ms": self.cost_ms,
+            "silence_ms": self.silence_ms,
+        }))
+    }
+}
