@@ -203,7 +203,10 @@ fn turns(audio: &[f32], policy: Policy, model: &SharedTurnModel) -> Vec<(u64, u6
         ..VadConfig::default()
     })
     .unwrap()
-    .with_speculation(board.clone(), voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS);
+    .with_speculation(
+        board.clone(),
+        voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS,
+    );
     if let Policy::Semantic(p) = policy {
         stage = stage.with_turn_model(model.clone(), p).unwrap();
     }
@@ -223,8 +226,12 @@ fn turns(audio: &[f32], policy: Policy, model: &SharedTurnModel) -> Vec<(u64, u6
             end_of_stream: false,
         };
         let pos = frame.start_sample + c.len() as u64;
-        voxline_core::Stage::process(&mut stage, frame, &mut voxline_core::Emitter::to_vec(&mut sent))
-            .unwrap();
+        voxline_core::Stage::process(
+            &mut stage,
+            frame,
+            &mut voxline_core::Emitter::to_vec(&mut sent),
+        )
+        .unwrap();
         for u in sent.drain(..) {
             match board.state(u.id) {
                 SpecState::Final => turns.push((u.end_sample, u.closed_sample)),
@@ -242,7 +249,11 @@ fn turns(audio: &[f32], policy: Policy, model: &SharedTurnModel) -> Vec<(u64, u6
     }
     voxline_core::Stage::finish(&mut stage, &mut voxline_core::Emitter::to_vec(&mut sent)).unwrap();
     let end = padded.len() as u64;
-    turns.extend(sent.iter().filter(|u| board.state(u.id) == SpecState::Final).map(|u| (u.end_sample, u.closed_sample.max(end))));
+    turns.extend(
+        sent.iter()
+            .filter(|u| board.state(u.id) == SpecState::Final)
+            .map(|u| (u.end_sample, u.closed_sample.max(end))),
+    );
     turns
 }
 
@@ -273,7 +284,11 @@ fn policies(dir: &Path) {
     let corpus = pauses::corpus(&sentences);
     if let Some(out) = std::env::var_os("VOXLINE_PAUSE_CORPUS") {
         pauses::write(Path::new(&out), &corpus);
-        eprintln!("wrote {} clips to {}", corpus.len(), Path::new(&out).display());
+        eprintln!(
+            "wrote {} clips to {}",
+            corpus.len(),
+            Path::new(&out).display()
+        );
     }
     let paused = corpus.iter().filter(|c| !c.pauses.is_empty()).count();
     println!();
@@ -287,7 +302,8 @@ fn policies(dir: &Path) {
     );
     println!("A false cut is a turn committed more than 200 ms before the sentence's end; a missed end, a sentence not committed within 2.9 s of its end. Delays are from the true end of speech to the commit, in stream time.");
     for kind in ["human", "piper"] {
-        let part: Vec<pauses::PauseClip> = corpus.iter().filter(|c| c.kind == kind).cloned().collect();
+        let part: Vec<pauses::PauseClip> =
+            corpus.iter().filter(|c| c.kind == kind).cloned().collect();
         println!("\n{kind} sentences:\n");
         table(&part, &model);
     }
@@ -402,7 +418,16 @@ fn table(corpus: &[pauses::PauseClip], model: &SharedTurnModel) {
             percentile(&mut all, 0.95),
         );
         if std::env::var_os("VOXLINE_BENCH_VERBOSE").is_some() {
-            eprintln!("{}: cut {}", policy.name(), cut_names.iter().filter(|n| !n.contains("-p")).cloned().collect::<Vec<_>>().join(", "));
+            eprintln!(
+                "{}: cut {}",
+                policy.name(),
+                cut_names
+                    .iter()
+                    .filter(|n| !n.contains("-p"))
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
         }
     }
 }

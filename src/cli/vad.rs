@@ -40,9 +40,15 @@ pub(crate) struct VadArgs {
     /// Wait for the hangover before any work starts (no speculative turns).
     #[arg(long)]
     pub(crate) no_speculation: bool,
+    /// The semantic end of turn: the end-of-turn model (smart-turn) judges
+    /// each pause; one it finds complete ends the turn after
+    /// --turn-complete-ms, one it finds incomplete waits up to
+    /// --turn-incomplete-ms, and an unsure one --hangover-ms.
+    #[arg(long, overrides_with = "no_semantic_turn")]
+    pub(crate) semantic_turn: bool,
     /// End a turn on silence alone (--hangover-ms), without the end-of-turn
-    /// model judging whether the sentence was complete.
-    #[arg(long)]
+    /// model (the default).
+    #[arg(long, overrides_with = "semantic_turn")]
     pub(crate) no_semantic_turn: bool,
     /// The end-of-turn model's probability above which a pause ends the turn.
     #[arg(long, default_value_t = TurnPolicy::default().threshold)]
@@ -105,7 +111,7 @@ impl VadArgs {
     /// # Errors
     /// [`BadInput`] naming the option out of range.
     pub(crate) fn turn_policy(&self) -> Result<Option<TurnPolicy>, BadInput> {
-        if self.no_semantic_turn {
+        if !self.semantic_turn {
             return Ok(None);
         }
         let policy = TurnPolicy {
@@ -124,8 +130,8 @@ impl VadArgs {
         Ok(Some(policy))
     }
 
-    /// Loads the end-of-turn model (on one thread: it runs on the VAD's),
-    /// unless --no-semantic-turn.
+    /// Loads the end-of-turn model (on one thread: it runs on the VAD's)
+    /// with --semantic-turn.
     ///
     /// # Errors
     /// [`BadInput`] for an option out of range, or a model or runtime that
@@ -151,7 +157,7 @@ impl VadArgs {
                     format!("run {fetch}")
                 };
                 return Err(BadInput(format!(
-                    "{}: not installed — {hint}, or run with --no-semantic-turn",
+                    "{}: not installed — {hint}, or run without --semantic-turn",
                     path.display()
                 )));
             }

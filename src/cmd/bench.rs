@@ -47,14 +47,12 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
     )?;
     let files = collect_wavs(&args.fixtures)?;
     // a user thinks longer than the endpointer waits, or their recordings run together
-    let think = std::time::Duration::from_millis(args.vad.turn_policy()?.map_or(
-        args.think_ms,
-        |p| {
+    let think =
+        std::time::Duration::from_millis(args.vad.turn_policy()?.map_or(args.think_ms, |p| {
             args.think_ms.max(u64::from(
                 p.incomplete_ms + voxline_pipeline::pipeline::SEMANTIC_GAP_MARGIN_MS,
             ))
-        },
-    ));
+        }));
     let script = capacity::Script::load(&files, think)?;
     for (flag, given) in [
         ("--baseline", args.baseline.is_some()),

@@ -35,7 +35,7 @@ pub(crate) struct Session {
     pub(crate) vad: VadConfig,
     /// The endpointing options as given (speculation, the report's record).
     endpointing: VadArgs,
-    /// The semantic end of turn, loaded (`None`: --no-semantic-turn).
+    /// The semantic end of turn, loaded (`None`: without --semantic-turn).
     pub(crate) semantic_turn: Option<pipeline::SemanticTurn>,
     /// The budget the session is held to, if any.
     pub(crate) budget: Option<Budget>,

@@ -16,8 +16,12 @@ mod models_cli;
 mod monologue;
 mod options;
 mod outputs;
+#[path = "../../benches/support/pauses.rs"]
+#[allow(dead_code)] // the bench uses the rest
+mod pauses;
 mod replay;
 mod report;
+mod semantic_turn;
 mod serve;
 mod sessions;
 mod speculation;

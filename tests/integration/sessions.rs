@@ -22,6 +22,7 @@ fn hub(sessions: usize, max_tokens: u32) -> Hub {
         &s,
         vad,
         Some(voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS),
+        None,
         sessions,
     )
     .unwrap()

@@ -212,6 +212,7 @@ fn the_added_stage_runs_in_bench_sessions_and_has_its_share_of_the_run() {
         stagger: Duration::ZERO,
         think: Duration::from_millis(500),
         spec_silence_ms: None,
+        semantic_turn: None,
     };
     let report = voxline_capacity::run_with(
         &s,

@@ -185,7 +185,8 @@ pub const SMART_TURN: PinnedModel = PinnedModel {
     wheel_sha256: "0352f504b44e78bdf524e45af4bc759601c835b9b7dc195efe5e03384b974a44",
     file_sha256: "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f",
     licence: "BSD-2-Clause",
-    description: "Pipecat smart-turn v3.2 (int8 ONNX): end-of-turn probability from the last 8 s of speech",
+    description:
+        "Pipecat smart-turn v3.2 (int8 ONNX): end-of-turn probability from the last 8 s of speech",
     extract: Extract::Copy {
         member: "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
     },

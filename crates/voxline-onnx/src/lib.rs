@@ -125,7 +125,11 @@ pub fn session(
 /// The names of `session`'s inputs.
 #[must_use]
 pub fn input_names(session: &ort::session::Session) -> Vec<String> {
-    session.inputs().iter().map(|i| i.name().to_owned()).collect()
+    session
+        .inputs()
+        .iter()
+        .map(|i| i.name().to_owned())
+        .collect()
 }
 
 #[cfg(test)]

@@ -15,10 +15,10 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
 use voxline_onnx::ort;
 use voxline_onnx::ort::session::Session;
 use voxline_onnx::ort::value::Tensor;
-use serde::Deserialize;
 
 use crate::voice::{check_espeak, run_espeak};
 use crate::{TextToSpeech, TtsError};
@@ -168,8 +168,7 @@ impl Piper {
         }
         check_espeak(&config.espeak.voice)?;
         let threads = threads.max(1);
-        let session =
-            voxline_onnx::session(runtime_lib, model, threads).map_err(voice_error)?;
+        let session = voxline_onnx::session(runtime_lib, model, threads).map_err(voice_error)?;
         let inputs: Vec<&str> = session.inputs().iter().map(|i| i.name()).collect();
         for want in ["input", "input_lengths", "scales"] {
             if !inputs.contains(&want) {

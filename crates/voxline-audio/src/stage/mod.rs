@@ -152,10 +152,21 @@ impl VadStage {
     }
 
     /// Publishes the account of turn `id` (sent from `seg`) when a model judges.
-    fn account(&mut self, id: UtteranceId, seg: &Segment, closed: u64, out: &mut Emitter<'_, Utterance>) {
+    fn account(
+        &mut self,
+        id: UtteranceId,
+        seg: &Segment,
+        closed: u64,
+        out: &mut Emitter<'_, Utterance>,
+    ) {
         let origin = self.origin.unwrap_or(0);
         if let Some(judge) = self.turn.as_mut() {
-            let e = judge.outcome(id, seg.start_sample + origin, seg.end_sample + origin, closed);
+            let e = judge.outcome(
+                id,
+                seg.start_sample + origin,
+                seg.end_sample + origin,
+                closed,
+            );
             out.publish(PipelineEvent::engine_event(e));
         }
     }

@@ -150,8 +150,7 @@ fn the_pre_roll_never_reaches_back_past_a_new_recording() {
     for f in &mut fs {
         f.new_recording = f.start_sample == file_start;
     }
-    let out =
-        voxline_core::drive(&mut VadStage::new(VadConfig::default()).unwrap(), fs).unwrap();
+    let out = voxline_core::drive(&mut VadStage::new(VadConfig::default()).unwrap(), fs).unwrap();
     assert_eq!(out.len(), 1);
     // at most the part of one detector frame that straddles the boundary
     assert!(

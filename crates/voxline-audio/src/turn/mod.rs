@@ -23,7 +23,7 @@ use voxline_onnx::ort::value::Tensor;
 #[non_exhaustive]
 pub enum TurnModelError {
     /// A file the model needs is not there.
-    #[error("{what} {} is missing; install it with `voxline models fetch`, or run with --no-semantic-turn", path.display())]
+    #[error("{what} {} is missing; install it with `voxline models fetch`, or run without --semantic-turn", path.display())]
     Missing {
         /// What the file is.
         what: &'static str,
@@ -31,7 +31,7 @@ pub enum TurnModelError {
         path: PathBuf,
     },
     /// The runtime could not be loaded, or the file is not the model.
-    #[error("{detail}; reinstall it with `voxline models fetch`, or run with --no-semantic-turn")]
+    #[error("{detail}; reinstall it with `voxline models fetch`, or run without --semantic-turn")]
     Unusable {
         /// What is wrong, naming the file.
         detail: String,
@@ -197,9 +197,8 @@ impl TurnPolicy {
     /// `threshold` not in `[0, 1]`; a wait above 10 000 ms; `complete_ms`
     /// or `probe_ms` longer than `incomplete_ms`.
     pub fn validate(&self) -> Result<(), crate::AudioError> {
-        let bad = |field, reason: String| {
-            Err(crate::AudioError::InvalidVadConfig { field, reason })
-        };
+        let bad =
+            |field, reason: String| Err(crate::AudioError::InvalidVadConfig { field, reason });
         for (field, p) in [
             ("turn_threshold", self.threshold),
             ("turn_incomplete_below", self.incomplete_below),
@@ -228,11 +227,17 @@ impl TurnPolicy {
             if v > crate::vad::MAX_PAD_MS {
                 return bad(
                     field,
-                    format!("{v} ms is too long; use at most {} ms", crate::vad::MAX_PAD_MS),
+                    format!(
+                        "{v} ms is too long; use at most {} ms",
+                        crate::vad::MAX_PAD_MS
+                    ),
                 );
             }
         }
-        for (field, v) in [("turn_complete_ms", self.complete_ms), ("turn_probe_ms", self.probe_ms)] {
+        for (field, v) in [
+            ("turn_complete_ms", self.complete_ms),
+            ("turn_probe_ms", self.probe_ms),
+        ] {
             if v > self.incomplete_ms {
                 return bad(
                     field,

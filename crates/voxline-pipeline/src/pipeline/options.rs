@@ -108,7 +108,10 @@ impl std::fmt::Debug for RunOptions {
             .field("cancel_on_stop", &self.cancel_on_stop)
             .field("drain", &self.drain)
             .field("speculation", &self.speculation.as_ref().map(|(_, ms)| ms))
-            .field("semantic_turn", &self.semantic_turn.as_ref().map(|(_, p)| p))
+            .field(
+                "semantic_turn",
+                &self.semantic_turn.as_ref().map(|(_, p)| p),
+            )
             .finish_non_exhaustive()
     }
 }
