@@ -189,72 +189,17 @@ impl Policy {
     }
 }
 
-/// The committed utterances (end of speech, closed at) of `clip` under
-/// `policy`, with speculation as the command line has it and 3 s of
-/// silence after the clip.
+/// The committed turns of `audio` under `policy` (see
+/// [`pauses::committed_turns`]).
 fn turns(audio: &[f32], policy: Policy, model: &SharedTurnModel) -> Vec<(u64, u64)> {
-    let board = SpecBoard::new();
-    let hangover = match policy {
-        Policy::Silence(ms) => ms,
-        Policy::Semantic(_) => voxline_pipeline::settings::DEFAULT_HANGOVER_MS,
-    };
-    let mut stage = VadStage::new(VadConfig {
-        hangover_ms: hangover,
-        ..VadConfig::default()
-    })
-    .unwrap()
-    .with_speculation(
-        board.clone(),
-        voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS,
-    );
-    if let Policy::Semantic(p) = policy {
-        stage = stage.with_turn_model(model.clone(), p).unwrap();
+    match policy {
+        Policy::Silence(ms) => pauses::committed_turns(audio, ms, None),
+        Policy::Semantic(p) => pauses::committed_turns(
+            audio,
+            voxline_pipeline::settings::DEFAULT_HANGOVER_MS,
+            Some((model, p)),
+        ),
     }
-    let clock = Clock::start();
-    let mut padded = audio.to_vec();
-    padded.extend(std::iter::repeat_n(0.0, 48_000));
-    // frame by frame, so each attempt's commit is seen where it happens
-    let mut sent: Vec<voxline_core::Utterance> = Vec::new();
-    let mut turns = Vec::new();
-    let mut pending: Vec<(u64, u64)> = Vec::new();
-    for (i, c) in padded.chunks(320).enumerate() {
-        let frame = AudioFrame {
-            start_sample: (i * 320) as u64,
-            samples: c.to_vec(),
-            captured: clock.sample_due((i * 320) as u64),
-            new_recording: i == 0,
-            end_of_stream: false,
-        };
-        let pos = frame.start_sample + c.len() as u64;
-        voxline_core::Stage::process(
-            &mut stage,
-            frame,
-            &mut voxline_core::Emitter::to_vec(&mut sent),
-        )
-        .unwrap();
-        for u in sent.drain(..) {
-            match board.state(u.id) {
-                SpecState::Final => turns.push((u.end_sample, u.closed_sample)),
-                _ => pending.push((u.id, u.end_sample)),
-            }
-        }
-        pending.retain(|&(id, end)| match board.state(id) {
-            SpecState::Committed => {
-                turns.push((end, pos));
-                false
-            }
-            SpecState::Cancelled => false,
-            _ => true,
-        });
-    }
-    voxline_core::Stage::finish(&mut stage, &mut voxline_core::Emitter::to_vec(&mut sent)).unwrap();
-    let end = padded.len() as u64;
-    turns.extend(
-        sent.iter()
-            .filter(|u| board.state(u.id) == SpecState::Final)
-            .map(|u| (u.end_sample, u.closed_sample.max(end))),
-    );
-    turns
 }
 
 fn percentile(v: &mut [f64], q: f64) -> f64 {

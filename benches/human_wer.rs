@@ -103,7 +103,126 @@ fn main() {
     }
     drop(stt);
 
-    // the pipeline, as `voxline bench --fixtures DIR` runs it
+    // the pipeline, as `voxline bench --fixtures DIR` runs it: by silence
+    // alone (the default), then with the semantic end of turn
+    let files: Vec<PathBuf> = clips.iter().map(|c| c.path.clone()).collect();
+    for (i, cut) in pipeline_cuts(&settings, &files, None)
+        .into_iter()
+        .enumerate()
+    {
+        clips[i].cut = cut;
+    }
+    let semantic = semantic_turn().map(|t| pipeline_cuts(&settings, &files, Some(t)));
+
+    println!("| clip | words | speech (s) | utterances cut (s) | raw WER | pipeline WER | semantic WER | raw | pipeline | semantic |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let s = |n: i64| n as f64 / 16_000.0;
+    let (
+        mut raw_sum,
+        mut pipe_sum,
+        mut sem_sum,
+        mut raw_edits,
+        mut pipe_edits,
+        mut sem_edits,
+        mut words,
+    ) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0usize);
+    let joined = |cut: &[(i64, i64, String)]| {
+        cut.iter()
+            .map(|(_, _, t)| t.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for (i, c) in clips.iter().enumerate() {
+        let heard = joined(&c.cut);
+        let sem_heard = semantic.as_ref().map(|v| joined(&v[i]));
+        let (raw, pipe) = (
+            word_error_rate(&c.reference, &c.raw),
+            word_error_rate(&c.reference, &heard),
+        );
+        let sem = sem_heard
+            .as_deref()
+            .map(|h| word_error_rate(&c.reference, h));
+        raw_sum += raw;
+        pipe_sum += pipe;
+        sem_sum += sem.unwrap_or(0.0);
+        raw_edits += edits(&c.reference, &c.raw);
+        pipe_edits += edits(&c.reference, &heard);
+        sem_edits += sem_heard.as_deref().map_or(0.0, |h| edits(&c.reference, h));
+        let n = normalise(&c.reference).len();
+        words += n;
+        let cuts: Vec<String> = c
+            .cut
+            .iter()
+            .map(|(a, b, _)| format!("{:.2}–{:.2}", s(*a), s(*b)))
+            .collect();
+        println!(
+            "| {} | {n} | {:.2}–{:.2} | {} | {raw:.3} | {pipe:.3} | {} | {} | {} | {} |",
+            c.path.file_name().unwrap().to_string_lossy(),
+            c.speech.0 as f64 / 16_000.0,
+            c.speech.1 as f64 / 16_000.0,
+            cuts.join(", "),
+            sem.map_or("–".into(), |w| format!("{w:.3}")),
+            c.raw,
+            heard,
+            sem_heard.unwrap_or_default()
+        );
+    }
+    let n = clips.len() as f64;
+    println!();
+    println!(
+        "mean WER over {} clips: raw whisper {:.4}, pipeline {:.4} (difference {:+.2} percentage points){}",
+        clips.len(),
+        raw_sum / n,
+        pipe_sum / n,
+        (pipe_sum - raw_sum) / n * 100.0,
+        if semantic.is_some() {
+            format!(
+                ", pipeline with the semantic end of turn {:.4} ({:+.2} points)",
+                sem_sum / n,
+                (sem_sum - raw_sum) / n * 100.0
+            )
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "pooled WER over {words} words: raw whisper {:.4}, pipeline {:.4}{}",
+        raw_edits / words as f64,
+        pipe_edits / words as f64,
+        if semantic.is_some() {
+            format!(", semantic {:.4}", sem_edits / words as f64)
+        } else {
+            String::new()
+        }
+    );
+    if std::env::var_os("VOXLINE_BENCH_CUTS").is_some() {
+        cuts_table(&settings, &clips);
+    }
+}
+
+/// The end-of-turn model and the default policy; `None` when not installed.
+fn semantic_turn() -> Option<voxline_pipeline::pipeline::SemanticTurn> {
+    let m = util::models_dir();
+    let model = voxline_audio::turn::TurnModel::load(
+        &m.join(voxline_models::registry::SMART_TURN.file),
+        &m.join(voxline_models::registry::ONNX_RUNTIME.file),
+        1,
+    )
+    .map_err(|e| eprintln!("no semantic end of turn: {e}"))
+    .ok()?;
+    Some((
+        voxline_audio::turn::SharedTurnModel::new(model),
+        voxline_audio::turn::TurnPolicy::default(),
+    ))
+}
+
+/// What the pipeline transcribed of each of `files` played one after
+/// another: each committed utterance (start, end in the clip's samples, text).
+fn pipeline_cuts(
+    settings: &EngineSettings,
+    files: &[PathBuf],
+    semantic_turn: Option<voxline_pipeline::pipeline::SemanticTurn>,
+) -> Vec<Vec<(i64, i64, String)>> {
     let board = voxline_core::SpecBoard::new();
     // the runtime settles the attempts on `board` (RunOptions::speculation)
     let stt = voxline_stt::SttStage::new(SttEngine::load(settings.stt_config()).unwrap());
@@ -116,10 +235,10 @@ fn main() {
             ..VadConfig::default()
         },
         speculation: Some((board, voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS)),
+        semantic_turn,
         ..RunOptions::default()
     };
-    let files: Vec<PathBuf> = clips.iter().map(|c| c.path.clone()).collect();
-    let inputs = voxline_pipeline::pipeline::open_inputs(&files).unwrap();
+    let inputs = voxline_pipeline::pipeline::open_inputs(files).unwrap();
     let run = voxline_pipeline::pipeline::run(inputs, stt, llm, &opts, None).unwrap();
     assert!(run.outcome.failed.is_none(), "{:?}", run.outcome.failed);
     let cancelled: BTreeSet<u64> = run
@@ -130,6 +249,7 @@ fn main() {
             _ => None,
         })
         .collect();
+    let mut cuts = vec![Vec::new(); files.len()];
     for ev in &run.events {
         let PipelineEvent::Transcript(t) = &ev.event else {
             continue;
@@ -147,61 +267,9 @@ fn main() {
         };
         let rel =
             |x: u64| i64::try_from(x).unwrap_or(i64::MAX) - i64::try_from(span.start).unwrap_or(0);
-        clips[i]
-            .cut
-            .push((rel(t.start_sample), rel(t.end_sample), t.text.clone()));
+        cuts[i].push((rel(t.start_sample), rel(t.end_sample), t.text.clone()));
     }
-
-    println!("| clip | words | speech (s) | utterances cut (s) | raw WER | pipeline WER | raw | pipeline |");
-    println!("|---|---|---|---|---|---|---|---|");
-    let s = |n: i64| n as f64 / 16_000.0;
-    let (mut raw_sum, mut pipe_sum, mut raw_edits, mut pipe_edits, mut words) =
-        (0.0, 0.0, 0.0, 0.0, 0usize);
-    for c in &clips {
-        let heard: Vec<&str> = c.cut.iter().map(|(_, _, t)| t.as_str()).collect();
-        let heard = heard.join(" ");
-        let (raw, pipe) = (
-            word_error_rate(&c.reference, &c.raw),
-            word_error_rate(&c.reference, &heard),
-        );
-        raw_sum += raw;
-        pipe_sum += pipe;
-        raw_edits += edits(&c.reference, &c.raw);
-        pipe_edits += edits(&c.reference, &heard);
-        let n = normalise(&c.reference).len();
-        words += n;
-        let cuts: Vec<String> = c
-            .cut
-            .iter()
-            .map(|(a, b, _)| format!("{:.2}–{:.2}", s(*a), s(*b)))
-            .collect();
-        println!(
-            "| {} | {n} | {:.2}–{:.2} | {} | {raw:.3} | {pipe:.3} | {} | {} |",
-            c.path.file_name().unwrap().to_string_lossy(),
-            c.speech.0 as f64 / 16_000.0,
-            c.speech.1 as f64 / 16_000.0,
-            cuts.join(", "),
-            c.raw,
-            heard
-        );
-    }
-    let n = clips.len() as f64;
-    println!();
-    println!(
-        "mean WER over {} clips: raw whisper {:.4}, pipeline {:.4} (difference {:+.2} percentage points)",
-        clips.len(),
-        raw_sum / n,
-        pipe_sum / n,
-        (pipe_sum - raw_sum) / n * 100.0
-    );
-    println!(
-        "pooled WER over {words} words: raw whisper {:.4}, pipeline {:.4}",
-        raw_edits / words as f64,
-        pipe_edits / words as f64
-    );
-    if std::env::var_os("VOXLINE_BENCH_CUTS").is_some() {
-        cuts_table(&settings, &clips);
-    }
+    cuts
 }
 
 /// The clip's audio from `a` to `b` (its samples; outside it, the silence

@@ -133,13 +133,26 @@ fn vad_replay(c: &mut Criterion) {
     g.finish();
 }
 
-/// The end-of-turn model's input: the log-mel features of a turn's last 8 s.
+/// The end-of-turn model: its input (the log-mel features of a turn's last
+/// 8 s), and the whole judgement of a pause.
 fn turn_features(c: &mut Criterion) {
     let audio = util::read_16k(&util::fixture("long_10s.wav"));
     let mut f = voxline_audio::turn::TurnFeatures::new();
     let mut g = c.benchmark_group("turn");
     g.sample_size(20);
     g.bench_function("features_8s", |b| b.iter(|| f.compute(&audio).len()));
+    // the whole judgement of one pause (features and the model), on the one
+    // thread the pipeline grants it
+    let m = util::models_dir();
+    if let Ok(mut model) = voxline_audio::turn::TurnModel::load(
+        &m.join(voxline_models::registry::SMART_TURN.file),
+        &m.join(voxline_models::registry::ONNX_RUNTIME.file),
+        1,
+    ) {
+        g.bench_function("judge_pause_1_thread", |b| {
+            b.iter(|| model.probability(&audio).unwrap_or(0.0));
+        });
+    }
     g.finish();
 }
 

@@ -14,6 +14,10 @@
 
 use std::path::{Path, PathBuf};
 
+use voxline_audio::turn::{SharedTurnModel, TurnPolicy};
+use voxline_audio::{VadConfig, VadStage};
+use voxline_core::{AudioFrame, Clock, Emitter, SpecBoard, SpecState, Stage};
+
 /// The pauses put into each sentence, ms.
 pub const PAUSE_MS: [u32; 3] = [600, 1_000, 1_500];
 
@@ -318,4 +322,66 @@ pub fn write(dir: &Path, clips: &[PauseClip]) {
         )
         .expect("a corpus sidecar");
     }
+}
+
+/// The turns (end of speech, committed at) the VAD stage makes of `audio`
+/// followed by 3 s of silence, with speculation as the command line has it,
+/// by a hangover of `hangover_ms` alone (`semantic` `None`) or with the
+/// semantic end of turn.
+///
+/// # Panics
+/// When the policy is out of range.
+pub fn committed_turns(
+    audio: &[f32],
+    hangover_ms: u32,
+    semantic: Option<(&SharedTurnModel, TurnPolicy)>,
+) -> Vec<(u64, u64)> {
+    let board = SpecBoard::new();
+    let mut stage = VadStage::new(VadConfig {
+        hangover_ms,
+        ..VadConfig::default()
+    })
+    .unwrap()
+    .with_speculation(
+        board.clone(),
+        voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS,
+    );
+    if let Some((m, p)) = semantic {
+        stage = stage.with_turn_model(m.clone(), p).unwrap();
+    }
+    let clock = Clock::start();
+    let mut padded = audio.to_vec();
+    padded.extend(std::iter::repeat_n(0.0, 48_000));
+    let (mut sent, mut out, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, c) in padded.chunks(320).enumerate() {
+        let start = (i * 320) as u64;
+        let frame = AudioFrame {
+            start_sample: start,
+            samples: c.to_vec(),
+            captured: clock.sample_due(start),
+            new_recording: i == 0,
+            end_of_stream: false,
+        };
+        stage
+            .process(frame, &mut Emitter::to_vec(&mut sent))
+            .unwrap();
+        let pos = start + c.len() as u64;
+        for u in sent.drain(..) {
+            match board.state(u.id) {
+                SpecState::Final => out.push((u.end_sample, u.closed_sample)),
+                _ => pending.push((u.id, u.end_sample)),
+            }
+        }
+        pending.retain(|&(id, end)| match board.state(id) {
+            SpecState::Committed => {
+                out.push((end, pos));
+                false
+            }
+            SpecState::Cancelled => false,
+            _ => true,
+        });
+    }
+    stage.finish(&mut Emitter::to_vec(&mut sent)).unwrap();
+    out.extend(sent.iter().map(|u| (u.end_sample, u.closed_sample)));
+    out
 }

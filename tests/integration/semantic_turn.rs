@@ -4,11 +4,12 @@
 //! missing model or a bad option is one line and exit code 2.
 
 use voxline_audio::turn::{SharedTurnModel, TurnModel, TurnPolicy};
-use voxline_audio::{VadConfig, VadStage};
-use voxline_core::{AudioFrame, Clock, Emitter, SpecBoard, SpecState, Stage};
+use voxline_core::Clock;
 
 use crate::pauses;
 use crate::util;
+
+const HANGOVER_MS: u32 = voxline_pipeline::settings::DEFAULT_HANGOVER_MS;
 
 fn model() -> SharedTurnModel {
     let m = util::models_dir();
@@ -22,58 +23,6 @@ fn model() -> SharedTurnModel {
     )
 }
 
-/// The turns (end of speech, committed at) the VAD stage makes of `audio`
-/// followed by 3 s of silence, with speculation as the command line has it,
-/// by silence alone (`None`) or with the semantic end of turn.
-fn turns(audio: &[f32], semantic: Option<(&SharedTurnModel, TurnPolicy)>) -> Vec<(u64, u64)> {
-    let board = SpecBoard::new();
-    let mut stage = VadStage::new(VadConfig {
-        hangover_ms: voxline_pipeline::settings::DEFAULT_HANGOVER_MS,
-        ..VadConfig::default()
-    })
-    .unwrap()
-    .with_speculation(
-        board.clone(),
-        voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS,
-    );
-    if let Some((m, p)) = semantic {
-        stage = stage.with_turn_model(m.clone(), p).unwrap();
-    }
-    let clock = Clock::start();
-    let mut padded = audio.to_vec();
-    padded.extend(std::iter::repeat_n(0.0, 48_000));
-    let (mut sent, mut out, mut pending) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, c) in padded.chunks(320).enumerate() {
-        let start = (i * 320) as u64;
-        let frame = AudioFrame {
-            start_sample: start,
-            samples: c.to_vec(),
-            captured: clock.sample_due(start),
-            new_recording: i == 0,
-            end_of_stream: false,
-        };
-        stage.process(frame, &mut Emitter::to_vec(&mut sent)).unwrap();
-        let pos = start + c.len() as u64;
-        for u in sent.drain(..) {
-            match board.state(u.id) {
-                SpecState::Final => out.push((u.end_sample, u.closed_sample)),
-                _ => pending.push((u.id, u.end_sample)),
-            }
-        }
-        pending.retain(|&(id, end)| match board.state(id) {
-            SpecState::Committed => {
-                out.push((end, pos));
-                false
-            }
-            SpecState::Cancelled => false,
-            _ => true,
-        });
-    }
-    stage.finish(&mut Emitter::to_vec(&mut sent)).unwrap();
-    out.extend(sent.iter().map(|u| (u.end_sample, u.closed_sample)));
-    out
-}
-
 #[test]
 fn pauses_of_a_second_inside_real_sentences_are_cut_less_often_than_by_silence() {
     let model = model();
@@ -83,11 +32,15 @@ fn pauses_of_a_second_inside_real_sentences_are_cut_less_often_than_by_silence()
         .iter()
         .filter(|c| c.pauses.len() == 1 && c.pauses[0].1 >= 16_000)
         .collect();
-    assert!(long.len() >= 16, "only {} clips with long pauses", long.len());
+    assert!(
+        long.len() >= 16,
+        "only {} clips with long pauses",
+        long.len()
+    );
     let cut = |semantic: Option<(&SharedTurnModel, TurnPolicy)>| {
         long.iter()
             .filter(|c| {
-                turns(&c.audio, semantic)
+                pauses::committed_turns(&c.audio, HANGOVER_MS, semantic)
                     .iter()
                     .any(|&(end, _)| end + 3_200 < c.speech.1 as u64)
             })
@@ -118,9 +71,11 @@ fn a_complete_real_sentence_commits_well_before_the_hangover() {
         let mut d: Vec<f64> = sentences
             .iter()
             .filter_map(|s| {
-                let t = turns(&s.audio, semantic);
+                let t = pauses::committed_turns(&s.audio, HANGOVER_MS, semantic);
                 let &(_, closed) = t.last()?;
-                Some(Clock::samples_to_ms(closed.saturating_sub(s.speech.1 as u64)))
+                Some(Clock::samples_to_ms(
+                    closed.saturating_sub(s.speech.1 as u64),
+                ))
             })
             .collect();
         d.sort_by(f64::total_cmp);
@@ -151,7 +106,11 @@ fn replay_reports_each_decision_and_the_model_cost() {
         .arg(util::models_dir())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let r = util::read_json(&report);
     assert_eq!(r["config"]["semantic_turn"]["threshold"], 0.9);
     let turns = r["turns"].as_array().unwrap();
@@ -234,7 +193,8 @@ fn a_missing_model_or_a_bad_option_is_one_line_and_exit_2() {
     }
     let turn = models.join(voxline_models::registry::SMART_TURN.file);
     std::fs::remove_file(&turn).unwrap();
-    let mut bytes = std::fs::read(util::models_dir().join(voxline_models::registry::SMART_TURN.file)).unwrap();
+    let mut bytes =
+        std::fs::read(util::models_dir().join(voxline_models::registry::SMART_TURN.file)).unwrap();
     bytes[1000] ^= 0xff;
     std::fs::write(&turn, bytes).unwrap();
     let out = util::voxline_bin()
@@ -247,5 +207,8 @@ fn a_missing_model_or_a_bad_option_is_one_line_and_exit_2() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains(voxline_models::registry::SMART_TURN.file), "{err}");
+    assert!(
+        err.contains(voxline_models::registry::SMART_TURN.file),
+        "{err}"
+    );
 }

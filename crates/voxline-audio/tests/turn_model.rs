@@ -46,7 +46,11 @@ const SENTENCES: [&str; 4] = [
 #[test]
 fn whole_sentences_score_complete() {
     let mut model = load();
-    for name in SENTENCES.iter().skip(1).chain(&["ps-goforward.wav", "ls-2830-3980-0043.wav"]) {
+    for name in SENTENCES
+        .iter()
+        .skip(1)
+        .chain(&["ps-goforward.wav", "ls-2830-3980-0043.wav"])
+    {
         let p = model.probability(&human(name)).unwrap();
         assert!(p > 0.9, "{name}: a whole sentence scored {p}");
     }
@@ -92,4 +96,3 @@ fn a_missing_or_foreign_model_is_named() {
     let e = TurnModel::load(&missing, &m.join("libonnxruntime.so.1.31.1"), 1).unwrap_err();
     assert!(matches!(e, TurnModelError::Unusable { .. }), "{e}");
 }
-

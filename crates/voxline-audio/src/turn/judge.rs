@@ -85,10 +85,12 @@ impl TurnJudge {
         if turn.verdict.is_some_and(|v| v.end != open.end) {
             turn.verdict = None;
         }
-        if !open.keepable {
-            return false;
-        }
         let silence = pos.saturating_sub(open.end);
+        if !open.keepable {
+            // too short to be kept: dropped when the silence-only hangover
+            // would have dropped it, not held open for the long wait
+            return silence >= self.fallback;
+        }
         if turn.verdict.is_none() && silence >= samples(self.policy.probe_ms) {
             let audio = open.samples_to_now;
             let heard = &audio[audio.len().saturating_sub(WINDOW_SAMPLES)..];
