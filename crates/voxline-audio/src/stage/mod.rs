@@ -423,7 +423,10 @@ impl Stage for VadStage {
         }
         if frame.new_recording {
             // a new recording: the pre-roll must not reach into what came before it
-            self.endpointer.clear_pre_roll();
+            if let Some(seg) = self.endpointer.clear_pre_roll() {
+                let closed = self.endpointer.position() + origin;
+                self.close(seg, closed, out);
+            }
         }
         // Where the frame starts in the endpointer's count, and when it was captured.
         if self.recent.len() == RECENT_FRAMES {

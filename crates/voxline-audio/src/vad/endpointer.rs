@@ -90,13 +90,24 @@ impl Endpointer {
         self.tracker.stats()
     }
 
-    /// A new recording starts with the next sample pushed: the pre-roll is
-    /// forgotten (see [`SegmentTracker::clear_pre_roll`]). The partial
-    /// detector frame still pending (less than 16 ms) is judged with the
-    /// recording's first samples, so at most that much of what came before
-    /// can stand in front of the new recording's first utterance.
-    pub fn clear_pre_roll(&mut self) {
+    /// A new recording starts with the next sample pushed: the partial
+    /// detector frame still pending (less than 16 ms of what came before) is
+    /// judged on its own (zero-padded for the detector, as at the end of a
+    /// stream), then the pre-roll is forgotten (see
+    /// [`SegmentTracker::clear_pre_roll`]). So the recording's first frame
+    /// starts at its first sample, and nothing of what came before stands in
+    /// front of its first utterance: how long the silence before it was no
+    /// longer moves its cut. Returns the segment that frame closed, if any.
+    pub fn clear_pre_roll(&mut self) -> Option<Segment> {
+        let mut closed = None;
+        if !self.pending.is_empty() {
+            let frame = std::mem::take(&mut self.pending);
+            closed = self.judge(&frame);
+            self.pending = frame;
+            self.pending.clear();
+        }
         self.tracker.clear_pre_roll();
+        closed
     }
 
     /// The open utterance as it would close now (see [`SegmentTracker::open_utterance`]).
