@@ -107,11 +107,13 @@ impl VadStage {
 
     /// The semantic end of turn: each pause of an utterance is judged by
     /// `model` once `policy.probe_ms` of silence follows its speech. A pause
-    /// judged complete ends the turn after `policy.complete_ms` of silence;
-    /// one judged incomplete waits up to `policy.incomplete_ms` (the
-    /// hangover from then on), for the speaker to go on. Should the model
-    /// fail on a pause, the configured hangover ends it. Each turn's account
-    /// ([`crate::turn::EndOfTurn`]) is published when it is sent or committed.
+    /// judged complete (above `policy.threshold`) ends the turn after
+    /// `policy.complete_ms` of silence; one judged incomplete (below
+    /// `policy.incomplete_below`) waits up to `policy.incomplete_ms` (the
+    /// hangover from then on) for the speaker to go on; the configured
+    /// hangover ends one the model is unsure of, or fails on. Each turn's
+    /// account ([`crate::turn::EndOfTurn`]) is published when it is sent or
+    /// committed.
     ///
     /// # Errors
     /// [`AudioError::InvalidVadConfig`] when a wait of `policy` is out of range.
