@@ -39,6 +39,8 @@ pub struct Response {
     pub dropped_turns: u32,
     /// llama.cpp's counts for this turn.
     pub engine: LlmCounters,
+    /// What a remote server reported (`None` for an engine in this process).
+    pub server: Option<crate::ServerCounts>,
 }
 
 /// An engine's llama.cpp contexts, borrowing the model they were made from.
@@ -573,6 +575,7 @@ impl LlmEngine {
             stop,
             dropped_turns,
             engine,
+            server: None,
         })
     }
 }

@@ -86,6 +86,10 @@ pub enum LlmError {
         /// The engine's session limit.
         max: usize,
     },
+    /// A remote server failed the turn (unreachable, an HTTP error, a
+    /// stream cut short, a malformed reply): the message names the server.
+    #[error("{0}")]
+    Remote(EngineSource),
     /// The shared engine's worker has stopped (it failed, or is shutting down).
     #[error("the language-model worker has stopped")]
     Stopped,
@@ -105,6 +109,7 @@ impl LlmError {
             | Self::Engine { .. }
             | Self::Failed(_)
             | Self::Full { .. }
+            | Self::Remote(_)
             | Self::Stopped => voxline_core::Fault::System,
         }
     }

@@ -39,7 +39,9 @@ pub use backend::ChatBackend;
 pub use config::{LlmConfig, Sampling, DEFAULT_SYSTEM_PROMPT};
 pub use engine::{Checkpoint, LlmEngine, Response};
 pub use error::{EngineSource, LlmError};
-pub use message::{LlmCounters, LlmOut, Stop, Token, TurnComplete};
+pub use message::{
+    LlmCounters, LlmOut, ServerCounts, ServerTurn, Stop, Token, TokenSource, TurnComplete,
+};
 pub use model::LlmModel;
 pub use stage::{interrupted_answer, LlmStage, RunningLlmStage, STAGE, STAGE_NAME};
 pub use utf8::Utf8Stream;

@@ -412,6 +412,7 @@ impl<'e, 'm> Worker<'e, 'm> {
                         stop: Stop::Cancelled,
                         dropped_turns: 0,
                         engine: LlmCounters::default(),
+                        server: None,
                     });
                     let _ = a.reply.send(Heard::Done(r));
                 }
@@ -489,6 +490,7 @@ impl<'e, 'm> Worker<'e, 'm> {
                             stop,
                             dropped_turns: 0,
                             engine: LlmCounters::default(),
+                            server: None,
                         })));
                     }
                 }

@@ -232,6 +232,7 @@ impl<B: ChatBackend> Stage for RunningLlmStage<B> {
         }
         let r = r.map_err(|e| StageError::turn(id, e.to_string()).caused_by(e))?;
         self.last_answered = Some(id);
+        let server = r.server.clone();
         out.emit(LlmOut::Done(TurnComplete {
             id,
             transcript: t.text,
@@ -242,6 +243,11 @@ impl<B: ChatBackend> Stage for RunningLlmStage<B> {
             stop: r.stop,
             history_dropped: r.dropped_turns,
         }));
+        if let Some(counts) = server {
+            out.publish(voxline_core::PipelineEvent::engine_event(
+                crate::ServerTurn { id, counts },
+            ));
+        }
         Ok(())
     }
 }

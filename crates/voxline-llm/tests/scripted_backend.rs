@@ -54,6 +54,7 @@ impl ChatBackend for Scripted {
             stop,
             dropped_turns: 0,
             engine: LlmCounters::default(),
+            server: None,
         })
     }
 

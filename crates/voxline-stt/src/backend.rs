@@ -25,6 +25,13 @@ pub trait SpeechToText: Send + 'static {
     /// with (0 for an engine that computes elsewhere).
     fn threads(&self) -> usize;
 
+    /// Whether the engine computes on this thread (and the stage's calls
+    /// take the pipeline's CPU lease); a client of a remote server does not.
+    /// Default: `true`.
+    fn computes_here(&self) -> bool {
+        true
+    }
+
     /// Thread adaptation, where the engine can: computes with `threads` from
     /// the next transcription on. Default: ignored.
     fn set_threads(&mut self, threads: usize) {

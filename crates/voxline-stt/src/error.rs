@@ -30,6 +30,10 @@ pub enum SttError {
     /// The configuration is invalid.
     #[error("{0}")]
     Config(String),
+    /// A remote server failed the transcription (unreachable, an HTTP error,
+    /// a malformed reply): the message names the server.
+    #[error("{0}")]
+    Remote(Box<dyn std::error::Error + Send + Sync + 'static>),
     /// The caller's abort check stopped the transcription.
     #[error("transcription aborted")]
     Aborted,
@@ -41,7 +45,9 @@ impl SttError {
     pub fn fault(&self) -> voxline_core::Fault {
         match self {
             Self::Model(_) | Self::Load { .. } | Self::Config(_) => voxline_core::Fault::Input,
-            Self::Transcribe { .. } | Self::Aborted => voxline_core::Fault::System,
+            Self::Transcribe { .. } | Self::Remote(_) | Self::Aborted => {
+                voxline_core::Fault::System
+            }
         }
     }
 }

@@ -64,6 +64,10 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
         STAGE_NAME
     }
 
+    fn leased(&self) -> bool {
+        self.engine.computes_here()
+    }
+
     fn threads(&mut self) -> usize {
         if let Some(g) = &self.governor {
             self.engine.set_threads(g.threads());

@@ -1,0 +1,241 @@
+//! Server-sent events, as the chat API streams them: `data:` lines, an
+//! event ended by a blank line, `data: [DONE]` at the end; and the
+//! streamed chat chunk each event carries.
+
+use std::io::BufRead;
+
+/// Reads the events of a stream, one `data` payload at a time.
+pub(crate) struct Events<R> {
+    inner: R,
+    line: Vec<u8>,
+}
+
+/// Why no event could be read.
+#[derive(Debug)]
+pub(crate) enum EventError {
+    /// Reading the stream failed.
+    Io(std::io::Error),
+    /// An event is not UTF-8.
+    NotText,
+}
+
+impl<R: BufRead> Events<R> {
+    pub(crate) fn new(inner: R) -> Self {
+        Self {
+            inner,
+            line: Vec::new(),
+        }
+    }
+
+    /// The next event's data (its `data:` lines joined by newlines); `None`
+    /// at the end of the stream. An event the stream ends inside (no blank
+    /// line after it) is not returned: it may be cut short.
+    pub(crate) fn next_event(&mut self) -> Result<Option<String>, EventError> {
+        let mut data: Option<String> = None;
+        loop {
+            self.line.clear();
+            let n = self
+                .inner
+                .read_until(b'\n', &mut self.line)
+                .map_err(EventError::Io)?;
+            if n == 0 || !self.line.ends_with(b"\n") {
+                return Ok(None);
+            }
+            let line = std::str::from_utf8(&self.line).map_err(|_| EventError::NotText)?;
+            let line = line.trim_end_matches('\n').trim_end_matches('\r');
+            if line.is_empty() {
+                if let Some(d) = data.take() {
+                    return Ok(Some(d));
+                }
+                continue;
+            }
+            if line.starts_with(':') {
+                continue; // a comment (a keep-alive)
+            }
+            let (field, value) = match line.split_once(':') {
+                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+                None => (line, ""),
+            };
+            if field == "data" {
+                match &mut data {
+                    Some(d) => {
+                        d.push('\n');
+                        d.push_str(value);
+                    }
+                    None => data = Some(value.to_owned()),
+                }
+            }
+            // `event`, `id`, `retry`: the chat API does not use them
+        }
+    }
+}
+
+/// The server's token counts (`usage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Usage {
+    pub(crate) prompt_tokens: Option<u32>,
+    pub(crate) completion_tokens: Option<u32>,
+    pub(crate) cached_tokens: Option<u32>,
+}
+
+/// The server's own timings (llama-server's `timings`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct Timings {
+    pub(crate) prompt_ms: Option<f64>,
+    pub(crate) decode_ms: Option<f64>,
+    pub(crate) cached_tokens: Option<u32>,
+}
+
+/// One streamed chat chunk, what voxline takes of it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct Chunk {
+    /// The first choice's new text.
+    pub(crate) content: Option<String>,
+    /// Why the first choice ended, if it did.
+    pub(crate) finish: Option<String>,
+    pub(crate) usage: Option<Usage>,
+    pub(crate) timings: Option<Timings>,
+}
+
+fn count(v: &serde_json::Value) -> Option<u32> {
+    v.as_u64().and_then(|n| u32::try_from(n).ok())
+}
+
+/// Parses one event's data as a chat chunk.
+///
+/// # Errors
+/// What is wrong with it: not JSON, an `error` object the server streamed,
+/// no `choices` where there is no `usage` either.
+pub(crate) fn chunk(data: &str) -> Result<Chunk, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(data).map_err(|e| format!("an event is not JSON ({e})"))?;
+    if let Some(err) = v.get("error") {
+        let msg = err["message"]
+            .as_str()
+            .map_or_else(|| err.to_string(), str::to_owned);
+        return Err(format!("the server streamed an error: {msg}"));
+    }
+    let usage = v.get("usage").filter(|u| u.is_object()).map(|u| Usage {
+        prompt_tokens: count(&u["prompt_tokens"]),
+        completion_tokens: count(&u["completion_tokens"]),
+        cached_tokens: count(&u["prompt_tokens_details"]["cached_tokens"]),
+    });
+    let timings = v.get("timings").filter(|t| t.is_object()).map(|t| Timings {
+        prompt_ms: t["prompt_ms"].as_f64(),
+        decode_ms: t["predicted_ms"].as_f64(),
+        cached_tokens: count(&t["cache_n"]),
+    });
+    let choices = match v.get("choices") {
+        Some(serde_json::Value::Array(c)) => c.as_slice(),
+        Some(_) => return Err("`choices` is not a list".into()),
+        None if usage.is_some() || timings.is_some() => &[],
+        None => return Err("a chunk with neither `choices` nor `usage`".into()),
+    };
+    let first = choices.first();
+    let delta = first.map(|c| &c["delta"]);
+    let content = match delta.map(|d| &d["content"]) {
+        Some(serde_json::Value::String(s)) => Some(s.clone()),
+        None | Some(serde_json::Value::Null) => None,
+        Some(other) => return Err(format!("`delta.content` is not text: {other}")),
+    };
+    Ok(Chunk {
+        content,
+        finish: first.and_then(|c| c["finish_reason"].as_str().map(str::to_owned)),
+        usage,
+        timings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(stream: &str) -> Vec<String> {
+        let mut e = Events::new(stream.as_bytes());
+        let mut out = Vec::new();
+        while let Some(d) = e.next_event().unwrap() {
+            out.push(d);
+        }
+        out
+    }
+
+    #[test]
+    fn events_are_data_lines_up_to_a_blank_line() {
+        assert_eq!(
+            events("data: {\"a\":1}\n\ndata: [DONE]\n\n"),
+            ["{\"a\":1}", "[DONE]"]
+        );
+        // CRLF, comments, other fields, several data lines, no space after the colon
+        assert_eq!(
+            events(": keep-alive\r\n\r\nevent: x\r\nid: 3\r\ndata:one\r\ndata: two\r\n\r\n"),
+            ["one\ntwo"]
+        );
+        // blank lines between events are nothing
+        assert_eq!(events("\n\n\ndata: x\n\n\n"), ["x"]);
+        // a field with no colon is a field with an empty value
+        assert_eq!(events("data\n\n"), [""]);
+    }
+
+    #[test]
+    fn an_event_the_stream_ends_inside_is_not_returned() {
+        assert_eq!(events("data: {\"a\":1}\n\ndata: {\"b\""), ["{\"a\":1}"]);
+        assert_eq!(events("data: {\"a\":1}\n\ndata: {\"b\":2}\n"), ["{\"a\":1}"]);
+        assert!(events("").is_empty());
+    }
+
+    #[test]
+    fn an_event_that_is_not_text_is_an_error() {
+        let mut e = Events::new(&b"data: \xff\xfe\n\n"[..]);
+        assert!(matches!(e.next_event(), Err(EventError::NotText)));
+    }
+
+    #[test]
+    fn chunks_give_content_finish_usage_and_timings() {
+        let c = chunk(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}],"object":"chat.completion.chunk"}"#).unwrap();
+        assert_eq!(c.content.as_deref(), Some("Hel"));
+        assert_eq!(c.finish, None);
+        let c = chunk(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#).unwrap();
+        assert_eq!((c.content, c.finish.as_deref()), (None, Some("length")));
+        let c = chunk(r#"{"choices":[],"usage":{"prompt_tokens":30,"completion_tokens":9,"prompt_tokens_details":{"cached_tokens":24}},"timings":{"cache_n":24,"prompt_n":6,"prompt_ms":12.5,"predicted_n":9,"predicted_ms":80.25}}"#).unwrap();
+        assert_eq!(
+            c.usage,
+            Some(Usage {
+                prompt_tokens: Some(30),
+                completion_tokens: Some(9),
+                cached_tokens: Some(24)
+            })
+        );
+        assert_eq!(
+            c.timings,
+            Some(Timings {
+                prompt_ms: Some(12.5),
+                decode_ms: Some(80.25),
+                cached_tokens: Some(24)
+            })
+        );
+        // usage alone, no choices (vLLM's last chunk)
+        let c = chunk(r#"{"usage":{"prompt_tokens":3,"completion_tokens":1}}"#).unwrap();
+        assert_eq!(c.usage.and_then(|u| u.completion_tokens), Some(1));
+        // a null usage is no usage
+        let c = chunk(r#"{"choices":[{"delta":{"content":"x"}}],"usage":null}"#).unwrap();
+        assert_eq!(c.usage, None);
+    }
+
+    #[test]
+    fn malformed_chunks_say_what_is_wrong() {
+        for (data, says) in [
+            ("{\"choices\":[{\"delta\":{\"content\":\"x\"", "not JSON"),
+            ("not json", "not JSON"),
+            ("{\"id\":1}", "neither"),
+            ("{\"choices\":{}}", "not a list"),
+            ("{\"choices\":[{\"delta\":{\"content\":5}}]}", "not text"),
+            (
+                "{\"error\":{\"message\":\"context too long\",\"code\":400}}",
+                "streamed an error: context too long",
+            ),
+        ] {
+            let e = chunk(data).unwrap_err();
+            assert!(e.contains(says), "{data}: {e}");
+        }
+    }
+}
