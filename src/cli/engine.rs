@@ -8,7 +8,8 @@ use voxline_models::fetch;
 use voxline_models::location;
 use voxline_models::registry::{self, Role};
 use voxline_pipeline::settings::{
-    CpuShare, EngineSettings, LlamaSettings, LlmBackend, SttBackend, ThreadBudget, WhisperSettings,
+    CpuShare, EngineSettings, LlamaSettings, LlmBackend, RemoteSettings, SttBackend, ThreadBudget,
+    WhisperSettings,
 };
 use voxline_pipeline::BadInput;
 
@@ -27,9 +28,25 @@ pub(crate) struct EngineArgs {
     /// (`voxline models fetch --whisper-quant q4_0` installs it).
     #[arg(long, value_enum)]
     pub(crate) whisper_quant: Option<QuantArg>,
-    /// GGUF language model (default: the installed SmolLM2-135M-Instruct).
+    /// GGUF language model (default: the installed SmolLM2-135M-Instruct); with --llm-url,
+    /// the name of the model the server serves (default: the first it lists).
     #[arg(long)]
     pub(crate) llm_model: Option<PathBuf>,
+    /// The language model on a remote OpenAI-compatible server (vLLM, SGLang, TGI,
+    /// llama-server), e.g. http://gpu1:8000; its API key, if any, from $VOXLINE_LLM_API_KEY.
+    #[arg(long, value_name = "URL")]
+    pub(crate) llm_url: Option<String>,
+    /// Speech to text on a remote OpenAI-compatible server (`/v1/audio/transcriptions`: vLLM,
+    /// a faster-whisper server), e.g. http://gpu1:8001; its API key, if any, from $VOXLINE_STT_API_KEY.
+    #[arg(long, value_name = "URL")]
+    pub(crate) stt_url: Option<String>,
+    /// With --stt-url, the model to ask the server for (default: the first it lists, else whisper-1).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) stt_model: Option<String>,
+    /// With --stt-url or --llm-url: seconds to wait for a server's reply, and between two pieces
+    /// of a streamed one, before the turn is an error (connecting: 5 s).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub(crate) remote_timeout_s: u64,
     /// CPU threads for the whole pipeline (default: the available cores; more is capped at them).
     #[arg(long)]
     pub(crate) threads: Option<usize>,
@@ -233,6 +250,7 @@ impl EngineArgs {
                 self.max_tokens, self.n_ctx
             )));
         }
+        let remote = self.remotes()?;
         let models_dir = location::resolve_from_process(self.models_dir.as_deref());
         if self.whisper_model.is_some() && self.whisper_quant.is_some() {
             return Err(BadInput(
@@ -250,7 +268,7 @@ impl EngineArgs {
             .llm_model
             .clone()
             .unwrap_or_else(|| fetch::default_path(&models_dir.path, Role::Llm));
-        for (path, flag, role, given) in [
+        let local = [
             (
                 &whisper_model,
                 "--whisper-model",
@@ -263,7 +281,13 @@ impl EngineArgs {
                 Role::Llm,
                 self.llm_model.is_some(),
             ),
-        ] {
+        ];
+        // a remote engine reads no model file
+        let local = local.into_iter().filter(|(_, _, role, _)| match role {
+            Role::Stt => remote.0.is_none(),
+            _ => remote.1.is_none(),
+        });
+        for (path, flag, role, given) in local {
             match std::fs::metadata(path) {
                 // a loop of links, a directory that cannot be read: say so,
                 // as `models verify` would
@@ -306,8 +330,11 @@ impl EngineArgs {
             check.map_err(BadInput::from_display)?;
             voxline_models::installed::check_installed(path).map_err(BadInput::from_display)?;
         }
-        let trained = voxline_models::kind::gguf_context_length(&llm_model)
-            .map_err(BadInput::from_display)?;
+        let trained = match remote.1 {
+            Some(_) => None,
+            None => voxline_models::kind::gguf_context_length(&llm_model)
+                .map_err(BadInput::from_display)?,
+        };
         if let Some(trained) = trained.filter(|&n| u64::from(self.n_ctx) > n) {
             return Err(BadInput(format!(
                 "--ctx {}: {} was trained with a context of {trained} tokens; give --ctx {trained} or less",
@@ -318,18 +345,24 @@ impl EngineArgs {
             )));
         }
         let settings = EngineSettings {
-            stt: SttBackend::Whisper(WhisperSettings {
-                model: whisper_model,
-                audio_ctx,
-                gpu: self.stt_gpu,
-                flash_attn: self.flash_attn,
-            }),
-            llm: LlmBackend::Llama(LlamaSettings {
-                model: llm_model,
-                n_gpu_layers: self.n_gpu_layers,
-                n_ctx: self.n_ctx,
-                cache_prompt: !self.no_prompt_cache,
-            }),
+            stt: match remote.0 {
+                Some(r) => SttBackend::Remote(r),
+                None => SttBackend::Whisper(WhisperSettings {
+                    model: whisper_model,
+                    audio_ctx,
+                    gpu: self.stt_gpu,
+                    flash_attn: self.flash_attn,
+                }),
+            },
+            llm: match remote.1 {
+                Some(r) => LlmBackend::Remote(r, self.n_ctx),
+                None => LlmBackend::Llama(LlamaSettings {
+                    model: llm_model,
+                    n_gpu_layers: self.n_gpu_layers,
+                    n_ctx: self.n_ctx,
+                    cache_prompt: !self.no_prompt_cache,
+                }),
+            },
             threads,
             max_tokens: self.max_tokens,
             system_prompt: self.system_prompt.clone(),
@@ -341,6 +374,83 @@ impl EngineArgs {
             },
         };
         Ok((settings, warnings))
+    }
+}
+
+/// The environment variable holding the language model's server's API key.
+pub(crate) const LLM_KEY_VAR: &str = "VOXLINE_LLM_API_KEY";
+/// The environment variable holding the speech server's API key.
+pub(crate) const STT_KEY_VAR: &str = "VOXLINE_STT_API_KEY";
+
+impl EngineArgs {
+    /// The remote engines asked for (`--stt-url`, `--llm-url`), checked
+    /// against the options that apply to local engines only.
+    fn remotes(&self) -> Result<(Option<RemoteSettings>, Option<RemoteSettings>), BadInput> {
+        use voxline_remote::{ApiKey, Endpoint, Timeouts};
+        if !(1..=3600).contains(&self.remote_timeout_s) {
+            return Err(BadInput(format!(
+                "--remote-timeout-s {}: give 1 to 3600 seconds",
+                self.remote_timeout_s
+            )));
+        }
+        let wait = std::time::Duration::from_secs(self.remote_timeout_s);
+        let timeouts = Timeouts {
+            response: wait,
+            read: wait,
+            total: (wait * 4).max(Timeouts::default().total),
+            ..Timeouts::default()
+        };
+        let stt = match &self.stt_url {
+            Some(url) => {
+                for (given, flag) in [
+                    (self.whisper_model.is_some(), "--whisper-model"),
+                    (self.whisper_quant.is_some(), "--whisper-quant"),
+                    (self.stt_gpu, "--stt-gpu"),
+                ] {
+                    if given {
+                        return Err(BadInput(format!(
+                            "{flag} applies to whisper in this process; with --stt-url the server's model is named with --stt-model"
+                        )));
+                    }
+                }
+                let endpoint =
+                    Endpoint::parse("--stt-url", url, ApiKey::from_env(STT_KEY_VAR))
+                        .map_err(BadInput::from_display)?;
+                Some(RemoteSettings {
+                    endpoint,
+                    model: self.stt_model.clone(),
+                    timeouts,
+                })
+            }
+            None if self.stt_model.is_some() => {
+                return Err(BadInput(
+                    "--stt-model names a model on a speech server: give the server with --stt-url (a local model is --whisper-model)".into(),
+                ));
+            }
+            None => None,
+        };
+        let llm = match &self.llm_url {
+            Some(url) => {
+                if self.n_gpu_layers > 0 {
+                    return Err(BadInput(
+                        "--n-gpu-layers applies to llama.cpp in this process; with --llm-url the server decides".into(),
+                    ));
+                }
+                let endpoint =
+                    Endpoint::parse("--llm-url", url, ApiKey::from_env(LLM_KEY_VAR))
+                        .map_err(BadInput::from_display)?;
+                Some(RemoteSettings {
+                    endpoint,
+                    model: self
+                        .llm_model
+                        .as_ref()
+                        .map(|m| m.to_string_lossy().into_owned()),
+                    timeouts,
+                })
+            }
+            None => None,
+        };
+        Ok((stt, llm))
     }
 }
 

@@ -166,13 +166,13 @@ impl Session {
     ///
     /// # Errors
     /// When a model cannot be loaded or the pipeline cannot run.
-    pub(crate) fn run(self, run: Run<'_>) -> anyhow::Result<Option<Ran>> {
+    pub(crate) fn run(mut self, run: Run<'_>) -> anyhow::Result<Option<Ran>> {
         let shutdown = self.stop().clone();
         for w in &self.warnings {
             eprintln!("voxline: warning: {w}");
         }
         (run.before_load)();
-        let (stt, llm, mut model_load_ms) = load_engines(&self.settings)?;
+        let (stt, llm, mut model_load_ms) = load_engines(&mut self.settings)?;
         let t0 = Instant::now();
         let voice = match &self.voice {
             Some(v) => Some(v.load(self.settings.threads.total)?),
@@ -229,42 +229,75 @@ impl Session {
     }
 }
 
+/// The language model as loaded: llama.cpp's weights, or a conversation
+/// on a remote server.
+enum LlmLoaded {
+    Llama(voxline_llm::LlmModel),
+    Remote(voxline_remote::RemoteChat),
+}
+
 /// Loads both engines, timing it (the cold-start figure; the language
 /// model's context is made when its stage starts, counted in
-/// [`RunOutcome::startup`](voxline_core::RunOutcome)). The language model
-/// loads first: its system prompt is checked against the context before
-/// anything else is spent.
+/// [`RunOutcome::startup`](voxline_core::RunOutcome)). A remote engine's
+/// server is checked instead, before anything loads (one line and exit 2
+/// when it does not answer). The language model loads first: its system
+/// prompt is checked against the context before anything else is spent.
 fn load_engines(
-    settings: &EngineSettings,
-) -> anyhow::Result<(voxline_stt::SttEngine, voxline_llm::LlmModel, f64)> {
+    settings: &mut EngineSettings,
+) -> anyhow::Result<(voxline_pipeline::engines::Stt, LlmLoaded, f64)> {
+    use voxline_pipeline::engines::Stt;
+    use voxline_pipeline::settings::{LlmBackend, SttBackend};
     let t0 = Instant::now();
-    let llm =
-        voxline_llm::LlmModel::load(settings.llm_config()).context("loading the language model")?;
-    let stt =
-        voxline_stt::SttEngine::load(settings.stt_config()).context("loading the speech model")?;
+    let remotes = voxline_pipeline::engines::connect(settings)?;
+    // the report names the models the servers serve
+    if let (SttBackend::Remote(r), Some((_, model))) = (&mut settings.stt, &remotes.stt) {
+        r.model = Some(model.clone());
+    }
+    if let (LlmBackend::Remote(r, _), Some((_, model))) = (&mut settings.llm, &remotes.llm) {
+        r.model = Some(model.clone());
+    }
+    let settings = &*settings;
+    let llm = match (remotes.chat(settings), settings.llm_config()) {
+        (Some(chat), _) => LlmLoaded::Remote(chat),
+        (None, Some(config)) => LlmLoaded::Llama(
+            voxline_llm::LlmModel::load(config).context("loading the language model")?,
+        ),
+        (None, None) => anyhow::bail!("the language model has neither a model nor a server"),
+    };
+    let stt = match (remotes.stt(), settings.stt_config()) {
+        (Some(remote), _) => Stt::Remote(remote),
+        (None, Some(config)) => Stt::Whisper(
+            voxline_stt::SttEngine::load(config).context("loading the speech model")?,
+        ),
+        (None, None) => anyhow::bail!("speech to text has neither a model nor a server"),
+    };
     Ok((stt, llm, t0.elapsed().as_secs_f64() * 1000.0))
 }
 
 /// The engine stages as the session runs them: wrapped for fault
 /// injection, their threads following the load in priority mode.
 fn engine_stages(
-    stt: voxline_stt::SttEngine,
-    llm: voxline_llm::LlmModel,
+    stt: voxline_pipeline::engines::Stt,
+    llm: LlmLoaded,
     fault: &Option<voxline_pipeline::fault::Fault>,
     threads: &voxline_pipeline::settings::ThreadBudget,
 ) -> (
-    voxline_pipeline::fault::Faulty<voxline_stt::SttStage>,
+    voxline_pipeline::fault::Faulty<voxline_stt::SttStage<voxline_pipeline::engines::Stt>>,
     impl voxline_core::StartStage<
         Stage = voxline_pipeline::fault::Faulty<
-            voxline_llm::RunningLlmStage<voxline_llm::LlmEngine>,
+            voxline_llm::RunningLlmStage<voxline_pipeline::engines::Chat>,
         >,
     >,
 ) {
+    use voxline_pipeline::engines::ChatStart;
     // in priority mode both engines' threads follow the cores other processes leave free
     let governor = (threads.share == voxline_pipeline::settings::CpuShare::Priority)
         .then(|| voxline_core::CpuGovernor::new(threads.total, true));
     let stt = voxline_stt::SttStage::new(stt).with_governor(governor.clone());
-    let llm = voxline_llm::LlmStage::new(llm).with_governor(governor);
+    let llm = match llm {
+        LlmLoaded::Llama(model) => ChatStart::Llama(model, governor),
+        LlmLoaded::Remote(chat) => ChatStart::Remote(chat),
+    };
     let llm_fault = fault.clone();
     (
         voxline_pipeline::fault::Faulty::new(stt, fault.clone()),
@@ -292,8 +325,8 @@ fn plan_outputs(
         .filter_map(|(f, p)| p.map(|p| (*f, p)))
         .collect();
     let mut inputs: Vec<PathBuf> = recordings.to_vec();
-    inputs.push(settings.stt.model().to_path_buf());
-    inputs.push(settings.llm.model().to_path_buf());
+    inputs.extend(settings.stt.model().map(Path::to_path_buf));
+    inputs.extend(settings.llm.model().map(Path::to_path_buf));
     inputs.extend(other_inputs.iter().flatten().map(|p| p.to_path_buf()));
     let mut planned = output::plan(&given, &inputs, recordings)?.into_iter();
     Ok(outputs

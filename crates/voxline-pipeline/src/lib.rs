@@ -1,6 +1,7 @@
 //! voxline's pipeline, assembled from the library crates: the engine
 //! settings validated from the command line ([`settings`]: which backend
-//! each stage runs, the CPU thread budget), the pipeline's shape declared
+//! each stage runs, the CPU thread budget), the engines of every backend
+//! ([`engines`]: in this process, shared, or on a remote server), the pipeline's shape declared
 //! once ([`topology`]), the run from a recording, a device or pushed audio
 //! ([`pipeline`]), many conversations on shared engines ([`sessions`]), the
 //! voice that speaks the answers ([`voice`]), the fixtures' sidecars ([`sidecar`]), outputs written safely ([`output`])
@@ -12,6 +13,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod engines;
 pub mod fault;
 pub mod output;
 pub mod pipeline;

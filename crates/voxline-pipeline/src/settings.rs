@@ -228,6 +228,20 @@ impl ThreadBudget {
 pub enum SttBackend {
     /// whisper.cpp in this process, on the pipeline's threads.
     Whisper(WhisperSettings),
+    /// A server of the OpenAI transcription API.
+    Remote(RemoteSettings),
+}
+
+/// A remote engine's server and model.
+#[derive(Debug, Clone)]
+pub struct RemoteSettings {
+    /// The server, its API root and its key.
+    pub endpoint: voxline_remote::Endpoint,
+    /// The model to ask for; `None`: the one the server lists first (see
+    /// [`crate::engines::connect`]).
+    pub model: Option<String>,
+    /// How long to wait for it.
+    pub timeouts: voxline_remote::Timeouts,
 }
 
 /// whisper.cpp's settings.
@@ -249,6 +263,10 @@ pub struct WhisperSettings {
 pub enum LlmBackend {
     /// llama.cpp in this process, on the pipeline's threads.
     Llama(LlamaSettings),
+    /// A server of the OpenAI chat API, streamed (the conversation's
+    /// history is kept to `n_ctx` tokens' worth of characters, about three a
+    /// token).
+    Remote(RemoteSettings, u32),
 }
 
 /// llama.cpp's settings.
@@ -270,14 +288,25 @@ impl SttBackend {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Whisper(_) => "whisper",
+            Self::Remote(_) => "remote",
         }
     }
 
-    /// The model file it reads.
+    /// The model file it reads (`None` for a remote engine).
     #[must_use]
-    pub fn model(&self) -> &std::path::Path {
+    pub fn model(&self) -> Option<&std::path::Path> {
         match self {
-            Self::Whisper(w) => &w.model,
+            Self::Whisper(w) => Some(&w.model),
+            Self::Remote(_) => None,
+        }
+    }
+
+    /// The remote server, if it runs on one.
+    #[must_use]
+    pub fn remote(&self) -> Option<&RemoteSettings> {
+        match self {
+            Self::Whisper(_) => None,
+            Self::Remote(r) => Some(r),
         }
     }
 }
@@ -288,14 +317,35 @@ impl LlmBackend {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Llama(_) => "llama",
+            Self::Remote(..) => "remote",
         }
     }
 
-    /// The model file it reads.
+    /// The model file it reads (`None` for a remote engine).
     #[must_use]
-    pub fn model(&self) -> &std::path::Path {
+    pub fn model(&self) -> Option<&std::path::Path> {
         match self {
-            Self::Llama(l) => &l.model,
+            Self::Llama(l) => Some(&l.model),
+            Self::Remote(..) => None,
+        }
+    }
+
+    /// The remote server, if it runs on one.
+    #[must_use]
+    pub fn remote(&self) -> Option<&RemoteSettings> {
+        match self {
+            Self::Llama(_) => None,
+            Self::Remote(r, _) => Some(r),
+        }
+    }
+
+    /// The context size, tokens: llama.cpp's, or what a remote
+    /// conversation's history is kept to.
+    #[must_use]
+    pub fn n_ctx(&self) -> u32 {
+        match self {
+            Self::Llama(l) => l.n_ctx,
+            Self::Remote(_, n) => *n,
         }
     }
 }
@@ -349,51 +399,55 @@ impl EngineSettings {
         }
     }
 
-    /// whisper's settings (the speech-to-text backend).
+    /// whisper's settings (`None` when speech to text is remote).
     #[must_use]
-    pub fn whisper(&self) -> &WhisperSettings {
+    pub fn whisper(&self) -> Option<&WhisperSettings> {
         match &self.stt {
-            SttBackend::Whisper(w) => w,
+            SttBackend::Whisper(w) => Some(w),
+            SttBackend::Remote(_) => None,
         }
     }
 
     /// whisper's settings, to change.
-    pub fn whisper_mut(&mut self) -> &mut WhisperSettings {
+    pub fn whisper_mut(&mut self) -> Option<&mut WhisperSettings> {
         match &mut self.stt {
-            SttBackend::Whisper(w) => w,
+            SttBackend::Whisper(w) => Some(w),
+            SttBackend::Remote(_) => None,
         }
     }
 
-    /// llama.cpp's settings (the language model's backend).
+    /// llama.cpp's settings (`None` when the language model is remote).
     #[must_use]
-    pub fn llama(&self) -> &LlamaSettings {
+    pub fn llama(&self) -> Option<&LlamaSettings> {
         match &self.llm {
-            LlmBackend::Llama(l) => l,
+            LlmBackend::Llama(l) => Some(l),
+            LlmBackend::Remote(..) => None,
         }
     }
 
     /// llama.cpp's settings, to change.
-    pub fn llama_mut(&mut self) -> &mut LlamaSettings {
+    pub fn llama_mut(&mut self) -> Option<&mut LlamaSettings> {
         match &mut self.llm {
-            LlmBackend::Llama(l) => l,
+            LlmBackend::Llama(l) => Some(l),
+            LlmBackend::Remote(..) => None,
         }
     }
 
-    /// The whisper engine's configuration.
+    /// The whisper engine's configuration (`None` when speech to text is remote).
     #[must_use]
-    pub fn stt_config(&self) -> SttConfig {
-        let w = self.whisper();
+    pub fn stt_config(&self) -> Option<SttConfig> {
+        let w = self.whisper()?;
         let mut c = SttConfig::new(&w.model, self.threads.stt);
         c.audio_ctx = w.audio_ctx;
         c.use_gpu = w.gpu;
         c.flash_attn = w.flash_attn;
-        c
+        Some(c)
     }
 
-    /// The LLM engine's configuration.
+    /// The LLM engine's configuration (`None` when the language model is remote).
     #[must_use]
-    pub fn llm_config(&self) -> LlmConfig {
-        let l = self.llama();
+    pub fn llm_config(&self) -> Option<LlmConfig> {
+        let l = self.llama()?;
         let mut c = LlmConfig::new(&l.model, self.threads.llm);
         c.decode_threads = self.threads.llm_decode;
         c.n_gpu_layers = l.n_gpu_layers;
@@ -403,7 +457,21 @@ impl EngineSettings {
         c.cache_prompt = l.cache_prompt;
         c.memory = self.memory;
         c.sampling = self.sampling.clone();
-        c
+        Some(c)
+    }
+
+    /// A remote conversation's options, `model` being the one the server serves.
+    #[must_use]
+    pub fn chat_options(&self, model: String) -> voxline_remote::ChatOptions {
+        voxline_remote::ChatOptions {
+            model,
+            system_prompt: self.system_prompt.clone(),
+            max_tokens: self.max_tokens,
+            temperature: self.sampling.temperature,
+            seed: self.sampling.seed,
+            memory: self.memory,
+            history_chars: self.llm.n_ctx() as usize * 3,
+        }
     }
 }
 

@@ -32,12 +32,36 @@ impl TermTotals {
     }
 }
 
+/// The server a stage's engine, or a latency term's, runs on, when it is
+/// remote (the queues in front of the stages are voxline's own).
+fn server_of<'a>(name: &str, config: &'a crate::RunConfig) -> Option<&'a str> {
+    use voxline_pipeline::topology::{LLM, STT};
+    let llm_first = format!("{}_first_token", LLM.as_str());
+    if name == STT.as_str() {
+        config.stt_server.as_deref()
+    } else if name == LLM.as_str() || name == llm_first {
+        config.llm_server.as_deref()
+    } else {
+        None
+    }
+}
+
+/// `name`, with the server its engine runs on when it is remote.
+fn named(name: &str, server: Option<&str>) -> String {
+    match server {
+        Some(s) => format!("{name} (remote, {s})"),
+        None => name.to_owned(),
+    }
+}
+
 /// The bottlenecks: the busiest stage that is not a sink (throughput) and the
-/// largest mean latency term over the counted turns (latency).
+/// largest mean latency term over the counted turns (latency), each named
+/// with its remote server where its engine runs on one.
 pub(crate) fn bottleneck(
     stages: &[StageReport],
     all: &TermTotals,
     topology: &voxline_core::Topology,
+    config: &crate::RunConfig,
 ) -> Bottleneck {
     let mut b = Bottleneck::default();
     let mut reasons = Vec::new();
@@ -47,6 +71,7 @@ pub(crate) fn bottleneck(
         .max_by(|a, b| a.utilization.total_cmp(&b.utilization));
     if let Some(s) = busiest {
         b.throughput = Some(s.name.clone());
+        b.throughput_server = server_of(&s.name, config).map(str::to_owned);
         let verdict = if s.utilization > 1.0 {
             "cannot keep up with real time"
         } else {
@@ -57,7 +82,7 @@ pub(crate) fn bottleneck(
         });
         reasons.push(format!(
             "throughput: {} {verdict} (utilisation {:.2}, busy {:.0} ms; input queue peaked at {}/{}{wait})",
-            s.name, s.utilization, s.busy_ms, s.queue_max_depth, s.queue_capacity
+            named(&s.name, b.throughput_server.as_deref()), s.utilization, s.busy_ms, s.queue_max_depth, s.queue_capacity
         ));
     }
     if all.n > 0 {
@@ -72,8 +97,10 @@ pub(crate) fn bottleneck(
         b.latency_terms_ms.extend(means.iter().cloned());
         if let Some((name, m)) = means.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
             b.latency = Some(name.clone());
+            b.latency_server = server_of(name, config).map(str::to_owned);
             let share = if total > 0.0 { 100.0 * m / total } else { 0.0 };
-            reasons.push(format!("latency: {name} is {share:.0}% of response latency (mean {m:.0} ms of {total:.0} ms over {} turns)", all.n));
+            let shown = named(name, b.latency_server.as_deref());
+            reasons.push(format!("latency: {shown} is {share:.0}% of response latency (mean {m:.0} ms of {total:.0} ms over {} turns)", all.n));
         }
     }
     b.reason = reasons.join("; ");
@@ -132,7 +159,7 @@ mod tests {
             stage("llm", 0.5, Some(40.0)),
             stage("sink", 5.0, None),
         ];
-        let b = bottleneck(&stages, &TermTotals::default(), &topology);
+        let b = bottleneck(&stages, &TermTotals::default(), &topology, &crate::RunConfig::default());
         assert_eq!(b.throughput.as_deref(), Some("stt"));
         assert_eq!(
             b.reason,
@@ -142,7 +169,7 @@ mod tests {
         assert_eq!(b.latency, None);
         assert!(b.latency_terms_ms.is_empty());
 
-        let b = bottleneck(&stages[2..], &TermTotals::default(), &topology);
+        let b = bottleneck(&stages[2..], &TermTotals::default(), &topology, &crate::RunConfig::default());
         assert_eq!(
             b.reason,
             "throughput: llm is the busiest stage (utilisation 0.50, busy 2000 ms; input queue peaked at 3/4, queue wait p95 40 ms)"
@@ -160,7 +187,7 @@ mod tests {
         let mut unanswered = turn(50.0, None, 9000.0, None);
         unanswered.terms_ms.remove("llm_first_token");
         all.add(&unanswered, &topology);
-        let b = bottleneck(&[], &all, &topology);
+        let b = bottleneck(&[], &all, &topology, &crate::RunConfig::default());
         assert_eq!(b.throughput, None);
         assert_eq!(b.latency.as_deref(), Some("stt"));
         let terms: Vec<(&str, f64)> = b
@@ -200,7 +227,7 @@ mod tests {
         totals.add(&slow, &with_upper);
         // a turn without the added stage's terms is not counted
         totals.add(&turn(700.0, None, 500.0, None), &with_upper);
-        let b = bottleneck(&[], &totals, &with_upper);
+        let b = bottleneck(&[], &totals, &with_upper, &crate::RunConfig::default());
         assert_eq!(b.latency.as_deref(), Some("upper"));
         assert_eq!(
             b.reason,
@@ -213,12 +240,36 @@ mod tests {
         let topology = topology::standard(AudioEdge::Replay, 4);
         let mut all = TermTotals::default();
         all.add(&turn(900.0, None, 100.0, None), &topology);
-        let b = bottleneck(&[stage("vad", 0.2, None)], &all, &topology);
+        let b = bottleneck(&[stage("vad", 0.2, None)], &all, &topology, &crate::RunConfig::default());
         assert_eq!(b.throughput.as_deref(), Some("vad"));
         assert_eq!(b.latency.as_deref(), Some("endpoint"));
         assert_eq!(
             b.reason,
             "throughput: vad is the busiest stage (utilisation 0.20, busy 800 ms; input queue peaked at 3/4); latency: endpoint is 69% of response latency (mean 900 ms of 1310 ms over 1 turns)"
         );
+    }
+
+    #[test]
+    fn a_remote_engine_is_named_with_its_server() {
+        let topology = topology::standard(AudioEdge::Replay, 4);
+        let config = crate::RunConfig {
+            llm_server: Some("gpu1:8000".into()),
+            ..crate::RunConfig::default()
+        };
+        let stages = [stage("stt", 0.3, None), stage("llm", 0.8, Some(40.0))];
+        let mut all = TermTotals::default();
+        all.add(&turn(100.0, None, 150.0, None), &topology);
+        let b = bottleneck(&stages, &all, &topology, &config);
+        assert_eq!(b.throughput.as_deref(), Some("llm"));
+        assert_eq!(b.throughput_server.as_deref(), Some("gpu1:8000"));
+        assert!(b.reason.starts_with("throughput: llm (remote, gpu1:8000) is the busiest"), "{}", b.reason);
+        // the largest term is the first token's, whose engine is the remote one
+        assert_eq!(b.latency.as_deref(), Some("llm_first_token"));
+        assert_eq!(b.latency_server.as_deref(), Some("gpu1:8000"));
+        assert!(b.reason.contains("latency: llm_first_token (remote, gpu1:8000) is"), "{}", b.reason);
+        // whisper here, the LLM remote: the STT's row is not named
+        let b = bottleneck(&[stage("stt", 0.9, None)], &TermTotals::default(), &topology, &config);
+        assert_eq!(b.throughput_server, None);
+        assert!(b.reason.starts_with("throughput: stt is"), "{}", b.reason);
     }
 }

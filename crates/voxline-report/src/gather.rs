@@ -53,6 +53,8 @@ pub(crate) struct Gathered {
     pub(crate) speaks: bool,
     /// How the semantic end of turn ended it.
     end_of_turn: Option<voxline_audio::turn::EndOfTurn>,
+    /// What a remote language model's server reported.
+    server: Option<voxline_llm::ServerCounts>,
 }
 
 /// One stage's calls for one turn, merged.
@@ -102,6 +104,8 @@ impl Gathered {
                     self.voice_interrupted = Some(i.clone());
                 } else if let Some(t) = e.downcast_ref::<voxline_audio::turn::EndOfTurn>() {
                     self.end_of_turn = Some(*t);
+                } else if let Some(s) = e.downcast_ref::<voxline_llm::ServerTurn>() {
+                    self.server = Some(s.counts.clone());
                 }
             }
             PipelineEvent::TurnError(e) => {
@@ -237,6 +241,17 @@ pub(crate) fn turn_report(
             }
         }
     }
+    t.llm_server = g.server.as_ref().map(|s| crate::schema::ServerTurnReport {
+        server: s.server.clone(),
+        tokens_from: s.tokens_from,
+        prompt_tokens: s.prompt_tokens,
+        cached_tokens: s.cached_tokens,
+        completion_tokens: s.completion_tokens,
+        server_prompt_ms: s.prompt_ms,
+        server_decode_ms: s.decode_ms,
+        // once the first token's term is known (`finish_turn`)
+        network_queue_ms: None,
+    });
     t.end_of_turn = g.end_of_turn.map(|e| crate::schema::EndOfTurnReport {
         decision: e.decision.as_str().to_owned(),
         probability: e.probability,
@@ -272,8 +287,15 @@ pub(crate) fn turn_report(
     t.llm_streamed_tokens = g.tokens.len();
     if g.tokens.len() >= 2 {
         let span = ms(g.tokens[0], *g.tokens.last().unwrap_or(&g.tokens[0]));
+        // a server's own count where it sends one (a chunk may hold several tokens)
+        let after_first = match &g.server {
+            Some(s) if s.tokens_from == voxline_llm::TokenSource::Usage => {
+                f64::from(s.completion_tokens.saturating_sub(1))
+            }
+            _ => (g.tokens.len() - 1) as f64,
+        };
         if span > 0.0 {
-            t.llm_decode_tps = Some((g.tokens.len() - 1) as f64 / (span / 1000.0));
+            t.llm_decode_tps = Some(after_first / (span / 1000.0));
         }
         let gaps: Vec<f64> = g.tokens.windows(2).map(|w| ms(w[0], w[1])).collect();
         t.inter_token_ms = Percentiles::of(&gaps);
@@ -344,6 +366,12 @@ pub(crate) fn finish_turn(t: &mut TurnReport, topology: &Topology) {
     t.llm_first_token_ms = term(&LLM, TermPart::FirstOutput);
     t.llm_ttft_ms = t.llm_queue_ms.zip(t.llm_first_token_ms).map(|(q, f)| q + f);
     t.llm_ms = t.timeline.stages.get(LLM.as_str()).map(|[a, b]| b - a);
+    if let Some(s) = &mut t.llm_server {
+        s.network_queue_ms = t
+            .llm_first_token_ms
+            .zip(s.server_prompt_ms)
+            .map(|(first, prompt)| (first - prompt).max(0.0));
+    }
     drop_negative_latencies(t);
     // on either clock: the response latency, then what the voice added after it
     t.voice_latency_ms = t

@@ -179,6 +179,7 @@ pub fn build(
         processing_ms: pick(&|t| t.processing_ms),
         speculation: spec,
         end_of_turn: crate::schema::EndOfTurnSummary::of(counted.iter().copied()),
+        llm_server: crate::schema::ServerSummary::of(counted.iter().copied()),
         endpoint_delay_ms: pick(&|t| t.endpoint_delay_ms),
         terms_ms: run
             .topology
@@ -204,7 +205,7 @@ pub fn build(
     for t in &counted {
         terms.add(t, &run.topology);
     }
-    summary.bottleneck = bottleneck(&stages, &terms, &run.topology);
+    summary.bottleneck = bottleneck(&stages, &terms, &run.topology, &config);
     summary.budget = BudgetResult {
         given: false,
         passed: true,

@@ -33,6 +33,10 @@ pub struct TurnReport {
     pub expected: Option<String>,
     /// How the semantic end of turn ended it (`null`: off).
     pub end_of_turn: Option<EndOfTurnReport>,
+    /// What the language model's server reported for this answer (only
+    /// with a remote language model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm_server: Option<ServerTurnReport>,
     /// Word error rate against `expected`.
     pub wer: Option<f64>,
     /// The answer.
@@ -203,6 +207,12 @@ pub struct Bottleneck {
     pub throughput: Option<String>,
     /// Largest term of the response latency (limits latency): endpoint, stt_queue, stt, llm_queue or llm_first_token.
     pub latency: Option<String>,
+    /// The server the throughput stage's engine runs on, when it is remote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throughput_server: Option<String>,
+    /// The server the latency term's engine runs on, when it is remote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_server: Option<String>,
     /// One line on each, with the numbers.
     pub reason: String,
     /// Mean of each latency term over the counted turns, ms.
@@ -269,6 +279,9 @@ pub struct Summary {
     pub speculation: SpecSummary,
     /// What the semantic end of turn did (`null`: off).
     pub end_of_turn: Option<EndOfTurnSummary>,
+    /// A remote language model's figures (only with one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm_server: Option<ServerSummary>,
     /// Endpoint delay.
     pub endpoint_delay_ms: Option<Percentiles>,
     /// The response latency's decomposition: each declared term's
@@ -321,6 +334,88 @@ pub struct EndOfTurnReport {
     pub cost_ms: f64,
     /// Silence after the last speech frame when the turn was committed, ms.
     pub silence_ms: f64,
+}
+
+/// A remote language model's account of one answer, beside voxline's own
+/// timing of it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ServerTurnReport {
+    /// The server, `host:port`.
+    pub server: String,
+    /// Where the token counts come from: the server's `usage`, or the
+    /// streamed chunks counted (one per token assumed).
+    pub tokens_from: voxline_llm::TokenSource,
+    /// Prompt tokens, by the server's count.
+    pub prompt_tokens: Option<u32>,
+    /// Of those, tokens its prefix cache held.
+    pub cached_tokens: Option<u32>,
+    /// Tokens generated.
+    pub completion_tokens: u32,
+    /// The server's own time on the prompt, ms (llama-server's `timings`).
+    pub server_prompt_ms: Option<f64>,
+    /// The server's own time generating, ms.
+    pub server_decode_ms: Option<f64>,
+    /// The first token's wait beyond the server's prompt time: the network
+    /// both ways, the server's queue and its first decoding step, ms.
+    pub network_queue_ms: Option<f64>,
+}
+
+/// A remote language model's figures over a run.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct ServerSummary {
+    /// The server, `host:port`.
+    pub server: String,
+    /// Where the token counts come from (`usage`, `chunks`, or `usage and
+    /// chunks` when the server sent `usage` for some answers only).
+    pub tokens_from: String,
+    /// The server's own time on the prompt, ms.
+    pub server_prompt_ms: Option<Percentiles>,
+    /// The first token's wait beyond it: network, queue, first step, ms.
+    pub network_queue_ms: Option<Percentiles>,
+    /// Decoding speed by the server's own clock, tokens/s.
+    pub server_decode_tps: Option<Percentiles>,
+    /// Share of the prompt tokens the server's prefix cache held.
+    pub cached_share: Option<f64>,
+}
+
+impl ServerSummary {
+    /// The summary of `turns`; `None` when none came from a server.
+    #[must_use]
+    pub fn of<'a>(turns: impl IntoIterator<Item = &'a TurnReport>) -> Option<Self> {
+        let all: Vec<&ServerTurnReport> =
+            turns.into_iter().filter_map(|t| t.llm_server.as_ref()).collect();
+        let first = all.first()?;
+        let usage = all
+            .iter()
+            .filter(|s| s.tokens_from == voxline_llm::TokenSource::Usage)
+            .count();
+        let tokens_from = match usage {
+            0 => "chunks",
+            n if n == all.len() => "usage",
+            _ => "usage and chunks",
+        };
+        let (cached, prompt) = all.iter().fold((0u64, 0u64), |(c, p), s| {
+            (
+                c + u64::from(s.cached_tokens.unwrap_or(0)),
+                p + u64::from(s.prompt_tokens.unwrap_or(0)),
+            )
+        });
+        let of = |f: &dyn Fn(&ServerTurnReport) -> Option<f64>| {
+            Percentiles::of(&all.iter().filter_map(|s| f(s)).collect::<Vec<_>>())
+        };
+        Some(Self {
+            server: first.server.clone(),
+            tokens_from: tokens_from.to_owned(),
+            server_prompt_ms: of(&|s| s.server_prompt_ms),
+            network_queue_ms: of(&|s| s.network_queue_ms),
+            server_decode_tps: of(&|s| {
+                s.server_decode_ms
+                    .filter(|&ms| ms > 0.0 && s.completion_tokens > 1)
+                    .map(|ms| f64::from(s.completion_tokens - 1) / (ms / 1000.0))
+            }),
+            cached_share: (prompt > 0).then(|| cached as f64 / prompt as f64),
+        })
+    }
 }
 
 /// What the semantic end of turn did over a run.
@@ -386,15 +481,21 @@ pub struct RunConfig {
     pub cache_prompt: bool,
     /// Multi-turn memory.
     pub memory: bool,
-    /// The speech-to-text backend (`whisper`).
+    /// The speech-to-text backend (`whisper`, `remote`).
     pub stt_backend: String,
-    /// The language model's backend (`llama`).
+    /// The language model's backend (`llama`, `remote`).
     pub llm_backend: String,
+    /// The speech server, `host:port`, when speech to text is remote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stt_server: Option<String>,
+    /// The language model's server, `host:port`, when it is remote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm_server: Option<String>,
     /// The voice that spoke the answers (`piper`, `espeak`), if any.
     pub voice: Option<String>,
-    /// whisper model file name.
+    /// whisper model file name (a remote engine's: the model asked for).
     pub whisper_model: String,
-    /// LLM file name.
+    /// LLM file name (a remote engine's: the model asked for).
     pub llm_model: String,
     /// Inputs.
     pub inputs: Vec<PathBuf>,
@@ -435,16 +536,27 @@ impl RunConfig {
                 settings.threads.llm,
             ],
             cpu_share: settings.threads.share,
-            audio_ctx: settings.whisper().audio_ctx.to_string(),
+            audio_ctx: settings
+                .whisper()
+                .map_or_else(|| "server".to_owned(), |w| w.audio_ctx.to_string()),
             max_tokens: settings.max_tokens,
-            n_ctx: settings.llama().n_ctx,
-            cache_prompt: settings.llama().cache_prompt,
+            n_ctx: settings.llm.n_ctx(),
+            // a remote conversation sends its prefix byte for byte: the server's cache decides
+            cache_prompt: settings.llama().is_none_or(|l| l.cache_prompt),
             memory: settings.memory,
             stt_backend: settings.stt.name().into(),
             llm_backend: settings.llm.name().into(),
+            stt_server: settings.stt.remote().map(|r| r.endpoint.server().to_owned()),
+            llm_server: settings.llm.remote().map(|r| r.endpoint.server().to_owned()),
             voice: None,
-            whisper_model: name(settings.stt.model()),
-            llm_model: name(settings.llm.model()),
+            whisper_model: match (settings.stt.model(), settings.stt.remote()) {
+                (Some(p), _) => name(p),
+                (None, r) => r.and_then(|r| r.model.clone()).unwrap_or_default(),
+            },
+            llm_model: match (settings.llm.model(), settings.llm.remote()) {
+                (Some(p), _) => name(p),
+                (None, r) => r.and_then(|r| r.model.clone()).unwrap_or_default(),
+            },
             inputs,
             warmup,
             // through its shortest decimal form, so 0.7 is written 0.7, not 0.699999988

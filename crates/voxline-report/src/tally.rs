@@ -416,7 +416,7 @@ impl Tally {
             dropped: crate::dropped_total(run),
             ..self.summary.clone()
         };
-        summary.bottleneck = crate::bottleneck(&stages, &self.terms, &run.topology);
+        summary.bottleneck = crate::bottleneck(&stages, &self.terms, &run.topology, &config);
         summary.budget.passed = true;
         let cold_start = ColdStart {
             model_load_ms,

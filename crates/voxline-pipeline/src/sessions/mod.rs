@@ -1,6 +1,7 @@
 //! Many conversations in one process, sharing the engines.
 //!
-//! A [`Hub`] loads whisper once and the language model once. Each
+//! A [`Hub`] loads whisper once and the language model once (or, for an
+//! engine on a remote server, checks the server once). Each
 //! [`Session`] is one conversation and one core pipeline, built from the
 //! same topology and stage types as `replay` and `live`
 //! ([`crate::pipeline::run_source_with`] on a [`Source::Pushed`]): its own
@@ -10,6 +11,10 @@
 //! stages added with [`Hub::with_stages`]. The runtime times every stage,
 //! settles speculation and holds the CPU lease; the hub only hands the
 //! shared engines out.
+//!
+//! With remote engines each session has its own client of the server (its
+//! own conversation, sent whole each turn), and the hub counts the
+//! sessions against its limit itself.
 //!
 //! One CPU budget: whisper and the LLM never compute at the same time (one
 //! [`CpuLease`]); the LLM worker takes it per batched step, so a committed
@@ -31,8 +36,10 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
 use voxline_audio::{AudioError, VadConfig};
 use voxline_core::{Clock, CpuLease, ShutdownHandle, Span, SpanKind, ThreadMeter, TimedEvent};
 use voxline_llm::serving::{BatchServer, ServingOptions, ServingTotals};
-use voxline_llm::{LlmError, RunningLlmStage};
+use voxline_llm::LlmError;
 use voxline_stt::{SttEngine, SttError, SttStage};
+
+use crate::engines::{ChatStart, Stt};
 
 use crate::pipeline::{self, Extras, Pace, Pushed, PushedAudio, RunOptions, Source};
 use crate::settings::EngineSettings;
@@ -79,6 +86,9 @@ pub enum HubError {
     /// The stages added to the sessions' pipeline do not fit in it.
     #[error("{0}")]
     Stages(String),
+    /// A remote engine's server did not pass the start-up check.
+    #[error(transparent)]
+    Remote(#[from] crate::BadInput),
 }
 
 /// What a session's reader receives, in order of arrival: the pipeline's
@@ -156,10 +166,42 @@ impl Load {
 /// Builds the stages a session adds to the standard pipeline.
 type StagesFn = Arc<dyn Fn() -> Extras + Send + Sync>;
 
+/// The hub's speech to text: whisper's weights every session shares, or a
+/// remote server.
+enum HubStt {
+    Whisper(Mutex<SttEngine>),
+    Remote(voxline_remote::RemoteStt),
+}
+
+/// The hub's language model: the batching worker every session is a client
+/// of, or a remote server each session talks to on its own.
+enum HubLlm {
+    Batch(BatchServer),
+    Remote {
+        remotes: crate::engines::Remotes,
+        settings: Box<EngineSettings>,
+        slots: Arc<Mutex<Vec<bool>>>,
+    },
+}
+
+/// A session's slot in a hub whose language model is remote, freed as it drops.
+struct Slot {
+    slots: Arc<Mutex<Vec<bool>>>,
+    index: usize,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(s) = lock(&self.slots).get_mut(self.index) {
+            *s = false;
+        }
+    }
+}
+
 /// Shared engines serving up to `max_sessions` conversations.
 pub struct Hub {
-    stt: Mutex<SttEngine>,
-    llm: BatchServer,
+    stt: HubStt,
+    llm: HubLlm,
     vad: VadConfig,
     /// Speculative turn-taking's silence, ms (`None`: off).
     spec_silence_ms: Option<u32>,
@@ -208,23 +250,41 @@ impl Hub {
         }
         vad.validate()?;
         let threads = engine.threads.total.max(1);
-        let mut stt_config = engine.stt_config();
-        stt_config.threads = threads;
-        let stt = SttEngine::load(stt_config)?;
-        let mut llm_config = engine.llm_config();
-        llm_config.threads = threads;
-        llm_config.decode_threads = threads;
+        let remotes = crate::engines::connect(engine)?;
+        let stt = match (remotes.stt(), engine.stt_config()) {
+            (Some(remote), _) => HubStt::Remote(remote),
+            (None, Some(mut stt_config)) => {
+                stt_config.threads = threads;
+                HubStt::Whisper(Mutex::new(SttEngine::load(stt_config)?))
+            }
+            (None, None) => {
+                return Err(HubError::Stages(
+                    "speech to text has neither a model nor a server".into(),
+                ))
+            }
+        };
         let (lease, meter) = (CpuLease::new(), ThreadMeter::new());
-        let llm = BatchServer::start(
-            llm_config,
-            ServingOptions {
-                sessions: max_sessions,
-                lease: lease.clone(),
-                meter: meter.clone(),
+        let llm = match engine.llm_config() {
+            Some(mut llm_config) if remotes.llm.is_none() => {
+                llm_config.threads = threads;
+                llm_config.decode_threads = threads;
+                HubLlm::Batch(BatchServer::start(
+                    llm_config,
+                    ServingOptions {
+                        sessions: max_sessions,
+                        lease: lease.clone(),
+                        meter: meter.clone(),
+                    },
+                )?)
+            }
+            _ => HubLlm::Remote {
+                remotes,
+                settings: Box::new(engine.clone()),
+                slots: Arc::new(Mutex::new(vec![false; max_sessions])),
             },
-        )?;
+        };
         Ok(Hub {
-            stt: Mutex::new(stt),
+            stt,
             llm,
             vad,
             spec_silence_ms,
@@ -261,13 +321,43 @@ impl Hub {
     /// whisper cannot allocate the session's state; [`HubError::Thread`]
     /// when its pipeline cannot start.
     pub fn join(&self) -> Result<Session, HubError> {
-        let client = self.llm.client().map_err(|e| match e {
-            LlmError::Full { max } => HubError::Full { max },
-            e => HubError::Llm(e),
-        })?;
-        let slot = client.slot();
-        // on failure the client leaves as it drops, and the slot is free again
-        let stt = lock(&self.stt).share()?;
+        let (chat, slot, held) = match &self.llm {
+            HubLlm::Batch(server) => {
+                let client = server.client().map_err(|e| match e {
+                    LlmError::Full { max } => HubError::Full { max },
+                    e => HubError::Llm(e),
+                })?;
+                let slot = client.slot();
+                (ChatStart::Shared(client), slot, None)
+            }
+            HubLlm::Remote {
+                remotes,
+                settings,
+                slots,
+            } => {
+                let mut taken = lock(slots);
+                let max = taken.len();
+                let index = taken
+                    .iter()
+                    .position(|t| !*t)
+                    .ok_or(HubError::Full { max })?;
+                taken[index] = true;
+                drop(taken);
+                let held = Slot {
+                    slots: Arc::clone(slots),
+                    index,
+                };
+                let chat = remotes
+                    .chat(settings)
+                    .ok_or(HubError::Stages("no remote language model".into()))?;
+                (ChatStart::Remote(chat), index, Some(held))
+            }
+        };
+        // on failure the client (or the slot) leaves as it drops, and the slot is free again
+        let stt = match &self.stt {
+            HubStt::Whisper(e) => Stt::Whisper(lock(e).share()?),
+            HubStt::Remote(r) => Stt::Remote(r.clone()),
+        };
         // unbounded in messages, bounded in samples (`queued`)
         let (audio_tx, audio_rx) = unbounded();
         let queued = Arc::new(AtomicU64::new(0));
@@ -317,7 +407,7 @@ impl Hub {
                 let run = pipeline::run_source_with(
                     source,
                     SttStage::new(stt),
-                    RunningLlmStage::new(client),
+                    chat,
                     extras,
                     &opts,
                     Some(stop),
@@ -325,6 +415,8 @@ impl Hub {
                 if let Err(e) = run {
                     tracing::error!(session = slot, error = %e, "the session's pipeline did not start");
                 }
+                // a remote session's slot is free once its pipeline has ended
+                drop(held);
             })
             .map_err(HubError::Thread)?;
         Ok(Session {
@@ -346,19 +438,43 @@ impl Hub {
     /// Sessions connected now.
     #[must_use]
     pub fn sessions(&self) -> usize {
-        self.llm.sessions()
+        match &self.llm {
+            HubLlm::Batch(b) => b.sessions(),
+            HubLlm::Remote { slots, .. } => lock(slots).iter().filter(|t| **t).count(),
+        }
     }
 
     /// The session limit.
     #[must_use]
     pub fn max_sessions(&self) -> usize {
-        self.llm.max_sessions()
+        match &self.llm {
+            HubLlm::Batch(b) => b.max_sessions(),
+            HubLlm::Remote { slots, .. } => lock(slots).len(),
+        }
+    }
+
+    /// The remote servers the engines run on, as `(stage, host:port)`.
+    #[must_use]
+    pub fn remote_servers(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if let HubStt::Remote(r) = &self.stt {
+            out.push((voxline_stt::STAGE_NAME, r.client().endpoint().server().to_owned()));
+        }
+        if let HubLlm::Remote { remotes, .. } = &self.llm {
+            if let Some((c, _)) = &remotes.llm {
+                out.push((voxline_llm::STAGE_NAME, c.endpoint().server().to_owned()));
+            }
+        }
+        out
     }
 
     /// Totals since the hub started.
     #[must_use]
     pub fn totals(&self) -> HubTotals {
-        let llm = self.llm.totals();
+        let llm = match &self.llm {
+            HubLlm::Batch(b) => Some(b.totals()),
+            HubLlm::Remote { .. } => None,
+        };
         let load = lock(&self.load);
         let mut stages: Vec<StageBusy> = load
             .stages
@@ -378,16 +494,18 @@ impl Hub {
                 .unwrap_or(usize::MAX)
         };
         stages.sort_by_key(|s| rank(&s.stage));
-        if let Some(l) = stages
-            .iter_mut()
-            .find(|s| s.stage == topology::LLM.as_str())
-        {
+        if let (Some(l), Some(worker)) = (
+            stages
+                .iter_mut()
+                .find(|s| s.stage == topology::LLM.as_str()),
+            &llm,
+        ) {
             // the sessions' LLM calls wait on one worker: its compute is the stage's work
-            l.busy = llm.busy;
+            l.busy = worker.busy;
         }
         HubTotals {
             stages,
-            llm,
+            llm: llm.unwrap_or_default(),
             peak_threads: self.meter.peak(),
         }
     }
