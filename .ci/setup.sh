@@ -43,3 +43,8 @@ echo "== building voxline (optimised; the first build compiles whisper.cpp and l
 cargo build --release --locked --bin voxline
 echo "== models"
 ./target/release/voxline models fetch --dir models
+# the real servers the remote-engine tests start on loopback: llama.cpp's
+# llama-server (built once from source, ~12 min on 2 cores) and a
+# faster-whisper server (a pinned venv on the tiny.en `models fetch` installed)
+bash .ci/llama-server.sh
+bash .ci/whisper-server.sh

@@ -111,6 +111,8 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
             other => other.into(),
         })?,
         None => {
+            // a remote engine's server is checked before anything loads: one line, exit 2
+            voxline_pipeline::engines::connect(&session.settings)?;
             // each simulated user hears its answers spoken, on the same cores
             let stages: Option<capacity::StagesFn> = match session.voice.clone() {
                 Some(v) => {

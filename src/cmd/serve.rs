@@ -69,6 +69,8 @@ pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
         // a voice that cannot load is refused before anything listens
         drop(v.load(threads)?);
     }
+    // a remote engine's server is checked before anything listens: one line, exit 2
+    voxline_pipeline::engines::connect(&settings)?;
     let hub = Hub::start(
         &settings,
         vad,

@@ -161,6 +161,11 @@ pub struct CapacityReport {
     /// The stage that saturates at the first count past the capacity (or at
     /// the largest count measured).
     pub limiting_stage: Option<String>,
+    /// The engine stages that ran on remote servers, with the server
+    /// (`host:port`): the capacity is then the front end's, with the
+    /// servers as they are.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub remote_engines: BTreeMap<String, String>,
 }
 
 /// Why a capacity run failed.
@@ -231,6 +236,11 @@ pub fn run_with(
             wall,
             totals,
             threads: hub.threads(),
+            remote: hub
+                .remote_servers()
+                .into_iter()
+                .map(|(stage, server)| (stage.to_owned(), server))
+                .collect(),
         })
     })
 }
@@ -242,6 +252,8 @@ pub(crate) struct Count {
     pub(crate) wall: Duration,
     pub(crate) totals: HubTotals,
     pub(crate) threads: usize,
+    /// The engine stages on remote servers, and the server.
+    pub(crate) remote: BTreeMap<String, String>,
 }
 
 /// Measures every session count in `opts` with `one_count` (in this process
@@ -255,12 +267,16 @@ pub(crate) fn measure(
 ) -> Result<CapacityReport, CapacityError> {
     let mut rows = Vec::new();
     let mut threads = 0;
+    let mut remote = BTreeMap::new();
     for &n in &opts.sessions {
         let c = one_count(n)?;
         threads = c.threads;
+        remote = c.remote;
         rows.push(row(n, &c.seen, &c.totals, c.wall, budget));
     }
-    Ok(report(rows, threads, fixtures, opts, via))
+    let mut r = report(rows, threads, fixtures, opts, via);
+    r.remote_engines = remote;
+    Ok(r)
 }
 
 /// Plays `script` into every conversation at once, user `i` starting
@@ -321,6 +337,7 @@ fn report(
         rows,
         capacity,
         limiting_stage,
+        remote_engines: BTreeMap::new(),
     }
 }
 
@@ -467,12 +484,23 @@ mod tests {
             rows: vec![r, r2],
             capacity: Some(2),
             limiting_stage: Some("stt".into()),
+            remote_engines: BTreeMap::new(),
         };
         let md = to_markdown(&report);
         assert!(md.contains("| 2 | 3 | 0 |"), "{md}");
         assert!(
-            md.contains("capacity: 2 session(s) · limiting stage: stt"),
+            md.contains("capacity: 2 session(s) · limiting stage: stt\n"),
             "{md}"
+        );
+        // an engine on a remote server is named with it
+        let remote = CapacityReport {
+            remote_engines: [("stt".to_owned(), "gpu1:8001".to_owned())].into(),
+            ..report.clone()
+        };
+        assert!(
+            to_markdown(&remote).contains("limiting stage: stt (remote, gpu1:8001)"),
+            "{}",
+            to_markdown(&remote)
         );
         let svg = plot_svg(&report).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("aggregate decode tokens/s"));

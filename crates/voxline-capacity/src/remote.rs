@@ -308,6 +308,7 @@ pub fn run_via(
             wall,
             totals: delta(&before, &after),
             threads,
+            remote: std::collections::BTreeMap::new(),
         })
     })
 }

@@ -58,7 +58,13 @@ pub fn to_markdown(r: &CapacityReport) -> String {
             .map_or("none within the budget".into(), |c| format!(
                 "{c} session(s)"
             )),
-        r.limiting_stage.as_deref().unwrap_or("–")
+        match r.limiting_stage.as_deref() {
+            Some(stage) => match r.remote_engines.get(stage) {
+                Some(server) => format!("{stage} (remote, {server})"),
+                None => stage.to_owned(),
+            },
+            None => "–".to_owned(),
+        }
     );
     s
 }

@@ -344,12 +344,12 @@ impl Client {
                 | std::io::ErrorKind::NotConnected
                 | std::io::ErrorKind::AddrNotAvailable => RemoteError::Connect {
                     server,
-                    detail: io.to_string(),
+                    detail: reason(&io),
                 },
                 _ => RemoteError::CutShort {
                     server,
                     path: self.shown(path),
-                    detail: io.to_string(),
+                    detail: reason(&io),
                 },
             },
             ureq::Error::HostNotFound => RemoteError::Connect {
@@ -387,7 +387,7 @@ impl Client {
             None => RemoteError::CutShort {
                 server: self.endpoint.server.clone(),
                 path: self.shown(path),
-                detail: e.to_string(),
+                detail: reason(e),
             },
         }
     }
@@ -431,6 +431,15 @@ impl Client {
                 flag,
             }),
         }
+    }
+}
+
+/// The operating system's reason, without Rust's "(os error N)".
+fn reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_owned(),
+        None => s,
     }
 }
 

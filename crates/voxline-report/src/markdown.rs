@@ -76,6 +76,18 @@ pub fn to_markdown(r: &Report) -> String {
             "end-of-turn model ms per pause",
             r.summary.end_of_turn.as_ref().and_then(|e| e.cost_ms),
         ),
+        (
+            "LLM server prompt ms",
+            r.summary.llm_server.as_ref().and_then(|e| e.server_prompt_ms),
+        ),
+        (
+            "LLM network + queue ms",
+            r.summary.llm_server.as_ref().and_then(|e| e.network_queue_ms),
+        ),
+        (
+            "LLM server decode tok/s",
+            r.summary.llm_server.as_ref().and_then(|e| e.server_decode_tps),
+        ),
     ] {
         if let Some(p) = p {
             let _ = writeln!(
@@ -102,6 +114,23 @@ pub fn to_markdown(r: &Report) -> String {
             by.join(", "),
             e.probes
         );
+    }
+    let servers: Vec<String> = [
+        ("speech to text", &r.config.stt_server),
+        ("language model", &r.config.llm_server),
+    ]
+    .iter()
+    .filter_map(|(what, s)| s.as_ref().map(|s| format!("{what} on {s}")))
+    .collect();
+    if !servers.is_empty() {
+        let _ = write!(s, "remote engines: {}", servers.join(", "));
+        if let Some(l) = &r.summary.llm_server {
+            let _ = write!(s, "; the language model's token counts from its {}", l.tokens_from);
+            if let Some(c) = l.cached_share {
+                let _ = write!(s, ", {:.0}% of its prompt tokens from its prefix cache", c * 100.0);
+            }
+        }
+        let _ = writeln!(s, "\n");
     }
     // the response latency, term by term, as the topology declares them
     let terms = r.topology.latency_terms();

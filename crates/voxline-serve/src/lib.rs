@@ -285,8 +285,18 @@ pub fn serve_until(
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener).map_err(ServeError::Runtime)?;
         let (phase_tx, phase) = watch::channel(Phase::Running);
+        let metrics = Metrics::new(hub.max_sessions(), hub.threads());
+        for (stage, local) in [
+            (voxline_pipeline::topology::STT.as_str(), "whisper"),
+            (voxline_pipeline::topology::LLM.as_str(), "llama"),
+        ] {
+            match hub.remote_servers().into_iter().find(|(s, _)| *s == stage) {
+                Some((_, server)) => metrics.engine(stage, "remote", &server),
+                None => metrics.engine(stage, local, "local"),
+            }
+        }
         let shared = Arc::new(Shared {
-            metrics: Metrics::new(hub.max_sessions(), hub.threads()),
+            metrics,
             load: Load::default(),
             token: opts.token.as_deref().map(digest),
             hub,

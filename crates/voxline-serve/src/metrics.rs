@@ -140,6 +140,7 @@ pub struct Metrics {
     prefill_tps: Gauge<f64, AtomicU64>,
     dropped: Family<Labels, Counter>,
     bottleneck: Family<Labels, Gauge>,
+    engines: Family<Labels, Gauge>,
     /// The hub's totals at the last scrape (counters advance by the difference).
     last: Mutex<HubTotals>,
     started: Instant,
@@ -179,6 +180,7 @@ impl Metrics {
             prefill_tps: Gauge::default(),
             dropped: Family::default(),
             bottleneck: Family::default(),
+            engines: Family::default(),
             last: Mutex::new(HubTotals::default()),
             started: Instant::now(),
             registry: Registry::default(),
@@ -289,7 +291,24 @@ impl Metrics {
             "1 for the stage with the largest share of the time since the start",
             m.bottleneck.clone(),
         );
+        registry.register(
+            "engine",
+            "Each engine stage's backend (whisper, llama, remote) and where it runs (local, or the remote server's host:port): 1",
+            m.engines.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Says which backend stage `stage`'s engine is and where it runs
+    /// (`local`, or a remote server's `host:port`).
+    pub fn engine(&self, stage: &str, backend: &str, server: &str) {
+        self.engines
+            .get_or_create(&vec![
+                ("stage", stage.to_owned()),
+                ("backend", backend.to_owned()),
+                ("server", server.to_owned()),
+            ])
+            .set(1);
     }
 
     /// Counts a connection's outcome.
