@@ -8,22 +8,28 @@ cd "$(dirname "$0")/.."
 # cmake/clang/libclang: whisper.cpp and llama.cpp builds (bindgen);
 # libasound2-dev + pkg-config: the microphone (cpal's ALSA backend);
 # espeak-ng: the instant voice and the neural voice's phonemes (run as a program), and with sox
-# regenerating the audio fixtures; python3-pip: `models fetch`;
+# regenerating the audio fixtures; python3-pip: `models fetch`; python3-venv: the speech server the tests start;
 # alsa-utils (arecord), pulseaudio + pulseaudio-utils (paplay, pactl) and
 # libasound2-plugins (ALSA's pulse plugin): the live tests through a real sound server;
 # chromium: the browser test of `voxline serve`'s page; ffmpeg: the compressed recordings
 # (MP3, Ogg, M4A) the decoding tests join and cut, and the reference for what they hold.
-packages=(cmake clang libclang-dev libasound2-dev pkg-config espeak-ng sox ffmpeg python3 python3-pip alsa-utils
+packages=(cmake clang libclang-dev libasound2-dev pkg-config espeak-ng sox ffmpeg python3 python3-pip python3-venv alsa-utils
           pulseaudio pulseaudio-utils libasound2-plugins chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 # pip may come from another Python than Debian's (e.g. pyenv): accept any working one.
+# (and venv with it, where that Python has its venv module)
 if python3 -m pip --version >/dev/null 2>&1; then
-  missing=("${missing[@]/python3-pip}"); missing=("${missing[@]/python3}")
+  have=(python3 python3-pip)
+  python3 -c "import venv, ensurepip" 2>/dev/null && have+=(python3-venv)
+  kept=()
+  for p in "${missing[@]}"; do
+    [[ " ${have[*]} " == *" $p "* ]] || kept+=("$p")
+  done
+  missing=("${kept[@]}")
 fi
-read -r -a missing <<< "${missing[*]:-}"
 if ((${#missing[@]})); then
   if [[ $(id -u) -eq 0 ]]; then
     echo "== installing: ${missing[*]}"

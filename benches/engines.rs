@@ -160,12 +160,12 @@ fn pipeline_vs_raw(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(20))
         .warm_up_time(Duration::from_secs(1));
 
-    let mut stt = SttEngine::load(settings.stt_config()).unwrap();
+    let mut stt = SttEngine::load(settings.stt_config().expect("whisper settings")).unwrap();
     g.bench_function("stt_raw", |b| {
         b.iter(|| stt.transcribe(&utterance).unwrap())
     });
     drop(stt);
-    let mut e = LlmEngine::load(settings.llm_config()).unwrap();
+    let mut e = LlmEngine::load(settings.llm_config().expect("llama.cpp settings")).unwrap();
     g.bench_function("decode_32tok_raw", |b| {
         b.iter_custom(|iters| {
             (0..iters)
@@ -177,9 +177,13 @@ fn pipeline_vs_raw(c: &mut Criterion) {
 
     // One pipeline run per sample; each yields its STT time and its decode time.
     let run_once = || {
-        let stt = voxline_stt::SttStage::new(SttEngine::load(settings.stt_config()).unwrap());
-        let llm =
-            voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(settings.llm_config()).unwrap());
+        let stt = voxline_stt::SttStage::new(
+            SttEngine::load(settings.stt_config().expect("whisper settings")).unwrap(),
+        );
+        let llm = voxline_llm::LlmStage::new(
+            voxline_llm::LlmModel::load(settings.llm_config().expect("llama.cpp settings"))
+                .unwrap(),
+        );
         let inputs = voxline_pipeline::pipeline::open_inputs(std::slice::from_ref(&file)).unwrap();
         let run =
             voxline_pipeline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();

@@ -96,8 +96,8 @@ fn main() {
     );
 
     // raw whisper on each whole clip
-    let mut stt =
-        SttEngine::load(settings.stt_config()).expect("whisper model (run `voxline models fetch`)");
+    let mut stt = SttEngine::load(settings.stt_config().expect("whisper settings"))
+        .expect("whisper model (run `voxline models fetch`)");
     for c in &mut clips {
         c.raw = stt.transcribe(&util::read_16k(&c.path)).unwrap().text;
     }
@@ -225,9 +225,12 @@ fn pipeline_cuts(
 ) -> Vec<Vec<(i64, i64, String)>> {
     let board = voxline_core::SpecBoard::new();
     // the runtime settles the attempts on `board` (RunOptions::speculation)
-    let stt = voxline_stt::SttStage::new(SttEngine::load(settings.stt_config()).unwrap());
-    let llm =
-        voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(settings.llm_config()).unwrap());
+    let stt = voxline_stt::SttStage::new(
+        SttEngine::load(settings.stt_config().expect("whisper settings")).unwrap(),
+    );
+    let llm = voxline_llm::LlmStage::new(
+        voxline_llm::LlmModel::load(settings.llm_config().expect("llama.cpp settings")).unwrap(),
+    );
     let opts = RunOptions {
         pace: Pace::Fast,
         vad: VadConfig {
@@ -291,7 +294,7 @@ fn slice(audio: &[f32], a: i64, b: i64) -> Vec<f32> {
 /// with more of the recording after the VAD's end of speech, and on the cut
 /// without the silence between clips that the pre-roll reached into.
 fn cuts_table(settings: &EngineSettings, clips: &[Clip]) {
-    let mut stt = SttEngine::load(settings.stt_config()).unwrap();
+    let mut stt = SttEngine::load(settings.stt_config().expect("whisper settings")).unwrap();
     // (name, start moved to the clip's first sample, ms added after the end)
     let variants: [(&str, bool, i64); 4] = [
         ("the cut", false, 0),

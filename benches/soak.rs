@@ -52,10 +52,12 @@ fn main() {
     println!("round  elapsed_s  rss_mb  turns  p50_response_ms  errors");
     while start.elapsed() < Duration::from_secs(secs) {
         let stt = voxline_stt::SttStage::new(
-            voxline_stt::SttEngine::load(settings.stt_config()).unwrap(),
+            voxline_stt::SttEngine::load(settings.stt_config().expect("whisper settings")).unwrap(),
         );
-        let llm =
-            voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(settings.llm_config()).unwrap());
+        let llm = voxline_llm::LlmStage::new(
+            voxline_llm::LlmModel::load(settings.llm_config().expect("llama.cpp settings"))
+                .unwrap(),
+        );
         let inputs = voxline_pipeline::pipeline::open_inputs(&files).unwrap();
         let run =
             voxline_pipeline::pipeline::run(inputs, stt, llm, &Default::default(), None).unwrap();

@@ -413,9 +413,8 @@ impl EngineArgs {
                         )));
                     }
                 }
-                let endpoint =
-                    Endpoint::parse("--stt-url", url, ApiKey::from_env(STT_KEY_VAR))
-                        .map_err(BadInput::from_display)?;
+                let endpoint = Endpoint::parse("--stt-url", url, ApiKey::from_env(STT_KEY_VAR))
+                    .map_err(BadInput::from_display)?;
                 Some(RemoteSettings {
                     endpoint,
                     model: self.stt_model.clone(),
@@ -436,9 +435,8 @@ impl EngineArgs {
                         "--n-gpu-layers applies to llama.cpp in this process; with --llm-url the server decides".into(),
                     ));
                 }
-                let endpoint =
-                    Endpoint::parse("--llm-url", url, ApiKey::from_env(LLM_KEY_VAR))
-                        .map_err(BadInput::from_display)?;
+                let endpoint = Endpoint::parse("--llm-url", url, ApiKey::from_env(LLM_KEY_VAR))
+                    .map_err(BadInput::from_display)?;
                 Some(RemoteSettings {
                     endpoint,
                     model: self

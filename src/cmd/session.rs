@@ -266,9 +266,9 @@ fn load_engines(
     };
     let stt = match (remotes.stt(), settings.stt_config()) {
         (Some(remote), _) => Stt::Remote(remote),
-        (None, Some(config)) => Stt::Whisper(
-            voxline_stt::SttEngine::load(config).context("loading the speech model")?,
-        ),
+        (None, Some(config)) => {
+            Stt::Whisper(voxline_stt::SttEngine::load(config).context("loading the speech model")?)
+        }
         (None, None) => anyhow::bail!("speech to text has neither a model nor a server"),
     };
     Ok((stt, llm, t0.elapsed().as_secs_f64() * 1000.0))

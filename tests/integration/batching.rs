@@ -8,7 +8,7 @@ use crate::util;
 const QUESTIONS: &[&str] = util::QUESTIONS;
 
 fn config() -> voxline_llm::LlmConfig {
-    let mut c = util::settings(24).llm_config();
+    let mut c = util::settings(24).llm_config().expect("llama.cpp settings");
     c.n_ctx = 512;
     c
 }

@@ -48,8 +48,10 @@ fn whisper_then_llama_in_one_process() {
 fn an_engine_moved_to_other_threads_keeps_its_conversation_and_cache() {
     let _g = util::engine_lock();
     let s = util::settings(24);
-    let mut moved = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
-    let mut still = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
+    let mut moved =
+        voxline_llm::LlmEngine::load(s.llm_config().expect("llama.cpp settings")).unwrap();
+    let mut still =
+        voxline_llm::LlmEngine::load(s.llm_config().expect("llama.cpp settings")).unwrap();
     let q1 = "What is the capital of France?";
     let a = moved.respond(q1, &mut |_| true).unwrap();
     let b = still.respond(q1, &mut |_| true).unwrap();
@@ -84,7 +86,7 @@ fn an_engine_moved_to_other_threads_keeps_its_conversation_and_cache() {
 #[test]
 fn a_full_context_drops_the_oldest_turn_without_evaluating_the_rest_again() {
     let _g = util::engine_lock();
-    let mut config = util::settings(24).llm_config();
+    let mut config = util::settings(24).llm_config().expect("llama.cpp settings");
     config.n_ctx = 320;
     let mut engine = voxline_llm::LlmEngine::load(config).unwrap();
     let questions = util::QUESTIONS;

@@ -19,10 +19,12 @@ mod outputs;
 #[path = "../../benches/support/pauses.rs"]
 #[allow(dead_code)] // the bench uses the rest
 mod pauses;
+mod remote;
 mod replay;
 mod report;
 mod semantic_turn;
 mod serve;
+mod servers;
 mod sessions;
 mod speculation;
 mod tally;

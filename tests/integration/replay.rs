@@ -83,7 +83,7 @@ fn multi_turn_gives_each_turn_in_order() {
 fn every_format_variant_gives_the_same_transcript() {
     let _g = util::engine_lock();
     let s = util::settings(1);
-    let mut stt = voxline_stt::SttEngine::load(s.stt_config()).unwrap();
+    let mut stt = voxline_stt::SttEngine::load(s.stt_config().expect("whisper settings")).unwrap();
     let reference = stt
         .transcribe(&util::read_16k(&util::fixture("q_capital.wav")))
         .unwrap()

@@ -394,7 +394,7 @@ fn history_dropped_to_fit_the_context_is_reported() {
     // 80 tokens less 32 for the answer: the system prompt and one question
     // fit, a question with an earlier exchange before it does not
     let mut s = util::settings(32);
-    s.llama_mut().n_ctx = 80;
+    s.llama_mut().expect("llama.cpp settings").n_ctx = 80;
     let (stt, llm) = util::stages(&s);
     let inputs =
         voxline_pipeline::pipeline::open_inputs(&[util::fixture("multi_turn.wav")]).unwrap();

@@ -12,7 +12,7 @@ use crate::util;
 
 fn hub(sessions: usize, max_tokens: u32) -> Hub {
     let mut s = util::settings(max_tokens);
-    s.llama_mut().n_ctx = 1024;
+    s.llama_mut().expect("llama.cpp settings").n_ctx = 1024;
     s.threads = voxline_pipeline::settings::ThreadBudget::priority(Some(2)).unwrap();
     let vad = VadConfig {
         hangover_ms: voxline_pipeline::settings::DEFAULT_HANGOVER_MS,

@@ -169,7 +169,9 @@ fn an_answer_cancelled_mid_stream_leaves_no_history_and_no_cache_behind() {
     let _g = util::engine_lock();
     let s = util::settings(24);
     let board = SpecBoard::new();
-    let llm = voxline_llm::LlmStage::new(voxline_llm::LlmModel::load(s.llm_config()).unwrap());
+    let llm = voxline_llm::LlmStage::new(
+        voxline_llm::LlmModel::load(s.llm_config().expect("llama.cpp settings")).unwrap(),
+    );
     // the runtime settles the attempt: it rolls the conversation back
     let mut p = Pipeline::builder(Clock::start())
         .speculation(board.clone())
@@ -215,7 +217,8 @@ fn an_answer_cancelled_mid_stream_leaves_no_history_and_no_cache_behind() {
     assert_eq!(done[0].id, 2);
     // Had the cancelled answer's history or KV cache survived, the next
     // turn's prompt or its prefill would differ from a fresh engine's.
-    let mut fresh = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
+    let mut fresh =
+        voxline_llm::LlmEngine::load(s.llm_config().expect("llama.cpp settings")).unwrap();
     let want = fresh
         .respond("What is the capital of France?", &mut |_| true)
         .unwrap();
@@ -228,7 +231,8 @@ fn an_answer_cancelled_mid_stream_leaves_no_history_and_no_cache_behind() {
 fn a_rolled_back_engine_answers_exactly_like_a_fresh_one() {
     let _g = util::engine_lock();
     let s = util::settings(16);
-    let mut engine = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
+    let mut engine =
+        voxline_llm::LlmEngine::load(s.llm_config().expect("llama.cpp settings")).unwrap();
     let before = (engine.cached_tokens(), engine.history_len());
     let cp = engine.checkpoint();
     let mut n = 0;
@@ -244,7 +248,8 @@ fn a_rolled_back_engine_answers_exactly_like_a_fresh_one() {
     let after = engine
         .respond("What is the capital of France?", &mut |_| true)
         .unwrap();
-    let mut fresh = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
+    let mut fresh =
+        voxline_llm::LlmEngine::load(s.llm_config().expect("llama.cpp settings")).unwrap();
     let want = fresh
         .respond("What is the capital of France?", &mut |_| true)
         .unwrap();

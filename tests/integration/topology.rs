@@ -124,7 +124,7 @@ fn hub_settings() -> (
     voxline_audio::VadConfig,
 ) {
     let mut s = util::settings(8);
-    s.llama_mut().n_ctx = 1024;
+    s.llama_mut().expect("llama.cpp settings").n_ctx = 1024;
     s.threads = voxline_pipeline::settings::ThreadBudget::priority(Some(2)).unwrap();
     let vad = voxline_audio::VadConfig {
         hangover_ms: voxline_pipeline::settings::DEFAULT_HANGOVER_MS,

@@ -99,8 +99,8 @@ pub fn settings(max_tokens: u32) -> voxline_pipeline::settings::EngineSettings {
 pub fn stages(
     s: &voxline_pipeline::settings::EngineSettings,
 ) -> (voxline_stt::SttStage, voxline_llm::LlmStage) {
-    let stt = voxline_stt::SttEngine::load(s.stt_config()).unwrap();
-    let llm = voxline_llm::LlmModel::load(s.llm_config()).unwrap();
+    let stt = voxline_stt::SttEngine::load(s.stt_config().expect("whisper settings")).unwrap();
+    let llm = voxline_llm::LlmModel::load(s.llm_config().expect("llama.cpp settings")).unwrap();
     (
         voxline_stt::SttStage::new(stt),
         voxline_llm::LlmStage::new(llm),

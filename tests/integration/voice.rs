@@ -227,7 +227,7 @@ fn an_interrupted_answer_stays_in_the_conversation_as_what_was_heard() {
     use voxline_core::{drive, Stage, Transcript};
     let _g = util::engine_lock();
     let s = util::settings(24);
-    let engine = voxline_llm::LlmEngine::load(s.llm_config()).unwrap();
+    let engine = voxline_llm::LlmEngine::load(s.llm_config().expect("llama.cpp settings")).unwrap();
     let mut stage = voxline_llm::RunningLlmStage::new(engine);
     let ask = |id: u64, text: &str| Transcript {
         id,

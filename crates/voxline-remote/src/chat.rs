@@ -177,7 +177,9 @@ impl RemoteChat {
             None => (TokenSource::Chunks, chunks),
         };
         let prompt = usage.prompt_tokens.unwrap_or(0);
-        let cached = usage.cached_tokens.or(timings.and_then(|t| t.cached_tokens));
+        let cached = usage
+            .cached_tokens
+            .or(timings.and_then(|t| t.cached_tokens));
         let prefill = prompt.saturating_sub(cached.unwrap_or(0));
         if stop != Stop::Cancelled && self.options.memory {
             self.history.push(Message {
@@ -322,7 +324,10 @@ mod tests {
         let (second, dropped) = c.request("and you?");
         assert_eq!(dropped, 0);
         // the second request's messages start with the first's, unchanged
-        let (a, b) = (String::from_utf8(first).unwrap(), String::from_utf8(second).unwrap());
+        let (a, b) = (
+            String::from_utf8(first).unwrap(),
+            String::from_utf8(second).unwrap(),
+        );
         let prefix = a.find("{\"content\":\"hi\"").unwrap();
         assert_eq!(a[..prefix], b[..prefix]);
         assert_eq!(

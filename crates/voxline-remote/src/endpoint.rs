@@ -112,7 +112,9 @@ impl Endpoint {
         // an IPv6 literal is bracketed: its colons are not the port's
         let split = match authority.strip_prefix('[') {
             Some(v6) => {
-                let close = v6.find(']').ok_or_else(|| bad("an unclosed [ in the host"))?;
+                let close = v6
+                    .find(']')
+                    .ok_or_else(|| bad("an unclosed [ in the host"))?;
                 let after = &v6[close + 1..];
                 if !after.is_empty() && !after.starts_with(':') {
                     return Err(bad("after the bracketed host only a :port may follow"));
@@ -426,10 +428,14 @@ impl Client {
                 listed: ids.join(", "),
                 flag,
             }),
-            None => ids.into_iter().next().map(Some).ok_or(RemoteError::NoModel {
-                server: self.endpoint.server.clone(),
-                flag,
-            }),
+            None => ids
+                .into_iter()
+                .next()
+                .map(Some)
+                .ok_or(RemoteError::NoModel {
+                    server: self.endpoint.server.clone(),
+                    flag,
+                }),
         }
     }
 }
@@ -494,7 +500,8 @@ mod tests {
 
     #[test]
     fn the_key_never_shows() {
-        let e = Endpoint::parse("--llm-url", "http://h:1", Some(ApiKey::new("sk-secret-1"))).unwrap();
+        let e =
+            Endpoint::parse("--llm-url", "http://h:1", Some(ApiKey::new("sk-secret-1"))).unwrap();
         let c = Client::new(e, Timeouts::default());
         assert!(!format!("{c:?}").contains("sk-secret-1"));
         assert_eq!(format!("{:?}", ApiKey::new("sk-x")), "ApiKey(hidden)");
@@ -515,7 +522,11 @@ mod tests {
         );
         let e = c.check_model(None, "--llm-model").unwrap_err();
         assert!(matches!(e, RemoteError::Connect { .. }), "{e:?}");
-        assert!(e.to_string().starts_with(&format!("127.0.0.1:{port}: cannot connect")), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("127.0.0.1:{port}: cannot connect")),
+            "{e}"
+        );
         assert!(e.retryable());
     }
 }

@@ -70,7 +70,9 @@ pub enum RemoteError {
         detail: String,
     },
     /// The model asked for is not among those the server lists.
-    #[error("{server}: serves no model `{model}` (it lists: {listed}); name one of those with {flag}")]
+    #[error(
+        "{server}: serves no model `{model}` (it lists: {listed}); name one of those with {flag}"
+    )]
     UnknownModel {
         /// The server, `host:port`.
         server: String,

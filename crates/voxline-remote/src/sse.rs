@@ -179,7 +179,10 @@ mod tests {
     #[test]
     fn an_event_the_stream_ends_inside_is_not_returned() {
         assert_eq!(events("data: {\"a\":1}\n\ndata: {\"b\""), ["{\"a\":1}"]);
-        assert_eq!(events("data: {\"a\":1}\n\ndata: {\"b\":2}\n"), ["{\"a\":1}"]);
+        assert_eq!(
+            events("data: {\"a\":1}\n\ndata: {\"b\":2}\n"),
+            ["{\"a\":1}"]
+        );
         assert!(events("").is_empty());
     }
 

@@ -157,7 +157,8 @@ impl SpeechToText for RemoteStt {
         let audio = wav(samples).map_err(|e| SttError::Remote(Box::new(e)))?;
         let (tx, rx) = crossbeam_channel::bounded(1);
         let abandoned = Arc::new(AtomicBool::new(false));
-        let (client, options, gone) = (self.client.clone(), self.options.clone(), abandoned.clone());
+        let (client, options, gone) =
+            (self.client.clone(), self.options.clone(), abandoned.clone());
         std::thread::Builder::new()
             .name("stt-request".into())
             .spawn(move || {
@@ -239,10 +240,7 @@ mod tests {
             parse(&c, r#"{"text":" Two words "}"#).unwrap(),
             ("Two words".into(), 2)
         );
-        for (body, says) in [
-            ("{\"words\":[]}", "no `text`"),
-            ("<html>", "not JSON"),
-        ] {
+        for (body, says) in [("{\"words\":[]}", "no `text`"), ("<html>", "not JSON")] {
             let e = parse(&c, body).unwrap_err().to_string();
             assert!(
                 e.contains(says) && e.starts_with("127.0.0.1:9: /v1/audio/transcriptions"),

@@ -159,7 +159,12 @@ mod tests {
             stage("llm", 0.5, Some(40.0)),
             stage("sink", 5.0, None),
         ];
-        let b = bottleneck(&stages, &TermTotals::default(), &topology, &crate::RunConfig::default());
+        let b = bottleneck(
+            &stages,
+            &TermTotals::default(),
+            &topology,
+            &crate::RunConfig::default(),
+        );
         assert_eq!(b.throughput.as_deref(), Some("stt"));
         assert_eq!(
             b.reason,
@@ -169,7 +174,12 @@ mod tests {
         assert_eq!(b.latency, None);
         assert!(b.latency_terms_ms.is_empty());
 
-        let b = bottleneck(&stages[2..], &TermTotals::default(), &topology, &crate::RunConfig::default());
+        let b = bottleneck(
+            &stages[2..],
+            &TermTotals::default(),
+            &topology,
+            &crate::RunConfig::default(),
+        );
         assert_eq!(
             b.reason,
             "throughput: llm is the busiest stage (utilisation 0.50, busy 2000 ms; input queue peaked at 3/4, queue wait p95 40 ms)"
@@ -240,7 +250,12 @@ mod tests {
         let topology = topology::standard(AudioEdge::Replay, 4);
         let mut all = TermTotals::default();
         all.add(&turn(900.0, None, 100.0, None), &topology);
-        let b = bottleneck(&[stage("vad", 0.2, None)], &all, &topology, &crate::RunConfig::default());
+        let b = bottleneck(
+            &[stage("vad", 0.2, None)],
+            &all,
+            &topology,
+            &crate::RunConfig::default(),
+        );
         assert_eq!(b.throughput.as_deref(), Some("vad"));
         assert_eq!(b.latency.as_deref(), Some("endpoint"));
         assert_eq!(
@@ -262,13 +277,28 @@ mod tests {
         let b = bottleneck(&stages, &all, &topology, &config);
         assert_eq!(b.throughput.as_deref(), Some("llm"));
         assert_eq!(b.throughput_server.as_deref(), Some("gpu1:8000"));
-        assert!(b.reason.starts_with("throughput: llm (remote, gpu1:8000) is the busiest"), "{}", b.reason);
+        assert!(
+            b.reason
+                .starts_with("throughput: llm (remote, gpu1:8000) is the busiest"),
+            "{}",
+            b.reason
+        );
         // the largest term is the first token's, whose engine is the remote one
         assert_eq!(b.latency.as_deref(), Some("llm_first_token"));
         assert_eq!(b.latency_server.as_deref(), Some("gpu1:8000"));
-        assert!(b.reason.contains("latency: llm_first_token (remote, gpu1:8000) is"), "{}", b.reason);
+        assert!(
+            b.reason
+                .contains("latency: llm_first_token (remote, gpu1:8000) is"),
+            "{}",
+            b.reason
+        );
         // whisper here, the LLM remote: the STT's row is not named
-        let b = bottleneck(&[stage("stt", 0.9, None)], &TermTotals::default(), &topology, &config);
+        let b = bottleneck(
+            &[stage("stt", 0.9, None)],
+            &TermTotals::default(),
+            &topology,
+            &config,
+        );
         assert_eq!(b.throughput_server, None);
         assert!(b.reason.starts_with("throughput: stt is"), "{}", b.reason);
     }

@@ -78,15 +78,24 @@ pub fn to_markdown(r: &Report) -> String {
         ),
         (
             "LLM server prompt ms",
-            r.summary.llm_server.as_ref().and_then(|e| e.server_prompt_ms),
+            r.summary
+                .llm_server
+                .as_ref()
+                .and_then(|e| e.server_prompt_ms),
         ),
         (
             "LLM network + queue ms",
-            r.summary.llm_server.as_ref().and_then(|e| e.network_queue_ms),
+            r.summary
+                .llm_server
+                .as_ref()
+                .and_then(|e| e.network_queue_ms),
         ),
         (
             "LLM server decode tok/s",
-            r.summary.llm_server.as_ref().and_then(|e| e.server_decode_tps),
+            r.summary
+                .llm_server
+                .as_ref()
+                .and_then(|e| e.server_decode_tps),
         ),
     ] {
         if let Some(p) = p {
@@ -125,9 +134,17 @@ pub fn to_markdown(r: &Report) -> String {
     if !servers.is_empty() {
         let _ = write!(s, "remote engines: {}", servers.join(", "));
         if let Some(l) = &r.summary.llm_server {
-            let _ = write!(s, "; the language model's token counts from its {}", l.tokens_from);
+            let _ = write!(
+                s,
+                "; the language model's token counts from its {}",
+                l.tokens_from
+            );
             if let Some(c) = l.cached_share {
-                let _ = write!(s, ", {:.0}% of its prompt tokens from its prefix cache", c * 100.0);
+                let _ = write!(
+                    s,
+                    ", {:.0}% of its prompt tokens from its prefix cache",
+                    c * 100.0
+                );
             }
         }
         let _ = writeln!(s, "\n");

@@ -382,8 +382,10 @@ impl ServerSummary {
     /// The summary of `turns`; `None` when none came from a server.
     #[must_use]
     pub fn of<'a>(turns: impl IntoIterator<Item = &'a TurnReport>) -> Option<Self> {
-        let all: Vec<&ServerTurnReport> =
-            turns.into_iter().filter_map(|t| t.llm_server.as_ref()).collect();
+        let all: Vec<&ServerTurnReport> = turns
+            .into_iter()
+            .filter_map(|t| t.llm_server.as_ref())
+            .collect();
         let first = all.first()?;
         let usage = all
             .iter()
@@ -546,8 +548,14 @@ impl RunConfig {
             memory: settings.memory,
             stt_backend: settings.stt.name().into(),
             llm_backend: settings.llm.name().into(),
-            stt_server: settings.stt.remote().map(|r| r.endpoint.server().to_owned()),
-            llm_server: settings.llm.remote().map(|r| r.endpoint.server().to_owned()),
+            stt_server: settings
+                .stt
+                .remote()
+                .map(|r| r.endpoint.server().to_owned()),
+            llm_server: settings
+                .llm
+                .remote()
+                .map(|r| r.endpoint.server().to_owned()),
             voice: None,
             whisper_model: match (settings.stt.model(), settings.stt.remote()) {
                 (Some(p), _) => name(p),

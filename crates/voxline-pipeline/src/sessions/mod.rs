@@ -458,7 +458,10 @@ impl Hub {
     pub fn remote_servers(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         if let HubStt::Remote(r) = &self.stt {
-            out.push((voxline_stt::STAGE_NAME, r.client().endpoint().server().to_owned()));
+            out.push((
+                voxline_stt::STAGE_NAME,
+                r.client().endpoint().server().to_owned(),
+            ));
         }
         if let HubLlm::Remote { remotes, .. } = &self.llm {
             if let Some((c, _)) = &remotes.llm {
