@@ -163,6 +163,31 @@ fn a_stalled_stream_times_out_as_a_turn_error_and_the_next_turn_is_answered() {
     assert!(report.turns[1].response.is_some());
 }
 
+#[test]
+fn a_cancelled_answer_closes_the_stream_and_the_server_stops_generating() {
+    use voxline_llm::ChatBackend;
+    let _cpu = util::engine_lock();
+    let server = Server::llama(&["--metrics"]);
+    let mut talk = chat(&server, Timeouts::default());
+    let mut pieces = 0;
+    let r = talk
+        .respond("Tell me a long story about a cat and a dog.", &mut |_| {
+            pieces += 1;
+            pieces < 3
+        })
+        .unwrap();
+    assert_eq!((r.stop, pieces), (voxline_llm::Stop::Cancelled, 3));
+    assert!(talk.history().is_empty(), "a cancelled answer is not kept");
+    // the server noticed the closed stream: far fewer than the 64 tokens it was allowed
+    std::thread::sleep(Duration::from_millis(1500));
+    let predicted = server.metric("llamacpp:tokens_predicted_total");
+    assert!(predicted < 20.0, "the server generated {predicted} tokens");
+    // the conversation goes on
+    let r = talk.respond("Say hello.", &mut |_| true).unwrap();
+    assert!(r.n_sampled > 0 && !r.text.trim().is_empty(), "{r:?}");
+    assert_eq!(talk.history().len(), 2);
+}
+
 /// `voxline` with the API keys' variables cleared, then `args`.
 fn voxline(args: &[&str]) -> std::process::Command {
     let mut c = util::voxline_bin();

@@ -160,18 +160,30 @@ impl Drop for Server {
     }
 }
 
-/// Whether `GET /health` on the port answers 200.
-fn health(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
+/// `GET path` on the port: the whole reply, headers and body (`None`
+/// when nothing answers).
+pub fn get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).ok()?;
     let mut reply = String::new();
     let _ = s.read_to_string(&mut reply);
-    reply.starts_with("HTTP/1.1 200") || reply.starts_with("HTTP/1.0 200")
+    Some(reply)
+}
+
+/// Whether `GET /health` on the port answers 200.
+fn health(port: u16) -> bool {
+    get(port, "/health")
+        .is_some_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
+}
+
+impl Server {
+    /// A sample of the server's `/metrics` (llama-server started with `--metrics`).
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = get(self.port, "/metrics").unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    }
 }

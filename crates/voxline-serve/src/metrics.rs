@@ -507,6 +507,8 @@ mod tests {
         );
         m.turn(Some(Duration::from_millis(1_900)), None);
         m.dropped(Edge::Client, 3);
+        m.engine("stt", "whisper", "local");
+        m.engine("llm", "remote", "gpu1:8000");
         let totals = HubTotals {
             stages: vec![busy("stt", 3, 4), busy("upper", 0, 4), busy("llm", 1, 9)],
             llm: ServingTotals {
@@ -533,6 +535,17 @@ mod tests {
         assert_eq!(sample(&s, r#"voxline_dropped_total{edge="client"}"#), 3.0);
         assert_eq!(sample(&s, r#"voxline_bottleneck{stage="stt"}"#), 1.0);
         assert_eq!(sample(&s, r#"voxline_bottleneck{stage="llm"}"#), 0.0);
+        assert_eq!(
+            sample(
+                &s,
+                r#"voxline_engine{stage="llm",backend="remote",server="gpu1:8000"}"#
+            ),
+            1.0
+        );
+        assert_eq!(
+            sample(&s, r#"voxline_engine{stage="stt",backend="whisper",server="local"}"#),
+            1.0
+        );
         assert_eq!(
             sample(&s, r#"voxline_stage_runs_total{stage="upper"}"#),
             4.0,
