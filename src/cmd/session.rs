@@ -233,7 +233,7 @@ impl Session {
 /// on a remote server.
 enum LlmLoaded {
     Llama(voxline_llm::LlmModel),
-    Remote(voxline_remote::RemoteChat),
+    Remote(Box<voxline_remote::RemoteChat>),
 }
 
 /// Loads both engines, timing it (the cold-start figure; the language
@@ -258,7 +258,7 @@ fn load_engines(
     }
     let settings = &*settings;
     let llm = match (remotes.chat(settings), settings.llm_config()) {
-        (Some(chat), _) => LlmLoaded::Remote(chat),
+        (Some(chat), _) => LlmLoaded::Remote(Box::new(chat)),
         (None, Some(config)) => LlmLoaded::Llama(
             voxline_llm::LlmModel::load(config).context("loading the language model")?,
         ),
@@ -296,7 +296,7 @@ fn engine_stages(
     let stt = voxline_stt::SttStage::new(stt).with_governor(governor.clone());
     let llm = match llm {
         LlmLoaded::Llama(model) => ChatStart::Llama(model, governor),
-        LlmLoaded::Remote(chat) => ChatStart::Remote(chat),
+        LlmLoaded::Remote(chat) => ChatStart::Remote(*chat),
     };
     let llm_fault = fault.clone();
     (

@@ -182,10 +182,17 @@ fn a_cancelled_answer_closes_the_stream_and_the_server_stops_generating() {
     std::thread::sleep(Duration::from_millis(1500));
     let predicted = server.metric("llamacpp:tokens_predicted_total");
     assert!(predicted < 20.0, "the server generated {predicted} tokens");
-    // the conversation goes on
+    // the conversation goes on, and the server counts what it generates
     let r = talk.respond("Say hello.", &mut |_| true).unwrap();
     assert!(r.n_sampled > 0 && !r.text.trim().is_empty(), "{r:?}");
     assert_eq!(talk.history().len(), 2);
+    let after = server.metric("llamacpp:tokens_predicted_total");
+    assert!(
+        after - predicted >= f64::from(r.n_sampled),
+        "the count grew by {} for {} tokens",
+        after - predicted,
+        r.n_sampled
+    );
 }
 
 /// `voxline` with the API keys' variables cleared, then `args`.

@@ -543,7 +543,10 @@ mod tests {
             1.0
         );
         assert_eq!(
-            sample(&s, r#"voxline_engine{stage="stt",backend="whisper",server="local"}"#),
+            sample(
+                &s,
+                r#"voxline_engine{stage="stt",backend="whisper",server="local"}"#
+            ),
             1.0
         );
         assert_eq!(

@@ -178,7 +178,7 @@ enum HubStt {
 enum HubLlm {
     Batch(BatchServer),
     Remote {
-        remotes: crate::engines::Remotes,
+        remotes: Box<crate::engines::Remotes>,
         settings: Box<EngineSettings>,
         slots: Arc<Mutex<Vec<bool>>>,
     },
@@ -278,7 +278,7 @@ impl Hub {
                 )?)
             }
             _ => HubLlm::Remote {
-                remotes,
+                remotes: Box::new(remotes),
                 settings: Box::new(engine.clone()),
                 slots: Arc::new(Mutex::new(vec![false; max_sessions])),
             },
