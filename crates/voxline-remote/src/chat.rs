@@ -74,6 +74,16 @@ impl RemoteChat {
             .collect()
     }
 
+    /// Keeps a turn and its answer in the conversation.
+    fn remember(&mut self, user: &str, answer: &str) {
+        for (role, content) in [("user", user), ("assistant", answer)] {
+            self.history.push(Message {
+                role,
+                content: content.to_owned(),
+            });
+        }
+    }
+
     /// The request's body: the system prompt, the history that fits, the
     /// turn. Returns the body and the number of turns left out.
     fn request(&self, user: &str) -> (Vec<u8>, u32) {
@@ -182,14 +192,7 @@ impl RemoteChat {
             .or(timings.and_then(|t| t.cached_tokens));
         let prefill = prompt.saturating_sub(cached.unwrap_or(0));
         if stop != Stop::Cancelled && self.options.memory {
-            self.history.push(Message {
-                role: "user",
-                content: user.to_owned(),
-            });
-            self.history.push(Message {
-                role: "assistant",
-                content: text.clone(),
-            });
+            self.remember(user, &text);
         }
         Ok(Response {
             text,
@@ -291,14 +294,7 @@ mod tests {
     }
 
     fn said(c: &mut RemoteChat, user: &str, answer: &str) {
-        c.history.push(Message {
-            role: "user",
-            content: user.into(),
-        });
-        c.history.push(Message {
-            role: "assistant",
-            content: answer.into(),
-        });
+        c.remember(user, answer);
     }
 
     fn messages(body: &[u8]) -> Vec<(String, String)> {
