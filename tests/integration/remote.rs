@@ -399,6 +399,35 @@ fn the_api_key_is_sent_and_never_shows() {
 }
 
 #[test]
+fn an_http_error_from_the_server_is_a_turn_error_and_the_session_goes_on() {
+    let _cpu = util::engine_lock();
+    // a real server that refuses transcriptions: llama-server has no audio model
+    let not_stt = Server::llama(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let o = voxline(&["replay", "--stt-url", &not_stt.url(), "--report-json"])
+        .arg(&json)
+        .arg(util::fixture("q_capital.wav"))
+        .arg(util::fixture("q_moon.wav"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = util::read_json(&json);
+    let turns = report["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2, "every turn is reported: {report:#}");
+    for t in turns {
+        let e = t["error"].as_str().unwrap_or_default();
+        assert!(
+            e.starts_with(&format!(
+                "stt: {}: /v1/audio/transcriptions answered HTTP 501",
+                not_stt.name()
+            )),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn the_capacity_bench_runs_on_remote_engines() {
     let _cpu = util::engine_lock();
     let (llm, stt) = (Server::llama(&[]), Server::whisper());
