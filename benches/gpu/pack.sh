@@ -39,7 +39,20 @@ cp -l "$BIN" "$stage/voxline" 2>/dev/null || cp "$BIN" "$stage/voxline"
 for f in "${model_files[@]}"; do
   cp -l "$MODELS/$f" "$stage/models/$f" 2>/dev/null || cp "$MODELS/$f" "$stage/models/$f"
 done
-files=(voxline "${model_files[@]/#/models/}")
+# the binary's own libraries beyond glibc and CUDA (libasound for cpal,
+# libstdc++, libgcc_s), from this machine: device.sh uses one only where
+# the device lacks it (ldd says "not found")
+mkdir -p "$stage/lib-fallback"
+fallback=()
+while read -r name _ path _; do
+  case $name in
+    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|linux-vdso*|libcuda*|libcublas*|libcudart*) continue ;;
+  esac
+  [[ -f $path ]] || continue
+  cp -L "$path" "$stage/lib-fallback/$name"
+  fallback+=("lib-fallback/$name")
+done < <(ldd "$BIN" | grep '=>')
+files=(voxline "${model_files[@]/#/models/}" "${fallback[@]}")
 (cd "$stage" && sha256sum "${files[@]}") >"$OUTDIR/meta/files.sha256"
 
 # one stream: tar | gzip (the binary shrinks ~3x, the models ~7 %), cut into pieces
@@ -60,24 +73,25 @@ cat >"$OUTDIR/meta/unpack.sh" <<'EOF'
 # unpacks them, checks each file, into target/gpu-run/ (or $1). Run from
 # anywhere; paths are relative to the repository root.
 set -eu
-cd "$(dirname "$0")/../../.."
-pack=target/gpu-pack
+meta=$(cd "$(dirname "$0")" && pwd)
+pack=$(dirname "$meta")
+cd "$pack/../.."
 dest=${1:-target/gpu-run}
-sums=$(pwd)/$pack/meta/files.sha256
+sums=$meta/files.sha256
 if [ -f "$dest/.complete" ] && (cd "$dest" && sha256sum -c --quiet "$sums") 2>/dev/null; then
   echo "unpack: $dest already complete"; exit 0
 fi
 missing=""
-for p in $(cut -d' ' -f3 "$pack/meta/parts.sha256"); do
+for p in $(cut -d' ' -f3 "$meta/parts.sha256"); do
   [ -f "$pack/$p" ] || missing="$missing ${p%/part}"
 done
 if [ -n "$missing" ]; then
-  echo "unpack: missing chunk(s):$missing (carry target/gpu-pack/<chunk> again; the machine forgets them when it goes idle)" >&2
+  echo "unpack: missing chunk(s):$missing (carry them again: the machine forgets ignored files when it goes idle)" >&2
   exit 3
 fi
-(cd "$pack" && sha256sum -c --quiet meta/parts.sha256) || { echo "unpack: a part is damaged (see above); carry it again" >&2; exit 3; }
+(cd "$pack" && sha256sum -c --quiet "$meta/parts.sha256") || { echo "unpack: a part is damaged (see above); carry it again" >&2; exit 3; }
 rm -rf "$dest"; mkdir -p "$dest"
-for p in $(cut -d' ' -f3 "$pack/meta/parts.sha256"); do cat "$pack/$p"; done | gzip -dc | tar -C "$dest" -xf -
+for p in $(cut -d' ' -f3 "$meta/parts.sha256"); do cat "$pack/$p"; done | gzip -dc | tar -C "$dest" -xf -
 (cd "$dest" && sha256sum -c "$sums")
 chmod +x "$dest/voxline"
 touch "$dest/.complete"
