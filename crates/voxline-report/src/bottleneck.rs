@@ -33,13 +33,24 @@ impl TermTotals {
 }
 
 /// The server a stage's engine, or a latency term's, runs on, when it is
-/// remote (the queues in front of the stages are voxline's own).
-fn server_of<'a>(name: &str, config: &'a crate::RunConfig) -> Option<&'a str> {
+/// remote: the stage is the one the topology says owns the term (its
+/// service or first output; the queue in front of it and the commit gate
+/// are voxline's own).
+fn server_of<'a>(name: &str, topology: &Topology, config: &'a crate::RunConfig) -> Option<&'a str> {
+    use voxline_core::TermPart;
     use voxline_pipeline::topology::{LLM, STT};
-    let llm_first = format!("{}_first_token", LLM.as_str());
-    if name == STT.as_str() {
+    let stage = match topology
+        .latency_terms()
+        .into_iter()
+        .find(|x| x.name == name)
+    {
+        Some(t) if matches!(t.part, TermPart::Service | TermPart::FirstOutput) => t.stage,
+        Some(_) => return None,
+        None => voxline_core::StageId::owned(name.to_owned()),
+    };
+    if stage == STT {
         config.stt_server.as_deref()
-    } else if name == LLM.as_str() || name == llm_first {
+    } else if stage == LLM {
         config.llm_server.as_deref()
     } else {
         None
@@ -71,7 +82,7 @@ pub(crate) fn bottleneck(
         .max_by(|a, b| a.utilization.total_cmp(&b.utilization));
     if let Some(s) = busiest {
         b.throughput = Some(s.name.clone());
-        b.throughput_server = server_of(&s.name, config).map(str::to_owned);
+        b.throughput_server = server_of(&s.name, topology, config).map(str::to_owned);
         let verdict = if s.utilization > 1.0 {
             "cannot keep up with real time"
         } else {
@@ -97,7 +108,7 @@ pub(crate) fn bottleneck(
         b.latency_terms_ms.extend(means.iter().cloned());
         if let Some((name, m)) = means.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
             b.latency = Some(name.clone());
-            b.latency_server = server_of(name, config).map(str::to_owned);
+            b.latency_server = server_of(name, topology, config).map(str::to_owned);
             let share = if total > 0.0 { 100.0 * m / total } else { 0.0 };
             let shown = named(name, b.latency_server.as_deref());
             reasons.push(format!("latency: {shown} is {share:.0}% of response latency (mean {m:.0} ms of {total:.0} ms over {} turns)", all.n));

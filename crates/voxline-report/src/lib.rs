@@ -17,7 +17,8 @@
 //! each stage serves turns in order, taking the service time it was
 //! measured to take — what a live user would have felt, deterministically.
 //!
-//! The parts: `schema` (what `report.json` holds), `gather`
+//! The parts: `schema` (what `report.json` holds; a remote language
+//! model's own figures in `server`), `gather`
 //! (one utterance's events and spans made into its turn), `clocks` (a
 //! turn's terms on the wall clock, or placed on the virtual one),
 //! `simulate` (the virtual clock's simulator), `stages` (per-stage totals
@@ -49,6 +50,7 @@ mod csv;
 mod gather;
 mod markdown;
 mod schema;
+mod server;
 mod simulate;
 mod stages;
 mod timeline;
@@ -59,8 +61,8 @@ pub(crate) use gather::{finish_turn, turn_report, Gathered, TurnContext};
 pub use markdown::to_markdown;
 pub use schema::{
     BaselineResult, Bottleneck, BudgetCheck, BudgetResult, ColdStart, Report, ReportClock,
-    RunConfig, SpecSummary, StageReport, StageWork, Summary, TurnReport, TurnTimeline,
-    SCHEMA_VERSION,
+    RunConfig, ServerSummary, ServerTurnReport, SpecSummary, StageReport, StageWork, Summary,
+    TurnReport, TurnTimeline, SCHEMA_VERSION,
 };
 pub(crate) use stages::{dropped_total, in_flow_order, stage_report, StageTotals, TokenTotals};
 pub use timeline::timeline_svg;
