@@ -182,19 +182,19 @@ impl Policy {
         match self {
             Self::Silence(ms) => format!("silence {ms} ms"),
             Self::Semantic(p) => format!(
-                "semantic: complete above {} after {} ms, incomplete below {} after {} ms",
-                p.threshold, p.complete_ms, p.incomplete_below, p.incomplete_ms
+                "semantic: complete above {} after {} ms, incomplete below {} after {} ms, merge {} ms",
+                p.threshold, p.complete_ms, p.incomplete_below, p.incomplete_ms, p.merge_ms
             ),
         }
     }
 }
 
-/// The committed turns of `audio` under `policy` (see
-/// [`pauses::committed_turns`]).
-fn turns(audio: &[f32], policy: Policy, model: &SharedTurnModel) -> Vec<(u64, u64)> {
+/// The committed turns of `audio` under `policy`, and those taken back
+/// (see [`pauses::turns_and_merged`]).
+fn turns(audio: &[f32], policy: Policy, model: &SharedTurnModel) -> (pauses::Turns, pauses::Turns) {
     match policy {
-        Policy::Silence(ms) => pauses::committed_turns(audio, ms, None),
-        Policy::Semantic(p) => pauses::committed_turns(
+        Policy::Silence(ms) => pauses::turns_and_merged(audio, ms, None),
+        Policy::Semantic(p) => pauses::turns_and_merged(
             audio,
             voxline_pipeline::settings::DEFAULT_HANGOVER_MS,
             Some((model, p)),
@@ -245,7 +245,7 @@ fn policies(dir: &Path) {
         paused,
         pauses::PAUSE_MS
     );
-    println!("A false cut is a turn committed more than 200 ms before the sentence's end; a missed end, a sentence not committed within 2.9 s of its end. Delays are from the true end of speech to the commit, in stream time.");
+    println!("A false cut is a turn committed more than 200 ms before the sentence's end and kept; a turn shown and then taken back (the speaker went on within the merge window) is counted apart. A missed end is a sentence not committed within 2.9 s of its end. Delays are from the true end of speech to the commit, in stream time.");
     for kind in ["human", "piper"] {
         let part: Vec<pauses::PauseClip> =
             corpus.iter().filter(|c| c.kind == kind).cloned().collect();
@@ -263,20 +263,28 @@ fn table(corpus: &[pauses::PauseClip], model: &SharedTurnModel) {
             .count()
     };
     println!(
-        "| policy | sentences cut as spoken (of {}) | cut at a pause of 0.6 s (of {}) / 1 s (of {}) / 1.5 s (of {}) / two of 1 s (of {}) | missed ends | delay after a complete sentence p50 / p95 ms | delay, all clips p50 / p95 ms |",
+        "| policy | sentences cut as spoken (of {}) | cut at a pause of 0.6 s (of {}) / 1 s (of {}) / 1.5 s (of {}) / two of 1 s (of {}) | shown, then taken back (clips) | missed ends | delay after a complete sentence p50 / p95 ms | delay, all clips p50 / p95 ms |",
         corpus.iter().filter(|c| c.pauses.is_empty()).count(),
         with(600),
         with(1000),
         with(1500),
         corpus.iter().filter(|c| c.pauses.len() == 2).count()
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     let semantic = TurnPolicy::default();
     for policy in [
         Policy::Silence(500),
         Policy::Silence(700),
         Policy::Silence(1000),
         Policy::Semantic(semantic),
+        Policy::Semantic(TurnPolicy {
+            merge_ms: 0,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            merge_ms: 1_000,
+            ..semantic
+        }),
         Policy::Semantic(TurnPolicy {
             complete_ms: 150,
             ..semantic
@@ -324,8 +332,10 @@ fn table(corpus: &[pauses::PauseClip], model: &SharedTurnModel) {
         let mut missed = 0;
         let (mut whole, mut all) = (Vec::new(), Vec::new());
         let mut cut_names = Vec::new();
+        let mut taken_back = 0;
         for c in corpus {
-            let t = turns(&c.audio, policy, model);
+            let (t, merged) = turns(&c.audio, policy, model);
+            taken_back += usize::from(!merged.is_empty());
             let end = c.speech.1 as u64;
             if t.iter().any(|(e, _)| *e + 3_200 < end) {
                 cut_names.push(c.name.clone());
@@ -350,7 +360,7 @@ fn table(corpus: &[pauses::PauseClip], model: &SharedTurnModel) {
             }
         }
         println!(
-            "| {} | {} | {} / {} / {} / {} | {missed} | {:.0} / {:.0} | {:.0} / {:.0} |",
+            "| {} | {} | {} / {} / {} / {} | {taken_back} | {missed} | {:.0} / {:.0} | {:.0} / {:.0} |",
             policy.name(),
             cut[0],
             cut[1],

@@ -248,7 +248,8 @@ fn pipeline_cuts(
         .events
         .iter()
         .filter_map(|e| match e.event {
-            PipelineEvent::SpecCancel { id, .. } => Some(id),
+            // thrown away, or taken back and merged into the next turn
+            PipelineEvent::SpecCancel { id, .. } | PipelineEvent::Merged { id, .. } => Some(id),
             _ => None,
         })
         .collect();

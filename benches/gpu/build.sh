@@ -44,7 +44,11 @@ for w in "${wheels[@]}"; do
 done
 if ((${#need[@]})); then
   echo "== downloading ${need[*]}"
-  python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux_2_27_x86_64 \
+  # every tag the pinned wheels carry, named: an older pip does not widen
+  # one --platform to the older manylinux tags it implies
+  plats=()
+  for p in manylinux_2_27 manylinux_2_17 manylinux2014 manylinux_2_12 manylinux2010; do plats+=(--platform "${p}_x86_64"); done
+  python3 -m pip download --quiet --no-deps --only-binary=:all: "${plats[@]}" \
     -d "$tk/wheels" "${need[@]}"
 fi
 for w in "${wheels[@]}"; do

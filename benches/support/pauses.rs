@@ -324,10 +324,14 @@ pub fn write(dir: &Path, clips: &[PauseClip]) {
     }
 }
 
+/// Turns as (end of speech, committed or released at), in stream samples.
+pub type Turns = Vec<(u64, u64)>;
+
 /// The turns (end of speech, committed at) the VAD stage makes of `audio`
 /// followed by 3 s of silence, with speculation as the command line has it,
 /// by a hangover of `hangover_ms` alone (`semantic` `None`) or with the
-/// semantic end of turn.
+/// semantic end of turn; turns taken back and merged into the next are not
+/// among them (see [`turns_and_merged`]).
 ///
 /// # Panics
 /// When the policy is out of range.
@@ -336,6 +340,20 @@ pub fn committed_turns(
     hangover_ms: u32,
     semantic: Option<(&SharedTurnModel, TurnPolicy)>,
 ) -> Vec<(u64, u64)> {
+    turns_and_merged(audio, hangover_ms, semantic).0
+}
+
+/// As [`committed_turns`], and the turns that were shown (released) and
+/// then taken back because the speaker went on, each as (end of speech,
+/// released at).
+///
+/// # Panics
+/// When the policy is out of range.
+pub fn turns_and_merged(
+    audio: &[f32],
+    hangover_ms: u32,
+    semantic: Option<(&SharedTurnModel, TurnPolicy)>,
+) -> (Turns, Turns) {
     let board = SpecBoard::new();
     let mut stage = VadStage::new(VadConfig {
         hangover_ms,
@@ -353,6 +371,26 @@ pub fn committed_turns(
     let mut padded = audio.to_vec();
     padded.extend(std::iter::repeat_n(0.0, 48_000));
     let (mut sent, mut out, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+    // released turns, by id: (end, released at)
+    let mut shown = std::collections::BTreeMap::new();
+    let mut merged = Vec::new();
+    let mut decide = |pending: &mut Vec<(u64, u64)>, pos: u64, out: &mut Vec<(u64, u64)>| {
+        pending.retain(|&(id, end)| match board.state(id) {
+            SpecState::Committed => {
+                out.push(shown.remove(&id).unwrap_or((end, pos)));
+                false
+            }
+            SpecState::Released => {
+                shown.entry(id).or_insert((end, pos));
+                true
+            }
+            SpecState::Cancelled => {
+                merged.extend(shown.remove(&id));
+                false
+            }
+            _ => true,
+        });
+    };
     for (i, c) in padded.chunks(320).enumerate() {
         let start = (i * 320) as u64;
         let frame = AudioFrame {
@@ -372,16 +410,17 @@ pub fn committed_turns(
                 _ => pending.push((u.id, u.end_sample)),
             }
         }
-        pending.retain(|&(id, end)| match board.state(id) {
-            SpecState::Committed => {
-                out.push((end, pos));
-                false
-            }
-            SpecState::Cancelled => false,
-            _ => true,
-        });
+        decide(&mut pending, pos, &mut out);
     }
     stage.finish(&mut Emitter::to_vec(&mut sent)).unwrap();
-    out.extend(sent.iter().map(|u| (u.end_sample, u.closed_sample)));
-    out
+    let end = padded.len() as u64;
+    for u in sent.drain(..) {
+        match board.state(u.id) {
+            SpecState::Final => out.push((u.end_sample, u.closed_sample)),
+            _ => pending.push((u.id, u.end_sample)),
+        }
+    }
+    decide(&mut pending, end, &mut out);
+    out.sort_unstable();
+    (out, merged)
 }

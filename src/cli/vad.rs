@@ -68,6 +68,11 @@ pub(crate) struct VadArgs {
     /// paused mid-sentence and said no more), ms.
     #[arg(long, default_value_t = TurnPolicy::default().incomplete_ms)]
     pub(crate) turn_incomplete_ms: u32,
+    /// A turn the model ended early is taken back, and merged into the
+    /// next, when speech starts again within this long of its end, ms (0:
+    /// never; needs speculation, which is on unless --no-speculation).
+    #[arg(long, default_value_t = TurnPolicy::default().merge_ms)]
+    pub(crate) turn_merge_ms: u32,
     /// The end-of-turn model (default: smart-turn in the models directory).
     #[arg(long, value_name = "PATH")]
     pub(crate) turn_model: Option<PathBuf>,
@@ -120,6 +125,7 @@ impl VadArgs {
             complete_ms: self.turn_complete_ms,
             incomplete_ms: self.turn_incomplete_ms,
             probe_ms: self.turn_probe_ms,
+            merge_ms: self.turn_merge_ms,
         };
         policy.validate().map_err(|e| match e {
             voxline_audio::AudioError::InvalidVadConfig { field, reason } => {

@@ -54,10 +54,11 @@ fn pauses_of_a_second_inside_real_sentences_are_cut_less_often_than_by_silence()
     );
     // a 700 ms hangover cuts every one of them
     assert_eq!(by_silence, long.len());
-    // measured: 15 of 28 (`cargo bench --bench hangover`); the model
-    // judges the words before the others a complete sentence
+    // measured: 2 of 28 (`cargo bench --bench hangover`); 15 of 28 without
+    // the merge window, where the model judges the words before the pause
+    // a complete sentence
     assert!(
-        semantic * 3 <= long.len() * 2,
+        semantic * 7 <= long.len(),
         "the model still let {semantic} of {} clips be cut",
         long.len()
     );
@@ -87,6 +88,128 @@ fn a_complete_real_sentence_commits_well_before_the_hangover() {
     assert!(silence >= 700.0, "{silence}");
     // the 200 ms wait after a complete sentence and the same lag
     assert!(semantic <= 450.0, "{semantic}");
+}
+
+/// A real sentence with a pause of a second or more put in, which the model
+/// ends early at the pause: cut in two without the merge window, one turn
+/// with it (the first part shown, taken back, and answered as a whole).
+#[test]
+fn a_sentence_the_model_ends_early_at_a_pause_is_taken_back_and_answered_whole() {
+    let model = model();
+    let sentences = pauses::human_sentences(&util::fixture("human"));
+    let corpus = pauses::corpus(&sentences);
+    let no_merge = TurnPolicy {
+        merge_ms: 0,
+        ..TurnPolicy::default()
+    };
+    let cut_early = |c: &&pauses::PauseClip| {
+        let (t, _) = pauses::turns_and_merged(&c.audio, HANGOVER_MS, Some((&model, no_merge)));
+        t.len() >= 2 && t[0].0 + 3_200 < c.speech.1 as u64
+    };
+    let long: Vec<_> = corpus
+        .iter()
+        .filter(|c| c.pauses.len() == 1 && c.pauses[0].1 >= 16_000)
+        .filter(cut_early)
+        .collect();
+    assert!(
+        !long.is_empty(),
+        "the model cut no sentence at a long pause"
+    );
+    let mut merged = 0;
+    for c in &long {
+        let (t, back) =
+            pauses::turns_and_merged(&c.audio, HANGOVER_MS, Some((&model, TurnPolicy::default())));
+        if back.is_empty() {
+            continue;
+        }
+        merged += 1;
+        // what was taken back ended inside the sentence (at the pause put
+        // in, or at one of the reader's own); the one turn left, at its end
+        assert!(
+            back.iter().all(|&(end, _)| end + 3_200 < c.speech.1 as u64),
+            "{}: {back:?} of {:?}",
+            c.name,
+            c.speech
+        );
+        assert_eq!(t.len(), 1, "{}: {t:?}", c.name);
+        assert!(t[0].0 + 3_200 >= c.speech.1 as u64, "{}: {t:?}", c.name);
+    }
+    eprintln!(
+        "{merged} of {} sentences cut at a pause of 1-1.5 s were taken back and merged",
+        long.len()
+    );
+    // measured: 13 of 15. The two left: a pause put in right after one of
+    // the reader's own (1.9 s of silence, past the window), and soft words
+    // after the pause that the detector heard only 2 s on
+    assert!(
+        merged * 5 >= long.len() * 4,
+        "only {merged} of {} early cuts were merged",
+        long.len()
+    );
+
+    // end to end: the words of the whole sentence, one turn, in the report
+    let _g = util::engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    // a clip the model cut on a complete verdict (within 400 ms of the
+    // pause), not an unsure one: the replay's verdicts are the same then
+    let clip = *long
+        .iter()
+        .find(|c| {
+            let (t, _) = pauses::turns_and_merged(&c.audio, HANGOVER_MS, Some((&model, no_merge)));
+            t[0].1 < t[0].0 + 6_400
+        })
+        .expect("a sentence cut on a complete verdict");
+    pauses::write(dir.path(), std::slice::from_ref(clip));
+    let wav = dir.path().join(format!("{}.wav", clip.name));
+    let replay = |merge_ms: &str| {
+        let report = dir.path().join(format!("r{merge_ms}.json"));
+        let out = util::voxline_bin()
+            .args(["replay", "--semantic-turn", "--pace", "fast", "--quiet"])
+            .args([
+                "--max-tokens",
+                "4",
+                "--ctx",
+                "512",
+                "--turn-merge-ms",
+                merge_ms,
+            ])
+            .arg(&wav)
+            .arg("--report-json")
+            .arg(&report)
+            .arg("--models-dir")
+            .arg(util::models_dir())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        util::read_json(&report)
+    };
+    let cut = replay("0");
+    let whole = replay("2000");
+    let cut_turns = cut["turns"].as_array().unwrap();
+    assert_eq!(cut_turns.len(), 2, "{}: {cut_turns:?}", clip.name);
+    assert_eq!(cut["summary"]["end_of_turn"]["merged"], 0);
+    let turns = whole["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 1, "{}: {turns:?}", clip.name);
+    assert_eq!(whole["summary"]["end_of_turn"]["merged"], 1);
+    assert_eq!(whole["config"]["semantic_turn"]["merge_ms"], 2000);
+    let t = &turns[0];
+    assert!(t["response"].as_str().is_some_and(|r| !r.is_empty()), "{t}");
+    // the turn's audio reaches back to the start of the sentence
+    let wer = t["wer"].as_f64().unwrap();
+    let words = clip.text.split_whitespace().count();
+    eprintln!(
+        "{}: \"{}\" (reference \"{}\"), WER {wer:.3}",
+        clip.name, t["transcript"], clip.text
+    );
+    assert!(
+        wer <= 0.25,
+        "{}: WER {wer} on {words} words: {t}",
+        clip.name
+    );
 }
 
 #[test]
@@ -159,8 +282,9 @@ fn replay_reports_each_decision_and_the_model_cost() {
 fn a_missing_model_or_a_bad_option_is_one_line_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let fixture = util::fixture("q_capital.wav");
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--turn-model", "/nonexistent/turn.onnx"], "--turn-model"),
+        (&["--turn-merge-ms", "20000"], "--turn-merge-ms"),
         (&["--turn-threshold", "1.5"], "--turn-threshold"),
         (
             &["--turn-threshold", "0.4", "--turn-incomplete-below", "0.6"],

@@ -147,6 +147,16 @@ pub enum PipelineEvent {
         /// Stream position at which the end was confirmed.
         sample: u64,
     },
+    /// The speaker went on within moments of turn `id`'s commit (see
+    /// [`crate::spec::SpecBoard::release`]): the turn is taken back, the
+    /// rest of what it produces is dropped, and its audio becomes the start
+    /// of the next turn, which answers the whole.
+    Merged {
+        /// The turn taken back.
+        id: UtteranceId,
+        /// Stream position at which the speech that went on started.
+        sample: u64,
+    },
     /// The VAD reached the end of a stream the speaker ended (see
     /// [`AudioFrame::end_of_stream`](crate::AudioFrame::end_of_stream)):
     /// every utterance of the stream was sent before this event.
@@ -193,6 +203,7 @@ impl PipelineEvent {
             Self::SpecStart { .. } => "spec_start",
             Self::SpecCancel { .. } => "spec_cancel",
             Self::Commit { .. } => "commit",
+            Self::Merged { .. } => "turn_merged",
             Self::StreamEnd { .. } => "stream_end",
         }
     }
@@ -205,9 +216,10 @@ impl PipelineEvent {
             Self::Transcript(t) => Some(t.id),
             Self::Engine(e) => e.get().utterance_id(),
             Self::TurnError(e) => Some(e.id),
-            Self::SpecStart { id, .. } | Self::SpecCancel { id, .. } | Self::Commit { id, .. } => {
-                Some(*id)
-            }
+            Self::SpecStart { id, .. }
+            | Self::SpecCancel { id, .. }
+            | Self::Commit { id, .. }
+            | Self::Merged { id, .. } => Some(*id),
             Self::StageError { .. }
             | Self::Dropped { .. }
             | Self::StageFailed { .. }
@@ -226,6 +238,7 @@ impl PipelineEvent {
             Self::SpecStart { sample, .. }
             | Self::SpecCancel { sample, .. }
             | Self::Commit { sample, .. }
+            | Self::Merged { sample, .. }
             | Self::StreamEnd { sample } => Some(*sample),
             _ => None,
         }
@@ -307,6 +320,7 @@ impl PipelineEvent {
             Self::Engine(_)
             | Self::SpecStart { .. }
             | Self::SpecCancel { .. }
+            | Self::Merged { .. }
             | Self::StreamEnd { .. } => Body::Empty {},
             Self::Commit { spec_sample, .. } => Body::Commit {
                 spec_sample: *spec_sample,

@@ -9,6 +9,14 @@
 //! the recogniser aborts a cancelled attempt, the language model stops at
 //! its next step and rolls its context back.
 //!
+//! A turn the endpointer ends early (the semantic end of turn judged its
+//! sentence complete) may be *released* rather than committed: it is shown
+//! and answered as a committed one, but stays revocable for a moment. If
+//! the speaker goes on within it, the endpointer cancels the id and posts
+//! [`PipelineEvent::Merged`]; the stages roll back what they did for it, as
+//! for a cancelled attempt, and the turn's audio starts the next one.
+//! Otherwise it commits the id once the moment has passed.
+//!
 //! Nothing of a pending attempt reaches the user: a [`SpecGate`] in front of
 //! every sink holds the attempt's events until its
 //! [`PipelineEvent::Commit`] passes (then releases them in order) or its
@@ -28,6 +36,9 @@ pub enum SpecState {
     Final,
     /// Sent early; the turn's end is not confirmed yet.
     Pending,
+    /// Shown and answered as committed, but the speaker may still go on
+    /// (then it is cancelled, and merged into the next turn).
+    Released,
     /// The end of the turn was confirmed: the work is used.
     Committed,
     /// Speech resumed: the work is thrown away.
@@ -76,6 +87,13 @@ impl SpecBoard {
     /// Confirms attempt `id`.
     pub fn commit(&self, id: UtteranceId) {
         self.set(id, SpecState::Committed);
+    }
+
+    /// Releases attempt `id`: committed for everything downstream (a
+    /// [`PipelineEvent::Commit`] shows it), while the stages keep what
+    /// would undo it until [`SpecBoard::commit`] or [`SpecBoard::cancel`].
+    pub fn release(&self, id: UtteranceId) {
+        self.set(id, SpecState::Released);
     }
 
     /// Cancels attempt `id`.
@@ -134,15 +152,11 @@ impl SpecGate {
                 vec![ev]
             }
             PipelineEvent::SpecCancel { id, .. } => {
-                self.held.remove(id);
-                if self.cancelled.insert(*id) {
-                    self.cancelled_order.push_back(*id);
-                    while self.cancelled_order.len() > REMEMBERED {
-                        if let Some(old) = self.cancelled_order.pop_front() {
-                            self.cancelled.remove(&old);
-                        }
-                    }
-                }
+                self.drop_id(*id);
+                vec![ev]
+            }
+            PipelineEvent::Merged { id, .. } => {
+                self.drop_id(*id);
                 vec![ev]
             }
             PipelineEvent::Commit { id, sample, .. } => {
@@ -166,6 +180,19 @@ impl SpecGate {
                 }
                 _ => vec![ev],
             },
+        }
+    }
+
+    /// Drops what `id` holds and everything it produces from now on.
+    fn drop_id(&mut self, id: UtteranceId) {
+        self.held.remove(&id);
+        if self.cancelled.insert(id) {
+            self.cancelled_order.push_back(id);
+            while self.cancelled_order.len() > REMEMBERED {
+                if let Some(old) = self.cancelled_order.pop_front() {
+                    self.cancelled.remove(&old);
+                }
+            }
         }
     }
 
@@ -267,5 +294,32 @@ mod tests {
         // after the commit the attempt's events flow
         assert_eq!(g.push(token(2, 1)).len(), 1);
         assert_eq!(g.pending(), 0);
+    }
+
+    #[test]
+    fn a_merged_turn_shows_until_it_is_taken_back_then_nothing_more() {
+        let mut g = SpecGate::new();
+        g.push(ev(PipelineEvent::SpecStart { id: 3, sample: 100 }));
+        assert!(g.push(token(3, 0)).is_empty());
+        let out = g.push(ev(PipelineEvent::Commit {
+            id: 3,
+            spec_sample: 100,
+            sample: 150,
+        }));
+        assert_eq!(kinds(&out), [("commit", Some(3)), ("token", Some(3))]);
+        assert_eq!(g.push(token(3, 1)).len(), 1, "a released turn flows");
+        let out = g.push(ev(PipelineEvent::Merged { id: 3, sample: 180 }));
+        assert_eq!(kinds(&out), [("turn_merged", Some(3))]);
+        assert!(
+            g.push(token(3, 2)).is_empty(),
+            "the rest of its answer is dropped"
+        );
+        let b = SpecBoard::new();
+        b.start(3);
+        b.release(3);
+        assert_eq!(b.state(3), SpecState::Released);
+        assert!(!b.is_cancelled(3));
+        b.cancel(3);
+        assert!(b.is_cancelled(3));
     }
 }

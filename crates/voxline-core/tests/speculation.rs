@@ -185,3 +185,43 @@ fn a_committed_only_stage_never_sees_a_pending_or_cancelled_attempt() {
         "a committed input needs no rollback"
     );
 }
+
+#[test]
+fn a_released_turn_is_computed_at_once_and_undone_when_it_is_taken_back() {
+    let board = SpecBoard::new();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let stage = Recorder {
+        log: Arc::clone(&log),
+        committed_only: true,
+        cancel_while_running: None,
+    };
+    let b = board.clone();
+    let seen = run(stage, &board, move |tx| {
+        b.start(1);
+        b.release(1); // shown, still revocable: a committed-only stage takes it
+        tx.send(Item(1)).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        b.cancel(1); // the speaker went on: taken back
+        b.start(2);
+        b.release(2);
+        tx.send(Item(2)).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        b.commit(2); // the moment passed
+        tx.send(Item(3)).unwrap();
+    });
+    assert_eq!(seen, [1, 2, 3]);
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            "speculate 1",
+            "process 1",
+            "rollback 1",
+            "speculate 2",
+            "process 2",
+            "commit 2",
+            "process 3",
+        ],
+        "the stage kept what undoes each released turn until it was decided"
+    );
+}

@@ -85,6 +85,7 @@ pub fn build(
     let mut by_id: BTreeMap<u64, Gathered> = BTreeMap::new();
     let mut spec = SpecSummary::default();
     let mut cancelled_ids = std::collections::BTreeSet::new();
+    let mut merged = std::collections::BTreeSet::new();
     for ev in &run.events {
         match &ev.event {
             PipelineEvent::SpecStart { .. } => spec.started += 1,
@@ -95,6 +96,11 @@ pub fn build(
             PipelineEvent::Commit { id, .. } => {
                 spec.committed += 1;
                 by_id.entry(*id).or_default().event(ev);
+            }
+            PipelineEvent::Merged { id, .. } => {
+                // taken back: its work was for nothing, and it is no turn
+                merged.insert(*id);
+                cancelled_ids.insert(*id);
             }
             PipelineEvent::Utterance(_)
             | PipelineEvent::Transcript(_)
@@ -134,6 +140,9 @@ pub fn build(
     // turns counted for the warm-up: cancelled attempts (spans, no utterance) are not turns
     let mut n = 0;
     for (id, g) in by_id {
+        if merged.contains(&id) {
+            continue;
+        }
         let Some((t, job)) = turn_report(n, id, &g, &cx) else {
             continue;
         };
@@ -180,7 +189,7 @@ pub fn build(
         response_latency_ms: pick(&|t| t.response_latency_ms),
         processing_ms: pick(&|t| t.processing_ms),
         speculation: spec,
-        end_of_turn: crate::schema::EndOfTurnSummary::of(counted.iter().copied()),
+        end_of_turn: crate::schema::EndOfTurnSummary::of(counted.iter().copied(), merged.len()),
         llm_server: crate::schema::ServerSummary::of(counted.iter().copied()),
         endpoint_delay_ms: pick(&|t| t.endpoint_delay_ms),
         terms_ms: run

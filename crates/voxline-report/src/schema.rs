@@ -346,13 +346,21 @@ pub struct EndOfTurnSummary {
     pub probes: u32,
     /// The model's time per pause judged, ms (each turn's mean).
     pub cost_ms: Option<Percentiles>,
+    /// Turns the semantic end of turn ended and then took back because the
+    /// speaker went on within the merge window: each became the start of
+    /// the next turn, and is not among the turns.
+    pub merged: usize,
 }
 
 impl EndOfTurnSummary {
-    /// The summary of `turns`; `None` when none was judged (off).
+    /// The summary of `turns`, `merged` of them taken back; `None` when
+    /// none was judged (off).
     #[must_use]
-    pub fn of<'a>(turns: impl IntoIterator<Item = &'a TurnReport>) -> Option<Self> {
-        let mut s = Self::default();
+    pub fn of<'a>(turns: impl IntoIterator<Item = &'a TurnReport>, merged: usize) -> Option<Self> {
+        let mut s = Self {
+            merged,
+            ..Self::default()
+        };
         let mut costs = Vec::new();
         let mut any = false;
         for e in turns.into_iter().filter_map(|t| t.end_of_turn.as_ref()) {
@@ -377,7 +385,8 @@ pub struct SpecSummary {
     pub committed: usize,
     /// Attempts thrown away because speech resumed.
     pub cancelled: usize,
-    /// Busy time stages spent on cancelled attempts, ms per stage.
+    /// Busy time stages spent on cancelled attempts (and on turns taken
+    /// back, see [`EndOfTurnSummary::merged`]), ms per stage.
     pub cancelled_busy_ms: BTreeMap<String, f64>,
 }
 

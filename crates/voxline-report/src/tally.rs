@@ -203,8 +203,17 @@ impl Tally {
         let now = Instant::now();
         match &ev.event {
             PipelineEvent::SpecStart { .. } => self.spec.started += 1,
-            PipelineEvent::SpecCancel { id, .. } => {
-                self.spec.cancelled += 1;
+            PipelineEvent::SpecCancel { id, .. } | PipelineEvent::Merged { id, .. } => {
+                if let PipelineEvent::Merged { .. } = ev.event {
+                    // taken back: no turn, its work thrown away as a cancel's
+                    let acc = self
+                        .summary
+                        .end_of_turn
+                        .get_or_insert_with(Default::default);
+                    acc.merged += 1;
+                } else {
+                    self.spec.cancelled += 1;
+                }
                 self.cancelled.insert(*id);
                 self.open.remove(id);
                 for (stage, ms) in self.open_busy.remove(id).unwrap_or_default() {

@@ -293,6 +293,16 @@ pub enum ServerEvent {
         /// The turn's latency figures.
         latency: Latency,
     },
+    /// The turn was taken back: the speaker went on within moments of its
+    /// end (`--semantic-turn` had ended it early). Nothing more of its
+    /// answer comes, and its words start the next turn, which answers the
+    /// whole.
+    TurnMerged {
+        /// The turn.
+        id: u32,
+        /// Since the session started, ms.
+        t_ms: f64,
+    },
     /// The turn failed.
     TurnError {
         /// The turn.

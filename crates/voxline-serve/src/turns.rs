@@ -169,6 +169,20 @@ impl Turns {
             PipelineEvent::Commit { id, .. } => {
                 self.committed.insert(id, at);
             }
+            PipelineEvent::Merged { id, .. } => {
+                self.untranscribed.remove(&id);
+                self.committed.remove(&id);
+                let turn = self.open.remove(&id).map(|s| s.turn).or_else(|| {
+                    let i = self.speaking.iter().position(|(s, _, _)| *s == id)?;
+                    self.speaking.remove(i).map(|(_, turn, _)| turn)
+                });
+                if let Some(turn) = turn {
+                    out.push(ServerEvent::TurnMerged {
+                        id: turn,
+                        t_ms: self.ms(at),
+                    });
+                }
+            }
             PipelineEvent::StreamEnd { .. } => {
                 self.stream_end = Some((self.untranscribed.clone(), at));
             }

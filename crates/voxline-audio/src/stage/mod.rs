@@ -8,7 +8,7 @@ use voxline_core::{
 };
 
 use crate::barge::{BargeInOptions, BargeWatch};
-use crate::turn::judge::{OpenTurn, TurnJudge};
+use crate::turn::judge::{Judged, OpenTurn, TurnJudge};
 use crate::turn::{SharedTurnModel, TurnPolicy};
 use crate::vad::{Endpointer, Segment, VadConfig, FRAME_SAMPLES};
 use crate::AudioError;
@@ -74,6 +74,10 @@ pub struct VadStage {
     barge: Option<BargeWatch>,
     /// The semantic end of turn, when a model judges the pauses.
     turn: Option<TurnJudge>,
+    /// The turn released last, while the speaker may still go on.
+    released: Option<merge::Released>,
+    /// A taken-back turn's audio, to go before the open utterance.
+    lead_in: Option<merge::LeadIn>,
 }
 
 impl std::fmt::Debug for VadStage {
@@ -102,6 +106,8 @@ impl VadStage {
             last_forced: None,
             barge: None,
             turn: None,
+            released: None,
+            lead_in: None,
         })
     }
 
@@ -140,15 +146,37 @@ impl VadStage {
             return;
         };
         let origin = self.origin.unwrap_or(0);
-        let open = self.endpointer.open_utterance().map(|o| OpenTurn {
-            start: o.start_sample + origin,
-            end: o.end_sample + origin,
-            keepable: o.keepable,
-            samples_to_now: o.samples_to_now,
+        let lead_in = self.lead_in.as_ref();
+        let open = self.endpointer.open_utterance().map(|o| {
+            let start = o.start_sample + origin;
+            OpenTurn {
+                start,
+                end: o.end_sample + origin,
+                keepable: o.keepable,
+                samples_to_now: o.samples_to_now,
+                lead_in: lead_in
+                    .filter(|l| l.at == start)
+                    .map_or(&[], |l| &l.samples),
+            }
         });
-        if judge.after_frame(open, pos, out) {
-            if let Some(seg) = self.endpointer.end_utterance() {
-                self.close(seg, pos, out);
+        let judged = judge.after_frame(open, pos, out);
+        let merge_ms = judge.policy().merge_ms;
+        if judged == Judged::Open {
+            return;
+        }
+        // a turn the judge ends (complete, or on the hangover when unsure)
+        // stays revocable for the merge window: its audio to now is kept
+        let audio = (merge_ms > 0)
+            .then(|| {
+                self.endpointer
+                    .open_utterance()
+                    .map(|o| o.samples_to_now.to_vec())
+            })
+            .flatten();
+        if let Some(seg) = self.endpointer.end_utterance() {
+            match audio {
+                Some(audio) => self.close_revocable(seg, pos, audio, merge_ms, out),
+                None => self.close(seg, pos, out),
             }
         }
     }
@@ -233,6 +261,53 @@ impl VadStage {
     /// audio), or cancels a stale attempt and sends the segment as an
     /// ordinary utterance.
     fn close(&mut self, seg: Segment, closed: u64, out: &mut Emitter<'_, Utterance>) {
+        self.close_as(seg, closed, false, out);
+    }
+
+    /// As [`VadStage::close`], for a turn whose end was judged early; its
+    /// id stays revocable on the board for `merge_ms` after its speech, and
+    /// `audio` (its audio up to `closed`) is kept for the merge.
+    fn close_revocable(
+        &mut self,
+        seg: Segment,
+        closed: u64,
+        audio: Vec<f32>,
+        merge_ms: u32,
+        out: &mut Emitter<'_, Utterance>,
+    ) {
+        let origin = self.origin.unwrap_or(0);
+        let own_start = seg.start_sample + origin;
+        // peeked, not taken: the utterance sent takes it
+        let lead = self.lead_in.as_ref().filter(|l| l.at == own_start);
+        let start = lead.map_or(own_start, |l| l.start);
+        let mut samples = lead.map(|l| l.samples.clone()).unwrap_or_default();
+        samples.extend_from_slice(&audio);
+        let continues = lead.map_or(self.last_forced.filter(|_| seg.continues_previous), |l| {
+            l.continues
+        });
+        let overlap_samples = lead.map_or(seg.overlap_samples, |l| l.overlap_samples);
+        let until = Self::merge_until(seg.end_sample + origin, merge_ms);
+        let id = self.close_as(seg, closed, true, out);
+        self.released = id.map(|id| merge::Released {
+            id,
+            start,
+            audio: samples,
+            until,
+            continues,
+            overlap_samples,
+        });
+    }
+
+    /// Commits the attempt that sent `seg` or sends `seg` as an utterance;
+    /// with `revocable`, releases it instead of committing it (see
+    /// [`SpecBoard::release`]). Returns the turn's id when it is revocable.
+    fn close_as(
+        &mut self,
+        seg: Segment,
+        closed: u64,
+        revocable: bool,
+        out: &mut Emitter<'_, Utterance>,
+    ) -> Option<UtteranceId> {
         let origin = self.origin.unwrap_or(0);
         if let Some(p) = self.pending.take() {
             let same = !seg.forced_split
@@ -243,13 +318,18 @@ impl VadStage {
             }
             if let Some((board, _)) = &self.spec {
                 if same {
-                    board.commit(p.id);
+                    if revocable {
+                        board.release(p.id);
+                    } else {
+                        board.commit(p.id);
+                    }
                     out.publish(PipelineEvent::Commit {
                         id: p.id,
                         spec_sample: p.sent_at,
                         sample: closed,
                     });
-                    return;
+                    self.lead_in_for(p.start);
+                    return revocable.then_some(p.id);
                 }
                 board.cancel(p.id);
                 out.publish(PipelineEvent::SpecCancel {
@@ -259,8 +339,19 @@ impl VadStage {
             }
         }
         let id = self.next_id;
+        let board = self
+            .spec
+            .as_ref()
+            .map(|(b, _)| b.clone())
+            .filter(|_| revocable);
+        if let Some(b) = &board {
+            // an ordinary utterance, revocable all the same
+            b.start(id);
+            b.release(id);
+        }
         self.account(id, &seg, closed, out);
         self.emit(seg, closed, out);
+        board.map(|_| id)
     }
 
     /// After each detector frame: cancels an attempt whose utterance went on
@@ -318,12 +409,23 @@ impl VadStage {
         if self.pending.is_some() || !keepable || pos < after + silence {
             return;
         }
-        let samples = self
+        let own = self
             .endpointer
             .open_utterance()
             .map(|o| o.samples_to_now.to_vec())
             .unwrap_or_default();
-        let end = start + samples.len() as u64;
+        let end = start + own.len() as u64;
+        let lead = self.lead_in.as_ref().filter(|l| l.at == start);
+        let mut samples = lead.map(|l| l.samples.clone()).unwrap_or_default();
+        samples.extend(own);
+        let (sent_start, continues, overlap_samples) = match lead {
+            Some(l) => (l.start, l.continues, l.overlap_samples),
+            None => (
+                start,
+                self.last_forced.filter(|_| continues_previous),
+                overlap_samples,
+            ),
+        };
         let id = self.next_id;
         self.next_id += 1;
         board.start(id);
@@ -337,13 +439,13 @@ impl VadStage {
         });
         out.emit(Utterance {
             id,
-            start_sample: start,
+            start_sample: sent_start,
             end_sample: end,
             end_wall: self.wall_of(end),
             samples,
             forced_split: false,
             closed_sample: pos,
-            continues: self.last_forced.filter(|_| continues_previous),
+            continues,
             overlap_samples,
         });
     }
@@ -367,18 +469,29 @@ impl VadStage {
         let end_sample = seg.end_sample + origin;
         let id = self.next_id;
         self.next_id += 1;
-        let continues = self.last_forced.filter(|_| seg.continues_previous);
+        let mut continues = self.last_forced.filter(|_| seg.continues_previous);
         self.last_forced = seg.forced_split.then_some(id);
+        let (mut start_sample, mut samples, mut overlap_samples) =
+            (seg.start_sample + origin, seg.samples, seg.overlap_samples);
+        if let Some(l) = self.lead_in_for(start_sample) {
+            // a taken-back turn and what the speaker went on with: one turn
+            start_sample = l.start;
+            let mut all = l.samples;
+            all.extend(samples);
+            samples = all;
+            continues = l.continues;
+            overlap_samples = l.overlap_samples;
+        }
         out.emit(Utterance {
             id,
-            start_sample: seg.start_sample + origin,
+            start_sample,
             end_sample,
             end_wall: self.wall_of(end_sample),
-            samples: seg.samples,
+            samples,
             forced_split: seg.forced_split,
             closed_sample: closed.max(end_sample),
             continues,
-            overlap_samples: seg.overlap_samples,
+            overlap_samples,
         });
     }
 }
@@ -423,6 +536,10 @@ impl Stage for VadStage {
             self.origin = Some(frame.start_sample);
             origin = frame.start_sample;
         }
+        if frame.new_recording || frame.start_sample > expected {
+            // nothing of another recording, or across a gap, is merged
+            self.commit_released();
+        }
         if frame.new_recording {
             // a new recording: the pre-roll must not reach into what came before it
             if let Some(seg) = self.endpointer.clear_pre_roll() {
@@ -453,6 +570,7 @@ impl Stage for VadStage {
                 for seg in segments {
                     self.close(seg, pos, out);
                 }
+                self.watch_released(part, pos, out);
                 self.judge_turn(pos, out);
                 self.speculate(pos, out);
             }
@@ -470,6 +588,8 @@ impl Stage for VadStage {
 
     fn finish(&mut self, out: &mut Emitter<'_, Utterance>) -> Result<(), StageError> {
         let closed = self.endpointer.position() + self.origin.unwrap_or(0);
+        self.watch_released(&[], closed, out);
+        self.commit_released();
         if let Some(seg) = self.endpointer.finish() {
             self.close(seg, closed, out);
         }
@@ -484,5 +604,6 @@ impl Stage for VadStage {
     }
 }
 
+mod merge;
 #[cfg(test)]
 mod tests;

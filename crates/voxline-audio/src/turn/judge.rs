@@ -21,6 +21,20 @@ pub(crate) struct OpenTurn<'a> {
     pub keepable: bool,
     /// Its audio up to now (the silence after `end` included).
     pub samples_to_now: &'a [f32],
+    /// The audio of a turn taken back and merged into this one, before it.
+    pub lead_in: &'a [f32],
+}
+
+/// What the judge makes of a detector frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Judged {
+    /// The turn goes on (or there is none).
+    Open,
+    /// The turn ends now: judged complete and the short wait is over.
+    Complete,
+    /// The turn ends now on the silence-only hangover (the model was unsure
+    /// or failed, or the utterance is too short to be kept).
+    Hangover,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +73,11 @@ impl TurnJudge {
         }
     }
 
+    /// The policy it applies.
+    pub(crate) fn policy(&self) -> &TurnPolicy {
+        &self.policy
+    }
+
     /// After a detector frame ending at `pos`: judges the pause of `open`
     /// once its silence reaches the probe point, and says whether the turn
     /// ends now (judged complete and the short wait is over, or the model
@@ -68,9 +87,10 @@ impl TurnJudge {
         open: Option<OpenTurn<'_>>,
         pos: u64,
         out: &mut Emitter<'_, T>,
-    ) -> bool {
+    ) -> Judged {
+        let ends = |yes: bool, how: Judged| if yes { how } else { Judged::Open };
         let Some(open) = open else {
-            return false;
+            return Judged::Open;
         };
         let turn = match &mut self.turn {
             Some(t) if t.start == open.start => t,
@@ -89,13 +109,17 @@ impl TurnJudge {
         if !open.keepable {
             // too short to be kept: dropped when the silence-only hangover
             // would have dropped it, not held open for the long wait
-            return silence >= self.fallback;
+            return ends(silence >= self.fallback, Judged::Hangover);
         }
         if turn.verdict.is_none() && silence >= samples(self.policy.probe_ms) {
             let audio = open.samples_to_now;
-            let heard = &audio[audio.len().saturating_sub(WINDOW_SAMPLES)..];
+            // the last 8 s, reaching back into a merged turn's audio
+            let own = audio.len().min(WINDOW_SAMPLES);
+            let lead = open.lead_in;
+            let mut heard = lead[lead.len().saturating_sub(WINDOW_SAMPLES - own)..].to_vec();
+            heard.extend_from_slice(&audio[audio.len() - own..]);
             let model = &self.model;
-            let (scored, took) = out.timed(|| model.probability(heard));
+            let (scored, took) = out.timed(|| model.probability(&heard));
             turn.probes += 1;
             turn.cost += took;
             turn.verdict = Some(match scored {
@@ -121,9 +145,14 @@ impl TurnJudge {
             });
         }
         match turn.verdict.map(|v| v.decision) {
-            Some(TurnDecision::Complete) => silence >= samples(self.policy.complete_ms),
-            Some(TurnDecision::Unsure | TurnDecision::Failed) => silence >= self.fallback,
-            _ => false,
+            Some(TurnDecision::Complete) => ends(
+                silence >= samples(self.policy.complete_ms),
+                Judged::Complete,
+            ),
+            Some(TurnDecision::Unsure | TurnDecision::Failed) => {
+                ends(silence >= self.fallback, Judged::Hangover)
+            }
+            _ => Judged::Open,
         }
     }
 

@@ -175,6 +175,15 @@ pub struct TurnPolicy {
     /// Silence after the last speech frame at which the pause is judged
     /// when no speculative attempt starts sooner, ms. Default 100.
     pub probe_ms: u32,
+    /// A turn the judge ended (after the short wait when judged complete,
+    /// or after the hangover when unsure) is taken back and merged into the
+    /// next one when speech starts again within this long of the end of its
+    /// speech, ms (0: never). The answer to the taken-back turn stops, the
+    /// conversation forgets it, and the merged turn is answered as one.
+    /// Default 2 000, as long as the wait after an incomplete pause: a pause
+    /// the policy would have waited through had it judged it incomplete
+    /// (up to 1.5 s, plus the detector's lag at both ends) is recovered.
+    pub merge_ms: u32,
 }
 
 impl Default for TurnPolicy {
@@ -185,6 +194,7 @@ impl Default for TurnPolicy {
             complete_ms: 200,
             incomplete_ms: 2_000,
             probe_ms: 100,
+            merge_ms: 2_000,
         }
     }
 }
@@ -223,6 +233,7 @@ impl TurnPolicy {
             ("turn_complete_ms", self.complete_ms),
             ("turn_incomplete_ms", self.incomplete_ms),
             ("turn_probe_ms", self.probe_ms),
+            ("turn_merge_ms", self.merge_ms),
         ] {
             if v > crate::vad::MAX_PAD_MS {
                 return bad(

@@ -129,7 +129,7 @@ impl Unsettled {
     fn settle<S: Stage>(&mut self, stage: &mut S, board: &SpecBoard) -> Result<(), StageError> {
         let mut result = Ok(());
         self.0.retain(|&id| match board.state(id) {
-            SpecState::Pending => true,
+            SpecState::Pending | SpecState::Released => true,
             SpecState::Cancelled => {
                 if result.is_ok() {
                     result = stage.rollback(id);
@@ -226,7 +226,9 @@ pub(super) fn run_stage<S: Stage>(
             continue;
         }
         let pending = state == SpecState::Pending;
-        if let (true, Some(id)) = (pending, id) {
+        // a released turn is computed as a committed one, but can still be undone
+        let revocable = pending || state == SpecState::Released;
+        if let (true, Some(id)) = (revocable, id) {
             stage.speculate(id);
             unsettled.0.push(id);
         }
@@ -260,7 +262,7 @@ pub(super) fn run_stage<S: Stage>(
         ));
         let closed = out.is_closed();
         // an attempt cancelled while it ran: of no use, whatever it returned
-        let cancelled = pending
+        let cancelled = revocable
             && id
                 .zip(ctx.board.as_ref())
                 .is_some_and(|(id, b)| b.is_cancelled(id));

@@ -84,6 +84,9 @@ impl EventSink {
                     let _ = writeln!(out);
                     eprintln!("[{}] error in {}: {}", e.id, e.stage, e.message);
                 }
+                PipelineEvent::Merged { id, .. } => {
+                    let _ = writeln!(out, "\n[{id}] (you went on: merged into the next turn)");
+                }
                 PipelineEvent::StageFailed { stage, message } => {
                     eprintln!("stage {stage} failed: {message}")
                 }

@@ -1,0 +1,135 @@
+//! Taking a turn back: a turn the semantic end of turn ended that its
+//! speaker goes on with a moment later is merged into the next one.
+
+use voxline_core::{Emitter, PipelineEvent, Utterance, UtteranceId, SAMPLE_RATE};
+
+use super::VadStage;
+
+/// A turn released early (see [`voxline_core::SpecBoard::release`]), while
+/// speech starting before `until` would re-join it.
+#[derive(Debug)]
+pub(super) struct Released {
+    pub id: UtteranceId,
+    /// Its first sample (stream position; a merged turn's lead-in included).
+    pub start: u64,
+    /// The stream audio from `start` to now.
+    pub audio: Vec<f32>,
+    /// Speech whose first frame starts before this position re-joins it.
+    pub until: u64,
+    /// What it continues, and its lead-in (see [`Utterance::continues`]).
+    pub continues: Option<UtteranceId>,
+    pub overlap_samples: u64,
+}
+
+/// The audio of a taken-back turn, which goes before the utterance the
+/// endpointer opened at `at`.
+#[derive(Debug, Clone)]
+pub(super) struct LeadIn {
+    /// The taken-back turn's first sample.
+    pub start: u64,
+    /// The stream audio from `start` to `at`.
+    pub samples: Vec<f32>,
+    /// The open utterance's first sample.
+    pub at: u64,
+    pub continues: Option<UtteranceId>,
+    pub overlap_samples: u64,
+}
+
+impl VadStage {
+    /// After a detector frame (`part`, ending at `pos`): merges the released
+    /// turn into the open utterance once that has speech enough to be kept
+    /// and its first speech frame started within the merge window, or
+    /// commits the released turn once the window has passed with no such
+    /// speech. A turn longer than half the longest utterance is never
+    /// merged: with what follows it would not fit one.
+    pub(super) fn watch_released(
+        &mut self,
+        part: &[f32],
+        pos: u64,
+        out: &mut Emitter<'_, Utterance>,
+    ) {
+        let Some(r) = self.released.as_mut() else {
+            return;
+        };
+        r.audio.extend_from_slice(part);
+        let origin = self.origin.unwrap_or(0);
+        let open = self
+            .endpointer
+            .open_utterance()
+            .map(|o| (o.start_sample + origin, o.first_speech + origin, o.keepable));
+        let max_lead =
+            u64::from(self.endpointer.config().max_utterance_ms) * u64::from(SAMPLE_RATE) / 2000;
+        match open {
+            Some((start, first, keepable)) if first < r.until && start >= r.start => {
+                let lead = start - r.start;
+                if lead > max_lead || lead > r.audio.len() as u64 {
+                    self.commit_released();
+                } else if keepable {
+                    self.merge(start, first, out);
+                }
+                // else: speech too short yet to be kept; a blip is dropped
+            }
+            _ if pos >= r.until => self.commit_released(),
+            _ => {}
+        }
+    }
+
+    /// Takes the released turn back: cancelled on the board (the stages
+    /// undo what they did for it), [`PipelineEvent::Merged`] published,
+    /// and its audio kept as the lead-in of the utterance open at `start`.
+    fn merge(&mut self, start: u64, first_speech: u64, out: &mut Emitter<'_, Utterance>) {
+        let Some(mut r) = self.released.take() else {
+            return;
+        };
+        let Some((board, _)) = &self.spec else {
+            return;
+        };
+        board.cancel(r.id);
+        out.publish(PipelineEvent::Merged {
+            id: r.id,
+            sample: first_speech,
+        });
+        if let Some(p) = self.pending.filter(|p| p.start == start) {
+            // an attempt on the open utterance alone lacks the lead-in
+            board.cancel(p.id);
+            out.publish(PipelineEvent::SpecCancel {
+                id: p.id,
+                sample: first_speech,
+            });
+            self.pending = None;
+        }
+        r.audio.truncate((start - r.start) as usize);
+        self.lead_in = Some(LeadIn {
+            start: r.start,
+            samples: r.audio,
+            at: start,
+            continues: r.continues,
+            overlap_samples: r.overlap_samples,
+        });
+        tracing::debug!(
+            turn = r.id,
+            "speech went on within the merge window: the turn is taken back"
+        );
+    }
+
+    /// The released turn, if any, is final.
+    pub(super) fn commit_released(&mut self) {
+        if let (Some(r), Some((board, _))) = (self.released.take(), &self.spec) {
+            board.commit(r.id);
+        }
+    }
+
+    /// The lead-in for the utterance starting at `start`, taken.
+    pub(super) fn lead_in_for(&mut self, start: u64) -> Option<LeadIn> {
+        if self.lead_in.as_ref().is_some_and(|l| l.at == start) {
+            self.lead_in.take()
+        } else {
+            None
+        }
+    }
+
+    /// The merge window after speech ending at `end`.
+    pub(super) fn merge_until(end: u64, merge_ms: u32) -> u64 {
+        end + u64::from(merge_ms) * u64::from(SAMPLE_RATE) / 1000
+    }
+}
