@@ -182,8 +182,8 @@ impl Policy {
         match self {
             Self::Silence(ms) => format!("silence {ms} ms"),
             Self::Semantic(p) => format!(
-                "semantic: complete above {} after {} ms, incomplete below {} after {} ms, merge {} ms",
-                p.threshold, p.complete_ms, p.incomplete_below, p.incomplete_ms, p.merge_ms
+                "semantic: judged at {} ms, complete above {} after {} ms, incomplete below {} after {} ms, merge {} ms",
+                p.probe_ms, p.threshold, p.complete_ms, p.incomplete_below, p.incomplete_ms, p.merge_ms
             ),
         }
     }
@@ -283,6 +283,11 @@ fn table(corpus: &[pauses::PauseClip], model: &SharedTurnModel) {
         }),
         Policy::Semantic(TurnPolicy {
             merge_ms: 1_000,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            complete_ms: 200,
+            probe_ms: 100,
             ..semantic
         }),
         Policy::Semantic(TurnPolicy {

@@ -121,6 +121,12 @@ impl VadStage {
     /// account ([`crate::turn::EndOfTurn`]) is published when it is sent or
     /// committed.
     ///
+    /// With speculation on, a turn the judge ends is released rather than
+    /// committed ([`SpecBoard::release`]) for `policy.merge_ms` after its
+    /// speech: should speech that is kept start within that window, the turn
+    /// is cancelled, [`PipelineEvent::Merged`] says so, and its audio goes
+    /// before the new utterance, which is sent (and judged) as one turn.
+    ///
     /// # Errors
     /// [`AudioError::InvalidVadConfig`] when a wait of `policy` is out of range.
     pub fn with_turn_model(

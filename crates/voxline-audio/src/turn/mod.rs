@@ -167,13 +167,16 @@ pub struct TurnPolicy {
     /// turn, as without the model. Default 0.5 (the model's own threshold).
     pub incomplete_below: f32,
     /// Silence after the last speech frame that commits a turn judged
-    /// complete, ms. Default 200.
+    /// complete, ms. Default 100: with the merge window a pause cut too soon
+    /// is taken back, so the wait need not guard against it
+    /// (`cargo bench --bench hangover`: 100, 150 and 200 ms cut the same
+    /// pauses; the commit comes 100 ms sooner).
     pub complete_ms: u32,
     /// Silence after the last speech frame that commits a turn judged
     /// incomplete (the speaker paused mid-sentence), ms. Default 2 000.
     pub incomplete_ms: u32,
-    /// Silence after the last speech frame at which the pause is judged
-    /// when no speculative attempt starts sooner, ms. Default 100.
+    /// Silence after the last speech frame at which the pause is judged,
+    /// ms. Default 64 (after the speculative attempt has started, 48 ms).
     pub probe_ms: u32,
     /// A turn the judge ended (after the short wait when judged complete,
     /// or after the hangover when unsure) is taken back and merged into the
@@ -191,9 +194,9 @@ impl Default for TurnPolicy {
         Self {
             threshold: 0.9,
             incomplete_below: 0.5,
-            complete_ms: 200,
+            complete_ms: 100,
             incomplete_ms: 2_000,
-            probe_ms: 100,
+            probe_ms: 64,
             merge_ms: 2_000,
         }
     }
