@@ -35,6 +35,32 @@ pub(super) struct LeadIn {
     pub overlap_samples: u64,
 }
 
+/// Where an utterance starts, its audio and what it continues.
+#[derive(Debug)]
+pub(super) struct Head {
+    pub start: u64,
+    pub samples: Vec<f32>,
+    pub continues: Option<UtteranceId>,
+    pub overlap_samples: u64,
+}
+
+impl Head {
+    /// The same utterance with `lead` (a taken-back turn) in front of it.
+    pub(super) fn after(self, lead: Option<&LeadIn>) -> Self {
+        let Some(l) = lead else {
+            return self;
+        };
+        let mut samples = l.samples.clone();
+        samples.extend(self.samples);
+        Self {
+            start: l.start,
+            samples,
+            continues: l.continues,
+            overlap_samples: l.overlap_samples,
+        }
+    }
+}
+
 impl VadStage {
     /// After a detector frame (`part`, ending at `pos`): merges the released
     /// turn into the open utterance once that has speech enough to be kept

@@ -8,7 +8,7 @@ use voxline_core::{
 };
 
 use crate::barge::{BargeInOptions, BargeWatch};
-use crate::turn::judge::{Judged, OpenTurn, TurnJudge};
+use crate::turn::judge::{OpenTurn, TurnJudge};
 use crate::turn::{SharedTurnModel, TurnPolicy};
 use crate::vad::{Endpointer, Segment, VadConfig, FRAME_SAMPLES};
 use crate::AudioError;
@@ -165,9 +165,9 @@ impl VadStage {
                     .map_or(&[], |l| &l.samples),
             }
         });
-        let judged = judge.after_frame(open, pos, out);
+        let ends = judge.after_frame(open, pos, out);
         let merge_ms = judge.policy().merge_ms;
-        if judged == Judged::Open {
+        if !ends {
             return;
         }
         // a turn the judge ends (complete, or on the hangover when unsure)
@@ -284,23 +284,22 @@ impl VadStage {
         let origin = self.origin.unwrap_or(0);
         let own_start = seg.start_sample + origin;
         // peeked, not taken: the utterance sent takes it
-        let lead = self.lead_in.as_ref().filter(|l| l.at == own_start);
-        let start = lead.map_or(own_start, |l| l.start);
-        let mut samples = lead.map(|l| l.samples.clone()).unwrap_or_default();
-        samples.extend_from_slice(&audio);
-        let continues = lead.map_or(self.last_forced.filter(|_| seg.continues_previous), |l| {
-            l.continues
-        });
-        let overlap_samples = lead.map_or(seg.overlap_samples, |l| l.overlap_samples);
+        let head = merge::Head {
+            start: own_start,
+            samples: audio,
+            continues: self.last_forced.filter(|_| seg.continues_previous),
+            overlap_samples: seg.overlap_samples,
+        }
+        .after(self.lead_in.as_ref().filter(|l| l.at == own_start));
         let until = Self::merge_until(seg.end_sample + origin, merge_ms);
         let id = self.close_as(seg, closed, true, out);
         self.released = id.map(|id| merge::Released {
             id,
-            start,
-            audio: samples,
+            start: head.start,
+            audio: head.samples,
             until,
-            continues,
-            overlap_samples,
+            continues: head.continues,
+            overlap_samples: head.overlap_samples,
         });
     }
 
@@ -421,17 +420,13 @@ impl VadStage {
             .map(|o| o.samples_to_now.to_vec())
             .unwrap_or_default();
         let end = start + own.len() as u64;
-        let lead = self.lead_in.as_ref().filter(|l| l.at == start);
-        let mut samples = lead.map(|l| l.samples.clone()).unwrap_or_default();
-        samples.extend(own);
-        let (sent_start, continues, overlap_samples) = match lead {
-            Some(l) => (l.start, l.continues, l.overlap_samples),
-            None => (
-                start,
-                self.last_forced.filter(|_| continues_previous),
-                overlap_samples,
-            ),
-        };
+        let head = merge::Head {
+            start,
+            samples: own,
+            continues: self.last_forced.filter(|_| continues_previous),
+            overlap_samples,
+        }
+        .after(self.lead_in.as_ref().filter(|l| l.at == start));
         let id = self.next_id;
         self.next_id += 1;
         board.start(id);
@@ -445,14 +440,14 @@ impl VadStage {
         });
         out.emit(Utterance {
             id,
-            start_sample: sent_start,
+            start_sample: head.start,
             end_sample: end,
             end_wall: self.wall_of(end),
-            samples,
+            samples: head.samples,
             forced_split: false,
             closed_sample: pos,
-            continues,
-            overlap_samples,
+            continues: head.continues,
+            overlap_samples: head.overlap_samples,
         });
     }
 
@@ -475,29 +470,26 @@ impl VadStage {
         let end_sample = seg.end_sample + origin;
         let id = self.next_id;
         self.next_id += 1;
-        let mut continues = self.last_forced.filter(|_| seg.continues_previous);
-        self.last_forced = seg.forced_split.then_some(id);
-        let (mut start_sample, mut samples, mut overlap_samples) =
-            (seg.start_sample + origin, seg.samples, seg.overlap_samples);
-        if let Some(l) = self.lead_in_for(start_sample) {
-            // a taken-back turn and what the speaker went on with: one turn
-            start_sample = l.start;
-            let mut all = l.samples;
-            all.extend(samples);
-            samples = all;
-            continues = l.continues;
-            overlap_samples = l.overlap_samples;
+        let own_start = seg.start_sample + origin;
+        // a taken-back turn and what the speaker went on with: one turn
+        let head = merge::Head {
+            start: own_start,
+            samples: seg.samples,
+            continues: self.last_forced.filter(|_| seg.continues_previous),
+            overlap_samples: seg.overlap_samples,
         }
+        .after(self.lead_in_for(own_start).as_ref());
+        self.last_forced = seg.forced_split.then_some(id);
         out.emit(Utterance {
             id,
-            start_sample,
+            start_sample: head.start,
             end_sample,
             end_wall: self.wall_of(end_sample),
-            samples,
+            samples: head.samples,
             forced_split: seg.forced_split,
             closed_sample: closed.max(end_sample),
-            continues,
-            overlap_samples,
+            continues: head.continues,
+            overlap_samples: head.overlap_samples,
         });
     }
 }

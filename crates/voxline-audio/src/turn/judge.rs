@@ -25,18 +25,6 @@ pub(crate) struct OpenTurn<'a> {
     pub lead_in: &'a [f32],
 }
 
-/// What the judge makes of a detector frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Judged {
-    /// The turn goes on (or there is none).
-    Open,
-    /// The turn ends now: judged complete and the short wait is over.
-    Complete,
-    /// The turn ends now on the silence-only hangover (the model was unsure
-    /// or failed, or the utterance is too short to be kept).
-    Hangover,
-}
-
 #[derive(Debug, Clone, Copy)]
 struct Verdict {
     /// The speech end of the pause it judged.
@@ -87,10 +75,9 @@ impl TurnJudge {
         open: Option<OpenTurn<'_>>,
         pos: u64,
         out: &mut Emitter<'_, T>,
-    ) -> Judged {
-        let ends = |yes: bool, how: Judged| if yes { how } else { Judged::Open };
+    ) -> bool {
         let Some(open) = open else {
-            return Judged::Open;
+            return false;
         };
         let turn = match &mut self.turn {
             Some(t) if t.start == open.start => t,
@@ -109,7 +96,7 @@ impl TurnJudge {
         if !open.keepable {
             // too short to be kept: dropped when the silence-only hangover
             // would have dropped it, not held open for the long wait
-            return ends(silence >= self.fallback, Judged::Hangover);
+            return silence >= self.fallback;
         }
         if turn.verdict.is_none() && silence >= samples(self.policy.probe_ms) {
             let audio = open.samples_to_now;
@@ -145,14 +132,9 @@ impl TurnJudge {
             });
         }
         match turn.verdict.map(|v| v.decision) {
-            Some(TurnDecision::Complete) => ends(
-                silence >= samples(self.policy.complete_ms),
-                Judged::Complete,
-            ),
-            Some(TurnDecision::Unsure | TurnDecision::Failed) => {
-                ends(silence >= self.fallback, Judged::Hangover)
-            }
-            _ => Judged::Open,
+            Some(TurnDecision::Complete) => silence >= samples(self.policy.complete_ms),
+            Some(TurnDecision::Unsure | TurnDecision::Failed) => silence >= self.fallback,
+            _ => false,
         }
     }
 
