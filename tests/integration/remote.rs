@@ -251,7 +251,10 @@ fn both_engines_remote_give_the_local_transcripts_and_answer_every_turn() {
     let (wl, wr) = (l["wer"].as_f64().unwrap(), r["wer"].as_f64().unwrap());
     // two implementations of the same model (whisper.cpp here, CTranslate2
     // int8 on the server): seen 0.00-0.02 apart, a word now and then
-    assert!((wr - wl).abs() <= 0.035, "WER local {wl:.3}, remote {wr:.3}");
+    assert!(
+        (wr - wl).abs() <= 0.035,
+        "WER local {wl:.3}, remote {wr:.3}"
+    );
     // transcript by transcript, the remote's against the local's
     let texts = |rep: &serde_json::Value| -> Vec<String> {
         rep["turns"]
