@@ -263,14 +263,14 @@ fn table(corpus: &[pauses::PauseClip], model: &SharedTurnModel) {
             .count()
     };
     println!(
-        "| policy | sentences cut as spoken (of {}) | cut at a pause of 0.6 s (of {}) / 1 s (of {}) / 1.5 s (of {}) / two of 1 s (of {}) | shown, then taken back (clips) | missed ends | delay after a complete sentence p50 / p95 ms | delay, all clips p50 / p95 ms |",
+        "| policy | sentences cut as spoken (of {}) | cut at a pause of 0.6 s (of {}) / 1 s (of {}) / 1.5 s (of {}) / two of 1 s (of {}) | shown, then taken back (clips) | missed ends | delay after a complete sentence p50 / p95 ms | delay, all clips p50 / p95 ms | pauses judged per clip |",
         corpus.iter().filter(|c| c.pauses.is_empty()).count(),
         with(600),
         with(1000),
         with(1500),
         corpus.iter().filter(|c| c.pauses.len() == 2).count()
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let semantic = TurnPolicy::default();
     for policy in [
         Policy::Silence(500),
@@ -285,9 +285,18 @@ fn table(corpus: &[pauses::PauseClip], model: &SharedTurnModel) {
             merge_ms: 1_000,
             ..semantic
         }),
+        // when the pause is judged, after the last confident speech frame
+        // (the default: with the speculative attempt, at 48 ms)
         Policy::Semantic(TurnPolicy {
-            complete_ms: 200,
-            probe_ms: 100,
+            probe_ms: 16,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            probe_ms: 64,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            probe_ms: 96,
             ..semantic
         }),
         Policy::Semantic(TurnPolicy {
@@ -295,7 +304,7 @@ fn table(corpus: &[pauses::PauseClip], model: &SharedTurnModel) {
             ..semantic
         }),
         Policy::Semantic(TurnPolicy {
-            complete_ms: 300,
+            complete_ms: 200,
             ..semantic
         }),
         Policy::Semantic(TurnPolicy {
@@ -303,27 +312,7 @@ fn table(corpus: &[pauses::PauseClip], model: &SharedTurnModel) {
             ..semantic
         }),
         Policy::Semantic(TurnPolicy {
-            threshold: 0.9,
-            ..semantic
-        }),
-        Policy::Semantic(TurnPolicy {
             threshold: 0.95,
-            ..semantic
-        }),
-        Policy::Semantic(TurnPolicy {
-            threshold: 0.9,
-            incomplete_below: 0.2,
-            ..semantic
-        }),
-        Policy::Semantic(TurnPolicy {
-            threshold: 0.9,
-            incomplete_below: 0.9,
-            ..semantic
-        }),
-        Policy::Semantic(TurnPolicy {
-            threshold: 0.9,
-            incomplete_below: 0.9,
-            complete_ms: 300,
             ..semantic
         }),
         Policy::Semantic(TurnPolicy {
@@ -338,6 +327,7 @@ fn table(corpus: &[pauses::PauseClip], model: &SharedTurnModel) {
         let (mut whole, mut all) = (Vec::new(), Vec::new());
         let mut cut_names = Vec::new();
         let mut taken_back = 0;
+        let judged_before = model.judged();
         for c in corpus {
             let (t, merged) = turns(&c.audio, policy, model);
             taken_back += usize::from(!merged.is_empty());
@@ -364,8 +354,9 @@ fn table(corpus: &[pauses::PauseClip], model: &SharedTurnModel) {
                 _ => missed += 1,
             }
         }
+        let judged = (model.judged() - judged_before) as f64 / corpus.len() as f64;
         println!(
-            "| {} | {} | {} / {} / {} / {} | {taken_back} | {missed} | {:.0} / {:.0} | {:.0} / {:.0} |",
+            "| {} | {} | {} / {} / {} / {} | {taken_back} | {missed} | {:.0} / {:.0} | {:.0} / {:.0} | {judged:.1} |",
             policy.name(),
             cut[0],
             cut[1],

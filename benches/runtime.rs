@@ -141,17 +141,19 @@ fn turn_features(c: &mut Criterion) {
     let mut g = c.benchmark_group("turn");
     g.sample_size(20);
     g.bench_function("features_8s", |b| b.iter(|| f.compute(&audio).len()));
-    // the whole judgement of one pause (features and the model), on the one
-    // thread the pipeline grants it
+    // the whole judgement of one pause (features and the model), on one
+    // thread and on two (what the pipeline grants it: its STT share)
     let m = util::models_dir();
-    if let Ok(mut model) = voxline_audio::turn::TurnModel::load(
-        &m.join(voxline_models::registry::SMART_TURN.file),
-        &m.join(voxline_models::registry::ONNX_RUNTIME.file),
-        1,
-    ) {
-        g.bench_function("judge_pause_1_thread", |b| {
-            b.iter(|| model.probability(&audio).unwrap_or(0.0));
-        });
+    for threads in [1, 2] {
+        if let Ok(mut model) = voxline_audio::turn::TurnModel::load(
+            &m.join(voxline_models::registry::SMART_TURN.file),
+            &m.join(voxline_models::registry::ONNX_RUNTIME.file),
+            threads,
+        ) {
+            g.bench_function(format!("judge_pause_{threads}_thread"), |b| {
+                b.iter(|| model.probability(&audio).unwrap_or(0.0));
+            });
+        }
     }
     g.finish();
 }

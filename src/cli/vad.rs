@@ -57,8 +57,8 @@ pub(crate) struct VadArgs {
     /// and --turn-threshold the silence-only --hangover-ms ends the turn).
     #[arg(long, default_value_t = TurnPolicy::default().incomplete_below)]
     pub(crate) turn_incomplete_below: f32,
-    /// Silence after the last speech frame at which the end-of-turn model
-    /// judges the pause, ms.
+    /// Silence after the last confident speech frame at which the
+    /// end-of-turn model judges the pause, ms.
     #[arg(long, default_value_t = TurnPolicy::default().probe_ms)]
     pub(crate) turn_probe_ms: u32,
     /// Silence that ends a turn the model judged complete, ms.

@@ -81,11 +81,19 @@ fn idle_sockets_are_closed_in_time_and_healthz_answers_while_they_are_held() {
         idle.len(),
         t0.elapsed()
     );
-    let (evicted, timed_out) = (
+    let (evicted, timed_out, refused) = (
         closed(&server, "evicted"),
         closed(&server, "header_timeout"),
+        closed(&server, "refused"),
     );
-    assert!(evicted >= 490.0, "evicted {evicted}");
+    // How many were evicted rather than timed out depends on how fast the
+    // server took them: on a loaded machine 1,100 accepts spread over more
+    // than the 3 s timeout, and the first ones time out before the last
+    // arrive (160 evicted seen). What does not depend on it: the cap was
+    // reached and made room, no arrival was refused while an idle socket
+    // could give way, and every idle socket closed for one of the two reasons.
+    assert!(evicted >= 1.0, "evicted {evicted}");
+    assert_eq!(refused, 0.0, "refused while idle sockets held the cap");
     assert!(timed_out >= 1.0, "timed out {timed_out}");
     assert!(evicted + timed_out >= 1100.0, "{evicted} + {timed_out}");
     // a conversation still works

@@ -112,7 +112,8 @@ impl VadStage {
     }
 
     /// The semantic end of turn: each pause of an utterance is judged by
-    /// `model` once `policy.probe_ms` of silence follows its speech. A pause
+    /// `model` once `policy.probe_ms` of silence follows its last confident
+    /// speech frame (before the speculative attempt starts). A pause
     /// judged complete (above `policy.threshold`) ends the turn after
     /// `policy.complete_ms` of silence; one judged incomplete (below
     /// `policy.incomplete_below`) waits up to `policy.incomplete_ms` (the
@@ -158,6 +159,7 @@ impl VadStage {
             OpenTurn {
                 start,
                 end: o.end_sample + origin,
+                confident_end: o.confident_end.map(|c| c + origin),
                 keepable: o.keepable,
                 samples_to_now: o.samples_to_now,
                 lead_in: lead_in

@@ -17,6 +17,9 @@ pub(crate) struct OpenTurn<'a> {
     pub start: u64,
     /// The end of its last speech frame.
     pub end: u64,
+    /// The end of its last confident speech frame (see
+    /// [`crate::VadConfig::spec_threshold`]), if it has one.
+    pub confident_end: Option<u64>,
     /// Long enough to be kept.
     pub keepable: bool,
     /// Its audio up to now (the silence after `end` included).
@@ -25,10 +28,17 @@ pub(crate) struct OpenTurn<'a> {
     pub lead_in: &'a [f32],
 }
 
+/// How far the detector's decaying tail may run past the audio a verdict
+/// heard before the verdict is stale: 64 ms, four detector frames, as for a
+/// speculative attempt. A tail that runs on is speech going on softly.
+const TAIL_GRACE: u64 = 4 * crate::vad::FRAME_SAMPLES as u64;
+
 #[derive(Debug, Clone, Copy)]
 struct Verdict {
-    /// The speech end of the pause it judged.
-    end: u64,
+    /// The open turn's last confident speech frame's end when it was given.
+    confident_end: Option<u64>,
+    /// The end of the audio it heard.
+    heard_to: u64,
     probability: Option<f32>,
     decision: TurnDecision,
 }
@@ -39,6 +49,9 @@ struct TurnState {
     probes: u32,
     cost: Duration,
     verdict: Option<Verdict>,
+    /// The confident end whose soft tail made a verdict stale: until the
+    /// next confident frame, pauses are timed from the last speech frame.
+    soft_tail: Option<u64>,
 }
 
 /// Judges each pause of the open utterance once (see [`TurnPolicy`]).
@@ -86,19 +99,37 @@ impl TurnJudge {
                 probes: 0,
                 cost: Duration::ZERO,
                 verdict: None,
+                soft_tail: None,
             }),
         };
-        // speech went on after the pause judged: the next pause is judged anew
-        if turn.verdict.is_some_and(|v| v.end != open.end) {
-            turn.verdict = None;
+        // The pause is timed from the last confident speech frame: earshot's
+        // score decays for 80-100 ms after the last word, and judging after
+        // that tail would add it to every commit.
+        if turn.soft_tail.is_some() && turn.soft_tail != open.confident_end {
+            turn.soft_tail = None;
         }
+        if let Some(v) = turn.verdict {
+            if v.confident_end != open.confident_end {
+                // speech went on after the pause judged: judged anew
+                turn.verdict = None;
+            } else if open.end > v.heard_to + TAIL_GRACE {
+                // the tail ran on past what was heard: speech going on
+                // softly, whose pause is timed from its last speech frame
+                turn.soft_tail = open.confident_end;
+                turn.verdict = None;
+            }
+        }
+        let anchor = open
+            .confident_end
+            .filter(|c| turn.soft_tail != Some(*c))
+            .unwrap_or(open.end);
         let silence = pos.saturating_sub(open.end);
         if !open.keepable {
             // too short to be kept: dropped when the silence-only hangover
             // would have dropped it, not held open for the long wait
             return silence >= self.fallback;
         }
-        if turn.verdict.is_none() && silence >= samples(self.policy.probe_ms) {
+        if turn.verdict.is_none() && pos >= anchor + samples(self.policy.probe_ms) {
             let audio = open.samples_to_now;
             // the last 8 s, reaching back into a merged turn's audio
             let own = audio.len().min(WINDOW_SAMPLES);
@@ -111,7 +142,8 @@ impl TurnJudge {
             turn.cost += took;
             turn.verdict = Some(match scored {
                 Ok(p) => Verdict {
-                    end: open.end,
+                    confident_end: open.confident_end,
+                    heard_to: pos,
                     probability: Some(p),
                     decision: if p > self.policy.threshold {
                         TurnDecision::Complete
@@ -124,7 +156,8 @@ impl TurnJudge {
                 Err(e) => {
                     tracing::warn!("{e}; this pause ends the turn after the silence-only hangover");
                     Verdict {
-                        end: open.end,
+                        confident_end: open.confident_end,
+                        heard_to: pos,
                         probability: None,
                         decision: TurnDecision::Failed,
                     }

@@ -12,6 +12,7 @@ mod features;
 pub(crate) mod judge;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use features::{TurnFeatures, N_FRAMES, N_MELS, WINDOW_SAMPLES};
@@ -134,13 +135,19 @@ impl TurnModel {
 /// One model shared by every conversation of the process; pauses are
 /// judged one at a time.
 #[derive(Debug, Clone)]
-pub struct SharedTurnModel(Arc<Mutex<TurnModel>>);
+pub struct SharedTurnModel(Arc<Mutex<TurnModel>>, Arc<AtomicU64>);
 
 impl SharedTurnModel {
     /// Shares `model`.
     #[must_use]
     pub fn new(model: TurnModel) -> Self {
-        Self(Arc::new(Mutex::new(model)))
+        Self(Arc::new(Mutex::new(model)), Arc::default())
+    }
+
+    /// Pauses judged so far, by every holder of this model.
+    #[must_use]
+    pub fn judged(&self) -> u64 {
+        self.1.load(Ordering::Relaxed)
     }
 
     /// See [`TurnModel::probability`].
@@ -148,6 +155,7 @@ impl SharedTurnModel {
     /// # Errors
     /// As [`TurnModel::probability`].
     pub fn probability(&self, audio: &[f32]) -> Result<f32, TurnModelError> {
+        self.1.fetch_add(1, Ordering::Relaxed);
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -175,8 +183,16 @@ pub struct TurnPolicy {
     /// Silence after the last speech frame that commits a turn judged
     /// incomplete (the speaker paused mid-sentence), ms. Default 2 000.
     pub incomplete_ms: u32,
-    /// Silence after the last speech frame at which the pause is judged,
-    /// ms. Default 64 (after the speculative attempt has started, 48 ms).
+    /// Silence after the last confident speech frame (see
+    /// [`crate::VadConfig::spec_threshold`]) at which the pause is judged,
+    /// ms; once the detector's decaying tail has run on past what was
+    /// judged, after the last speech frame. Default 48, the speculative
+    /// attempt's silence: the pause is judged on the same detector frame,
+    /// just before the attempt is sent, so the model (67 ms on one idle
+    /// thread) does not compute beside whisper on the same cores, and is
+    /// done before the short wait after a complete pause is over
+    /// (`cargo bench --bench hangover`: judged at 16 ms, a Piper sentence
+    /// heard before its last word had died away was taken for unfinished).
     pub probe_ms: u32,
     /// A turn the judge ended (after the short wait when judged complete,
     /// or after the hangover when unsure) is taken back and merged into the
@@ -196,7 +212,7 @@ impl Default for TurnPolicy {
             incomplete_below: 0.5,
             complete_ms: 100,
             incomplete_ms: 2_000,
-            probe_ms: 64,
+            probe_ms: 48,
             merge_ms: 2_000,
         }
     }
