@@ -90,6 +90,72 @@ fn a_complete_real_sentence_commits_well_before_the_hangover() {
     assert!(semantic <= 450.0, "{semantic}");
 }
 
+/// Each pause is judged on the detector frame its speculative attempt is
+/// sent on, before it is sent (so the model does not compute beside
+/// whisper), and once, however long the detector's decaying tail.
+#[test]
+fn each_pause_is_judged_once_on_the_frame_its_attempt_is_sent() {
+    use voxline_audio::{VadConfig, VadStage};
+    use voxline_core::{AudioFrame, Emitter, SpecBoard, SpecState, Stage as _};
+    let model = model();
+    let (mut attempts, mut judged_with_attempt, mut judged) = (0, 0, 0);
+    for s in pauses::human_sentences(&util::fixture("human")) {
+        let board = SpecBoard::new();
+        let mut stage = VadStage::new(VadConfig {
+            hangover_ms: HANGOVER_MS,
+            ..VadConfig::default()
+        })
+        .unwrap()
+        .with_speculation(
+            board.clone(),
+            voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS,
+        )
+        .with_turn_model(model.clone(), TurnPolicy::default())
+        .unwrap();
+        let clock = Clock::start();
+        let mut audio = s.audio.clone();
+        audio.extend(std::iter::repeat_n(0.0, 48_000));
+        let mut sent = Vec::new();
+        let first = model.judged();
+        // one detector frame a call
+        for (i, c) in audio.chunks(voxline_audio::vad::FRAME_SAMPLES).enumerate() {
+            let start = (i * c.len()) as u64;
+            let before = model.judged();
+            let frame = AudioFrame {
+                start_sample: start,
+                samples: c.to_vec(),
+                captured: clock.sample_due(start),
+                new_recording: i == 0,
+                end_of_stream: false,
+            };
+            stage
+                .process(frame, &mut Emitter::to_vec(&mut sent))
+                .unwrap();
+            for u in sent.drain(..) {
+                if board.state(u.id) != SpecState::Final {
+                    attempts += 1;
+                    judged_with_attempt += usize::from(model.judged() > before);
+                }
+            }
+        }
+        judged += model.judged() - first;
+    }
+    eprintln!(
+        "{attempts} attempts, {judged_with_attempt} judged on their frame; {judged} pauses judged"
+    );
+    assert!(attempts >= 9, "{attempts} attempts on nine sentences");
+    assert_eq!(
+        judged_with_attempt, attempts,
+        "an attempt was sent without its pause being judged on its frame"
+    );
+    // once a pause: no more judgements than attempts (a pause too short to
+    // be kept is neither judged nor sent)
+    assert!(
+        judged as usize <= attempts,
+        "{judged} judged for {attempts} attempts"
+    );
+}
+
 /// A real sentence with a pause of a second or more put in, which the model
 /// ends early at the pause: cut in two without the merge window, one turn
 /// with it (the first part shown, taken back, and answered as a whole).
