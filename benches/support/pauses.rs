@@ -343,6 +343,19 @@ pub fn committed_turns(
     turns_and_merged(audio, hangover_ms, semantic).0
 }
 
+/// Chunk `i` (of `chunk` samples each) of one recording replayed from its
+/// start, as the VAD stage receives it, due on `clock`.
+pub fn replay_frame(i: usize, chunk: usize, samples: &[f32], clock: &Clock) -> AudioFrame {
+    let start = (i * chunk) as u64;
+    AudioFrame {
+        start_sample: start,
+        samples: samples.to_vec(),
+        captured: clock.sample_due(start),
+        new_recording: i == 0,
+        end_of_stream: false,
+    }
+}
+
 /// As [`committed_turns`], and the turns that were shown (released) and
 /// then taken back because the speaker went on, each as (end of speech,
 /// released at).
@@ -393,13 +406,7 @@ pub fn turns_and_merged(
     };
     for (i, c) in padded.chunks(320).enumerate() {
         let start = (i * 320) as u64;
-        let frame = AudioFrame {
-            start_sample: start,
-            samples: c.to_vec(),
-            captured: clock.sample_due(start),
-            new_recording: i == 0,
-            end_of_stream: false,
-        };
+        let frame = replay_frame(i, 320, c, &clock);
         stage
             .process(frame, &mut Emitter::to_vec(&mut sent))
             .unwrap();

@@ -96,7 +96,7 @@ fn a_complete_real_sentence_commits_well_before_the_hangover() {
 #[test]
 fn each_pause_is_judged_once_on_the_frame_its_attempt_is_sent() {
     use voxline_audio::{VadConfig, VadStage};
-    use voxline_core::{AudioFrame, Emitter, SpecBoard, SpecState, Stage as _};
+    use voxline_core::{Emitter, SpecBoard, SpecState, Stage as _};
     let model = model();
     let (mut attempts, mut judged_with_attempt, mut judged) = (0, 0, 0);
     for s in pauses::human_sentences(&util::fixture("human")) {
@@ -118,16 +118,10 @@ fn each_pause_is_judged_once_on_the_frame_its_attempt_is_sent() {
         let mut sent = Vec::new();
         let first = model.judged();
         // one detector frame a call
-        for (i, c) in audio.chunks(voxline_audio::vad::FRAME_SAMPLES).enumerate() {
-            let start = (i * c.len()) as u64;
+        let frame = voxline_audio::vad::FRAME_SAMPLES;
+        for (i, c) in audio.chunks(frame).enumerate() {
             let before = model.judged();
-            let frame = AudioFrame {
-                start_sample: start,
-                samples: c.to_vec(),
-                captured: clock.sample_due(start),
-                new_recording: i == 0,
-                end_of_stream: false,
-            };
+            let frame = pauses::replay_frame(i, frame, c, &clock);
             stage
                 .process(frame, &mut Emitter::to_vec(&mut sent))
                 .unwrap();
