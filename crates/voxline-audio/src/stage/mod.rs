@@ -10,7 +10,7 @@ use voxline_core::{
 use crate::barge::{BargeInOptions, BargeWatch};
 use crate::turn::judge::{OpenTurn, TurnJudge};
 use crate::turn::{SharedTurnModel, TurnPolicy};
-use crate::vad::{Endpointer, Segment, VadConfig, FRAME_SAMPLES};
+use crate::vad::{Endpointer, Segment, VadConfig, FRAME_SAMPLES, TAIL_GRACE};
 use crate::AudioError;
 
 /// A speculative attempt in flight.
@@ -24,12 +24,6 @@ struct Pending {
     confident_end: Option<u64>,
     sent_at: u64,
 }
-
-/// How far the detector's decaying tail (frames at or above the speech
-/// threshold but below the confident one) may run past the end of an
-/// attempt's audio and the attempt still commit: 64 ms, four detector frames.
-/// A tail that runs on is speech going on softly, and cancels it.
-const SPEC_TAIL_GRACE: u64 = 4 * FRAME_SAMPLES as u64;
 
 /// Frames whose capture instants [`VadStage`] keeps for placing utterance
 /// ends in time (about 40 s of 10 ms capture blocks).
@@ -265,7 +259,7 @@ impl VadStage {
     }
 
     /// Handles a closed segment: commits the attempt that sent it (the same
-    /// start; its speech ending within [`SPEC_TAIL_GRACE`] of the attempt's
+    /// start; its speech ending within [`TAIL_GRACE`] of the attempt's
     /// audio), or cancels a stale attempt and sends the segment as an
     /// ordinary utterance.
     fn close(&mut self, seg: Segment, closed: u64, out: &mut Emitter<'_, Utterance>) {
@@ -319,7 +313,7 @@ impl VadStage {
         if let Some(p) = self.pending.take() {
             let same = !seg.forced_split
                 && p.start == seg.start_sample + origin
-                && seg.end_sample + origin <= p.end + SPEC_TAIL_GRACE;
+                && seg.end_sample + origin <= p.end + TAIL_GRACE;
             if same && self.spec.is_some() {
                 self.account(p.id, &seg, closed, out);
             }
@@ -363,7 +357,7 @@ impl VadStage {
 
     /// After each detector frame: cancels an attempt whose utterance went on
     /// (a confident speech frame after it, or the detector's tail running more
-    /// than [`SPEC_TAIL_GRACE`] past its audio), and starts one, with the audio
+    /// than [`TAIL_GRACE`] past its audio), and starts one, with the audio
     /// up to now, when the silence after the last confident speech frame is
     /// long enough.
     fn speculate(&mut self, pos: u64, out: &mut Emitter<'_, Utterance>) {
@@ -383,7 +377,7 @@ impl VadStage {
         });
         if let Some(p) = self.pending {
             let went_on = open.is_none_or(|(start, end, confident, ..)| {
-                start != p.start || confident > p.confident_end || end > p.end + SPEC_TAIL_GRACE
+                start != p.start || confident > p.confident_end || end > p.end + TAIL_GRACE
             });
             if went_on {
                 // Speech went on softly (no new confident frame): until the

@@ -219,7 +219,7 @@ fn a_confident_threshold_speculates_sooner_and_keeps_the_whole_word() {
     // The attempt sends the audio up to where it was sent: every speech
     // frame of the segment the hangover closes (the tail included).
     assert!(
-        sent_end + SPEC_TAIL_GRACE >= seg_end,
+        sent_end + TAIL_GRACE >= seg_end,
         "the attempt's audio ends {} samples before the segment's speech",
         seg_end.saturating_sub(sent_end)
     );

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use voxline_core::{Clock, Emitter, Message, SAMPLE_RATE};
 
+use crate::vad::TAIL_GRACE;
+
 use super::{EndOfTurn, SharedTurnModel, TurnDecision, TurnPolicy, WINDOW_SAMPLES};
 
 fn samples(ms: u32) -> u64 {
@@ -27,11 +29,6 @@ pub(crate) struct OpenTurn<'a> {
     /// The audio of a turn taken back and merged into this one, before it.
     pub lead_in: &'a [f32],
 }
-
-/// How far the detector's decaying tail may run past the audio a verdict
-/// heard before the verdict is stale: 64 ms, four detector frames, as for a
-/// speculative attempt. A tail that runs on is speech going on softly.
-const TAIL_GRACE: u64 = 4 * crate::vad::FRAME_SAMPLES as u64;
 
 #[derive(Debug, Clone, Copy)]
 struct Verdict {

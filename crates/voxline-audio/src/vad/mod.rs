@@ -69,6 +69,13 @@ use crate::TARGET_RATE;
 /// Samples per detector frame (16 ms at 16 kHz), fixed by earshot.
 pub const FRAME_SAMPLES: usize = 256;
 
+/// How far the detector's decaying tail (frames at or above the speech
+/// threshold but below the confident one) may run past the audio that was
+/// sent or judged at a pause before that is stale: 64 ms, four detector
+/// frames. A tail that runs on is speech going on softly. Shared by the
+/// speculative attempt and the end-of-turn judgement.
+pub(crate) const TAIL_GRACE: u64 = 4 * FRAME_SAMPLES as u64;
+
 /// Largest accepted `max_utterance_ms` (10 minutes), which bounds memory per utterance.
 pub const MAX_UTTERANCE_LIMIT_MS: u32 = 600_000;
 
