@@ -54,6 +54,10 @@ if [[ -d $fb ]]; then
   done
   [[ -n $(ls "$fb/missing") ]] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(cd "$fb/missing" && pwd)
 fi
+# the engines' load logs (off by default) say where each computes: ggml's
+# CUDA devices, llama.cpp's "offloaded N/N layers", voxline's "computes on
+# the GPU" for an engine that takes no CPU lease
+export VOXLINE_LOG=${VOXLINE_LOG:-warn,voxline_stt=info,voxline_llm=info,llama-cpp-2=info,whisper_rs=info}
 say "binary $BIN, models $MODELS, python $PY, LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 { ldd "$BIN" | grep -Ei 'cuda|cublas|not found'; "$BIN" --version; } >>"$log" 2>&1
 

@@ -18,7 +18,12 @@ cd "$(dirname "$0")/../.."
 
 BIN=${VOXLINE_BIN:-target/cuda/release/voxline}
 MODELS=${VOXLINE_MODELS_DIR:-models}
-CHUNK_MIB=${CHUNK_MIB:-60}
+# each call sends the working tree (tracked and untracked-not-ignored files)
+# beside its carry, 64 MiB in all: a chunk gets what the tree leaves, less
+# 2 MiB for meta/ (with the last chunk) and for the tree growing a little
+tree_bytes=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+CHUNK_MIB=${CHUNK_MIB:-$(( (64 * 1048576 - tree_bytes) / 1048576 - 2 ))}
+(( CHUNK_MIB >= 8 )) || { echo "the working tree ($((tree_bytes / 1048576)) MiB) leaves no room in a 64 MiB call; ignore what need not travel" >&2; exit 2; }
 OUTDIR=${PACK_DIR:-target/gpu-pack}
 # what `voxline bench` loads with its default models: the default whisper
 # (tiny.en q8_0) and LLM, and the manifest that lets voxline check them
@@ -107,6 +112,6 @@ chmod +x "$OUTDIR/meta/unpack.sh"
   echo "call $n: carry [\"$OUTDIR/c$n\", \"$OUTDIR/meta\"]  command: sh $OUTDIR/meta/unpack.sh && bash benches/gpu/device.sh"
 } >"$OUTDIR/calls.txt"
 
-echo "== $OUTDIR: $n chunk(s) of at most $CHUNK_MIB MiB"
+echo "== $OUTDIR: $n chunk(s) of at most $CHUNK_MIB MiB (the working tree that travels with each: $((tree_bytes / 1024)) KiB)"
 (cd "$OUTDIR" && ls -l c*/part meta/* | awk '{print $5, $NF}')
 cat "$OUTDIR/calls.txt"

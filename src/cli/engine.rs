@@ -219,6 +219,10 @@ impl EngineArgs {
             if self.stt_gpu {
                 warnings.push("--stt-gpu: this build has no GPU support (built without --features cuda); whisper runs on the CPU".into());
             }
+        } else if (self.stt_gpu || self.n_gpu_layers > 0) && voxline_llm::gpu_devices().is_empty() {
+            warnings.push(
+                "--stt-gpu/--n-gpu-layers: this CUDA build finds no GPU (no device, or no driver); both engines run on the CPU".into(),
+            );
         }
         let threads = if self.cpu_share == CpuShare::Priority {
             ThreadBudget::priority(Some(threads.total))?

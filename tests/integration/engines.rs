@@ -109,3 +109,73 @@ fn a_full_context_drops_the_oldest_turn_without_evaluating_the_rest_again() {
     }
     assert!(shifted >= 5, "the context filled only {shifted} times");
 }
+
+/// Asked for a GPU that is not there (every build CI makes; a CUDA build on
+/// a machine without a device), both engines compute on the CPU as if not
+/// asked: on the pipeline's threads, under its CPU lease. whisper's view of
+/// ggml's devices and llama.cpp's are the same list (one ggml in the binary).
+#[test]
+fn engines_asked_for_a_missing_gpu_stay_on_the_pipelines_threads_and_lease() {
+    use voxline_llm::ChatBackend;
+    use voxline_stt::SpeechToText;
+    let _g = util::engine_lock();
+    let threads = util::threads_each();
+    let whisper_sees = voxline_stt::gpu_device();
+    assert_eq!(
+        whisper_sees,
+        voxline_llm::gpu_devices().first().cloned(),
+        "whisper and llama.cpp read one ggml's devices"
+    );
+    if !cfg!(feature = "cuda") {
+        assert_eq!(
+            whisper_sees, None,
+            "a build without `cuda` has no GPU device"
+        );
+    }
+    if whisper_sees.is_some() {
+        // a GPU is here: `benches/gpu/device.sh` is where that path is measured
+        return;
+    }
+
+    let mut config = SttConfig::new(util::whisper_model(), threads);
+    config.use_gpu = true;
+    let mut stt = SttEngine::load(config).unwrap();
+    assert_eq!(stt.gpu(), None);
+    assert!(stt.computes_here(), "on the CPU, whisper takes the lease");
+    assert_eq!(SpeechToText::threads(&stt), threads);
+    let t = stt
+        .transcribe(&util::read_16k(&util::fixture("q_capital.wav")))
+        .unwrap();
+    let expected = &util::expected_texts("q_capital.wav")[0];
+    assert!(word_error_rate(expected, &t.text) <= 0.1, "{t:?}");
+
+    let mut config = LlmConfig::new(util::llm_model(), threads);
+    config.n_gpu_layers = 999;
+    config.max_tokens = 8;
+    let mut llm = LlmEngine::load(config).unwrap();
+    assert_eq!(llm.model().gpu(), None);
+    assert!(llm.computes_here(), "on the CPU, llama.cpp takes the lease");
+    assert_eq!(llm.threads(), (threads, threads));
+    assert_eq!(ChatBackend::adapt_threads(&mut llm).unwrap(), threads);
+    let r = llm
+        .respond("What is the capital of France?", &mut |_| true)
+        .unwrap();
+    assert!(r.n_sampled >= 1, "{r:?}");
+    drop(llm);
+
+    // the batching worker many conversations share: its steps count its
+    // threads and take the lease
+    let mut config = LlmConfig::new(util::llm_model(), threads);
+    config.n_gpu_layers = 999;
+    let opts = voxline_llm::serving::ServingOptions {
+        sessions: 1,
+        lease: voxline_core::CpuLease::default(),
+        meter: voxline_core::ThreadMeter::default(),
+    };
+    let server = voxline_llm::serving::BatchServer::start(config, opts.clone()).unwrap();
+    assert_eq!(server.gpu(), None);
+    assert_eq!(server.threads(), threads);
+    let mut client = server.client().unwrap();
+    client.respond("Hello.", &mut |_| true).unwrap();
+    assert_eq!(opts.meter.peak(), threads, "its steps were counted");
+}

@@ -106,8 +106,20 @@ impl ChatBackend for LlmEngine {
         LlmEngine::amend_last_answer(self, answer);
     }
 
+    /// 0 when the model is on the GPU: its 1 host thread is not the
+    /// pipeline's CPU budget.
     fn adapt_threads(&mut self) -> Result<usize, LlmError> {
         let (batch, decode) = LlmEngine::adapt_threads(self)?;
-        Ok(batch.max(decode))
+        Ok(if self.model().gpu().is_some() {
+            0
+        } else {
+            batch.max(decode)
+        })
+    }
+
+    /// Not when the model is on the GPU: holding the CPU lease while the GPU
+    /// computes would keep the cores from the engines that need them.
+    fn computes_here(&self) -> bool {
+        self.model().gpu().is_none()
     }
 }

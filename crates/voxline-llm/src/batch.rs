@@ -124,7 +124,7 @@ impl<'m> BatchEngine<'m> {
         }
         let config = model.config().clone();
         let n_seq = u32::try_from(sessions + 1).unwrap_or(u32::MAX);
-        let threads = i32::try_from(config.threads).unwrap_or(1);
+        let threads = i32::try_from(model.context_threads().0).unwrap_or(1);
         let params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(config.n_ctx.saturating_mul(n_seq)))
             .with_n_seq_max(n_seq)
@@ -163,6 +163,13 @@ impl<'m> BatchEngine<'m> {
                 .map_err(|e| LlmError::engine("system prompt", e))?;
         }
         Ok(engine)
+    }
+
+    /// Threads the context computes with: the configured ones, or 1 when
+    /// the model is on the GPU ([`LlmModel::gpu`]).
+    #[must_use]
+    pub fn threads(&self) -> usize {
+        self.model.context_threads().0
     }
 
     /// Sessions this engine serves.

@@ -107,8 +107,7 @@ impl LlmEngine {
     /// [`LlmError::Load`] when llama.cpp cannot create the context,
     /// [`LlmError::Engine`] when the system prompt cannot be evaluated.
     pub fn new(model: LlmModel) -> Result<Self, LlmError> {
-        let config = model.config();
-        let threads_now = (config.threads, config.decode_threads.max(1));
+        let threads_now = model.context_threads();
         let session = Session::try_new(model.clone(), |m| {
             Ok::<_, LlmError>(Contexts {
                 ctx: new_context(m.llama(), m.config(), threads_now)?,
@@ -234,6 +233,10 @@ impl LlmEngine {
         &mut self,
         governor: Option<voxline_core::CpuGovernor>,
     ) -> Result<(), LlmError> {
+        if self.model.gpu().is_some() {
+            // on the GPU: the CPU's load does not slow it, and its 1 thread stays
+            return Ok(());
+        }
         let one = (1, 1);
         if governor.is_some() && self.threads_now != one {
             self.session.with_dependent_mut(|model, contexts| {

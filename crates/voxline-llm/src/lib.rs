@@ -42,6 +42,6 @@ pub use error::{EngineSource, LlmError};
 pub use message::{
     LlmCounters, LlmOut, ServerCounts, ServerTurn, Stop, Token, TokenSource, TurnComplete,
 };
-pub use model::LlmModel;
+pub use model::{gpu_devices, LlmModel};
 pub use stage::{interrupted_answer, LlmStage, RunningLlmStage, STAGE, STAGE_NAME};
 pub use utf8::Utf8Stream;

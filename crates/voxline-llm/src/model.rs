@@ -39,12 +39,29 @@ pub(crate) struct ModelParts {
     pub(crate) config: LlmConfig,
     /// The rendered system prompt, tokenised.
     pub(crate) system_tokens: Vec<LlamaToken>,
+    /// The GPU every layer was offloaded to, if all were.
+    pub(crate) gpu: Option<String>,
+}
+
+/// The GPUs llama.cpp offloads to when asked (`n_gpu_layers` > 0), as
+/// `name (description)`, e.g. `CUDA0 (NVIDIA H200)`. Empty in a build
+/// without a GPU backend (no `cuda` feature) or on a machine whose driver
+/// shows none; the model then computes on the CPU.
+#[must_use]
+pub fn gpu_devices() -> Vec<String> {
+    use llama_cpp_2::LlamaBackendDeviceType as Kind;
+    llama_cpp_2::list_llama_ggml_backend_devices()
+        .into_iter()
+        .filter(|d| matches!(d.device_type, Kind::Gpu | Kind::IntegratedGpu))
+        .map(|d| format!("{} ({})", d.name, d.description))
+        .collect()
 }
 
 impl std::fmt::Debug for LlmModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlmModel")
             .field("config", &self.0.config)
+            .field("gpu", &self.0.gpu)
             .finish_non_exhaustive()
     }
 }
@@ -105,11 +122,20 @@ impl LlmModel {
                 max_tokens: config.max_tokens,
             });
         }
+        // llama.cpp offloads the repeating layers first, then the output
+        // layer: all of them when `n_gpu_layers` exceeds the layer count
+        let gpu = (config.n_gpu_layers > model.n_layer())
+            .then(|| gpu_devices().into_iter().next())
+            .flatten();
+        if let Some(d) = &gpu {
+            tracing::info!(device = %d, layers = model.n_layer(), "the language model computes on the GPU");
+        }
         Ok(Self(Arc::new(ModelParts {
             model,
             template,
             config,
             system_tokens,
+            gpu,
         })))
     }
 
@@ -117,6 +143,26 @@ impl LlmModel {
     #[must_use]
     pub fn config(&self) -> &LlmConfig {
         &self.0.config
+    }
+
+    /// The GPU the model computes on, when every layer was offloaded to one
+    /// (`n_gpu_layers` above the model's layer count, in a build and on a
+    /// machine with a GPU). Only token embedding lookups and sampling then
+    /// run on this process's threads, so its contexts take 1 thread and its
+    /// calls do not take the pipeline's CPU lease.
+    #[must_use]
+    pub fn gpu(&self) -> Option<&str> {
+        self.0.gpu.as_deref()
+    }
+
+    /// The threads a context computes prompt batches and single tokens
+    /// with: the configured ones, or 1 when the model is on the GPU.
+    pub(crate) fn context_threads(&self) -> (usize, usize) {
+        if self.gpu().is_some() {
+            (1, 1)
+        } else {
+            (self.0.config.threads, self.0.config.decode_threads.max(1))
+        }
     }
 
     /// The llama.cpp model.

@@ -9,7 +9,9 @@
 //! evaluates some turn's prompt at [`Priority::Committed`]: the end of that
 //! turn's critical path; plain decoding at [`Priority::Streaming`]), so a
 //! committed transcription waits at most one step, and counts its threads
-//! on the pipeline's meter while it computes.
+//! on the pipeline's meter while it computes. A model offloaded whole to a
+//! GPU ([`LlmModel::gpu`]) computes there: its steps take neither the lease
+//! nor a place on the meter.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -97,12 +99,14 @@ pub struct BatchServer {
     tx: Sender<Cmd>,
     worker: Option<JoinHandle<()>>,
     threads: usize,
+    gpu: Option<String>,
 }
 
 impl std::fmt::Debug for BatchServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BatchServer")
             .field("threads", &self.threads)
+            .field("gpu", &self.gpu)
             .finish_non_exhaustive()
     }
 }
@@ -110,7 +114,8 @@ impl std::fmt::Debug for BatchServer {
 impl BatchServer {
     /// Loads the model of `config` on a worker thread and makes one context
     /// of `opts.sessions` KV sequences (each `config.n_ctx` tokens, plus one
-    /// for the system prompt), computing with `config.threads`.
+    /// for the system prompt), computing with `config.threads` (or on the
+    /// GPU, when the model is offloaded whole).
     ///
     /// # Errors
     /// [`LlmError::Config`] for 0 sessions; the model's or context's load
@@ -121,7 +126,7 @@ impl BatchServer {
                 "batching needs at least one session".into(),
             ));
         }
-        let threads = config.threads.max(1);
+        let config_threads = config.threads.max(1);
         let shared = Arc::new(Shared {
             slots: Mutex::new(vec![false; opts.sessions]),
             counters: Counters::default(),
@@ -146,16 +151,18 @@ impl BatchServer {
                         return;
                     }
                 };
-                let _ = ready_tx.send(Ok(()));
-                Worker::new(engine, &worker_shared, &opts, threads).run(&rx);
+                let gpu = model.gpu().map(str::to_owned);
+                let _ = ready_tx.send(Ok(gpu.clone()));
+                Worker::new(engine, &worker_shared, &opts, gpu.is_none()).run(&rx);
             })
             .map_err(|_| LlmError::Stopped)?;
         match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Self {
+            Ok(Ok(gpu)) => Ok(Self {
                 shared,
                 tx,
                 worker: Some(worker),
-                threads,
+                threads: if gpu.is_some() { 0 } else { config_threads },
+                gpu,
             }),
             Ok(Err(e)) => {
                 let _ = worker.join();
@@ -199,10 +206,16 @@ impl BatchServer {
         lock(&self.shared.slots).len()
     }
 
-    /// Threads every step computes with.
+    /// Threads of the CPU budget every step computes with (0 on the GPU).
     #[must_use]
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// The GPU the model computes on, when it was offloaded whole.
+    #[must_use]
+    pub fn gpu(&self) -> Option<&str> {
+        self.gpu.as_deref()
     }
 
     /// What the worker has done since it started.
@@ -337,7 +350,8 @@ struct Answering {
 struct Worker<'e, 'm> {
     engine: BatchEngine<'m>,
     shared: &'e Shared,
-    lease: CpuLease,
+    /// `None` on the GPU: the steps do not compute on the cores.
+    lease: Option<CpuLease>,
     meter: ThreadMeter,
     threads: usize,
     answering: Vec<Option<Answering>>,
@@ -348,15 +362,16 @@ impl<'e, 'm> Worker<'e, 'm> {
         engine: BatchEngine<'m>,
         shared: &'e Shared,
         opts: &ServingOptions,
-        threads: usize,
+        on_cpu: bool,
     ) -> Self {
+        let threads = engine.threads();
         Self {
             answering: (0..opts.sessions).map(|_| None).collect(),
             engine,
             shared,
-            lease: opts.lease.clone(),
+            lease: on_cpu.then(|| opts.lease.clone()),
             meter: opts.meter.clone(),
-            threads,
+            threads: if on_cpu { threads } else { 0 },
         }
     }
 
@@ -437,7 +452,7 @@ impl<'e, 'm> Worker<'e, 'm> {
         } else {
             Priority::Streaming
         };
-        let lease = self.lease.acquire(priority);
+        let lease = self.lease.as_ref().map(|l| l.acquire(priority));
         let meter = self.meter.enter(self.threads);
         let prefilled_before = self.engine.prefilled_tokens();
         let began = Instant::now();

@@ -53,8 +53,20 @@ impl SpeechToText for SttEngine {
         }
     }
 
+    /// 0 when offloaded to a GPU: the encoder and decoder compute there, and
+    /// only the spectrogram (a few ms) on this process's threads.
     fn threads(&self) -> usize {
-        self.config().threads
+        if self.gpu().is_some() {
+            0
+        } else {
+            self.config().threads
+        }
+    }
+
+    /// Not when offloaded to a GPU: holding the CPU lease while the GPU
+    /// computes would keep the cores from the engines that need them.
+    fn computes_here(&self) -> bool {
+        self.gpu().is_none()
     }
 
     fn set_threads(&mut self, threads: usize) {

@@ -19,6 +19,44 @@ unsafe extern "C" fn poll_abort(data: *mut std::ffi::c_void) -> bool {
     f()
 }
 
+/// The GPU whisper.cpp offloads to when asked (`use_gpu`): the first
+/// GPU among ggml's devices, as `name (description)`, e.g. `CUDA0 (NVIDIA
+/// H200)`. `None` in a build without a GPU backend (no `cuda` feature) or on
+/// a machine whose driver shows none; whisper then computes on the CPU.
+#[must_use]
+pub fn gpu_device() -> Option<String> {
+    use whisper_rs_sys as sys;
+    let text = |p: *const std::ffi::c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: ggml returns NUL-terminated strings owned by its device
+            // registry, which lives as long as the process.
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
+    // SAFETY: ggml's device registry is built once, on first use, and only
+    // read here; device handles stay valid for the life of the process. The
+    // binary holds one ggml, so this is the registry whisper.cpp reads.
+    unsafe {
+        (0..sys::ggml_backend_dev_count()).find_map(|i| {
+            let dev = sys::ggml_backend_dev_get(i);
+            let kind = sys::ggml_backend_dev_type(dev);
+            (kind == sys::ggml_backend_dev_type_GGML_BACKEND_DEVICE_TYPE_GPU
+                || kind == sys::ggml_backend_dev_type_GGML_BACKEND_DEVICE_TYPE_IGPU)
+                .then(|| {
+                    format!(
+                        "{} ({})",
+                        text(sys::ggml_backend_dev_name(dev)),
+                        text(sys::ggml_backend_dev_description(dev))
+                    )
+                })
+        })
+    }
+}
+
 /// One utterance's transcript.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transcription {
@@ -38,12 +76,15 @@ pub struct SttEngine {
     /// Shared by the engines made with [`SttEngine::share`].
     ctx: std::sync::Arc<WhisperContext>,
     config: SttConfig,
+    /// The GPU the model computes on ([`gpu_device`] when `use_gpu`).
+    gpu: Option<String>,
 }
 
 impl std::fmt::Debug for SttEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SttEngine")
             .field("config", &self.config)
+            .field("gpu", &self.gpu)
             .finish_non_exhaustive()
     }
 }
@@ -77,10 +118,15 @@ impl SttEngine {
             path: config.model.clone(),
             source: e.into(),
         })?;
+        let gpu = if config.use_gpu { gpu_device() } else { None };
+        if let Some(d) = &gpu {
+            tracing::info!(device = %d, "whisper computes on the GPU");
+        }
         Ok(Self {
             state,
             ctx: std::sync::Arc::new(ctx),
             config,
+            gpu,
         })
     }
 
@@ -99,6 +145,7 @@ impl SttEngine {
             state,
             ctx: std::sync::Arc::clone(&self.ctx),
             config: self.config.clone(),
+            gpu: self.gpu.clone(),
         })
     }
 
@@ -106,6 +153,14 @@ impl SttEngine {
     #[must_use]
     pub fn config(&self) -> &SttConfig {
         &self.config
+    }
+
+    /// The GPU the model was offloaded to, if it was: asked for
+    /// (`use_gpu`) in a build and on a machine with one. Only the log-mel
+    /// spectrogram is then computed on this process's threads.
+    #[must_use]
+    pub fn gpu(&self) -> Option<&str> {
+        self.gpu.as_deref()
     }
 
     /// Changes the threads used from the next transcription on (at least 1).

@@ -25,7 +25,7 @@ mod text;
 
 pub use backend::SpeechToText;
 pub use config::{AudioCtx, SttConfig};
-pub use engine::{SttEngine, Transcription};
+pub use engine::{gpu_device, SttEngine, Transcription};
 pub use error::SttError;
 pub use normalise::normalise;
 pub use stage::{SttStage, STAGE, STAGE_NAME};
