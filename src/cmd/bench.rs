@@ -229,6 +229,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         fault,
         cancel_on_stop: false,
         barge_in: None,
+        probe_host: true,
         before_load: &|| {
             bar.set_style(
                 indicatif::ProgressStyle::with_template("{spinner} loading models {elapsed}")
@@ -253,10 +254,20 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     if let Some((path, base)) = &baseline {
         let (metrics, verdict) =
             voxline_report::bench::compare_values(&serde_json::to_value(&rep)?, base);
+        let probe = |v: &serde_json::Value| {
+            v.pointer("/host/probe_ms")
+                .and_then(serde_json::Value::as_f64)
+        };
+        let host_ratio = rep
+            .host
+            .map(|h| h.probe_ms)
+            .zip(probe(base))
+            .map(|(now, then)| now / then);
         rep.baseline = Some(report::BaselineResult {
             path: path.clone(),
             verdict,
             metrics,
+            host_ratio,
         });
     }
     let svg = voxline_report::bench::timeline_svg(&rep)
@@ -277,6 +288,9 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     finish_report(&rep, None, false)?;
     if let Some(b) = &rep.baseline {
         eprintln!("voxline: against {}: {}", b.path.display(), b.verdict);
+        if let Some(h) = b.host_ratio.filter(|h| !(0.9..=1.1).contains(h)) {
+            eprintln!("voxline:   the host's probe is ×{h:.2} the baseline's: the two runs' hosts differ in speed, and the ratios below measure that too");
+        }
         for c in &b.metrics {
             eprintln!(
                 "voxline:   {:<34} {:>10.1} → {:>10.1}  ×{:.2}  {}",

@@ -191,6 +191,7 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
             threshold: args.barge_in_threshold,
             min_speech_ms: args.barge_in_ms,
         }),
+        probe_host: false,
         before_load: &|| {
             if !quiet {
                 eprintln!("voxline: loading models");

@@ -69,6 +69,9 @@ pub(crate) struct Run<'a> {
     pub(crate) cancel_on_stop: bool,
     /// How speech over the voice stops it (live; `None`: never).
     pub(crate) barge_in: Option<voxline_audio::BargeInOptions>,
+    /// Probe the host's speed before the models load and after the run
+    /// (`bench` always; any run whose budget has `[host]`).
+    pub(crate) probe_host: bool,
     /// Called after the warnings are shown, just before the models load.
     pub(crate) before_load: &'a dyn Fn(),
     /// Called once the models are loaded, just before the audio starts.
@@ -171,6 +174,9 @@ impl Session {
         for w in &self.warnings {
             eprintln!("voxline: warning: {w}");
         }
+        // the probe runs with nothing loaded yet, on the pipeline's threads
+        let probe = (run.probe_host || self.budget.as_ref().is_some_and(|b| b.host.is_some()))
+            .then(|| report::host::HostProbe::before(self.settings.threads.total));
         (run.before_load)();
         let (stt, llm, mut model_load_ms) = load_engines(&mut self.settings)?;
         let t0 = Instant::now();
@@ -216,7 +222,7 @@ impl Session {
         config.voice = self.voice.as_ref().map(|v| v.name().to_owned());
         self.endpointing.record(&mut config);
         let load_ms = model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0;
-        let report = match tally {
+        let mut report = match tally {
             Some(t) => {
                 // every thread is joined: nothing else holds it now
                 let mut t = t.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -225,6 +231,9 @@ impl Session {
             }
             None => report::build(&result, config, load_ms, self.budget.as_ref()),
         };
+        if let Some(p) = probe {
+            report.set_host(p.after(), self.budget.as_ref());
+        }
         Ok(Some(Ran { result, report }))
     }
 }

@@ -38,7 +38,9 @@ fn report_json_matches_the_golden_schema_and_budgets_set_the_exit_code() {
     let pass = dir.path().join("pass.toml");
     std::fs::write(
         &pass,
-        "[response_latency_ms]\np50 = 60000\n[terms.stt]\np95 = 60000\n[max]\nerrors = 0\ndropped = 0\n",
+        // a reference host far faster than any: the time limits are scaled by max_scale
+        "[response_latency_ms]\np50 = 60000\n[terms.stt]\np95 = 60000\n[terms.endpoint]\np95 = 60000\n\
+         [max]\nerrors = 0\ndropped = 0\n[host]\nreference_ms = 0.001\nmax_scale = 1.5\n",
     )
     .unwrap();
     let out = util::voxline_bin()
@@ -107,12 +109,33 @@ fn report_json_matches_the_golden_schema_and_budgets_set_the_exit_code() {
     assert_eq!(terms["stt"], t["stt_ms"]);
     assert!(v["summary"]["terms_ms"]["llm_first_token"]["p50"].is_number());
     let checks = v["summary"]["budget"]["checks"].as_array().unwrap();
-    assert!(
-        checks
-            .iter()
-            .any(|c| c["limit"] == "terms.stt.p95 <= 60000"),
+    let limits: Vec<&str> = checks.iter().filter_map(|c| c["limit"].as_str()).collect();
+    assert_eq!(
+        limits[..3],
+        [
+            "response_latency_ms.p50 <= 90000 (60000 × 1.5 for the host)",
+            // the endpointer's delay does not depend on the host's speed
+            "terms.endpoint.p95 <= 60000",
+            "terms.stt.p95 <= 90000 (60000 × 1.5 for the host)",
+        ],
         "{checks:?}"
     );
+    // the host was probed before and after the run, on the pipeline's threads
+    let host = &v["host"];
+    let (before, after) = (
+        host["before_ms"].as_f64().unwrap(),
+        host["after_ms"].as_f64().unwrap(),
+    );
+    assert!(before > 0.0 && after > 0.0, "{host}");
+    let probe = host["probe_ms"].as_f64().unwrap();
+    assert!((probe - (before + after) / 2.0).abs() < 1e-9, "{host}");
+    assert_eq!(host["threads"], v["config"]["threads"][0], "{host}");
+    let scale = &v["summary"]["budget"]["host"];
+    assert_eq!(
+        (scale["factor"].as_f64(), scale["reference_ms"].as_f64()),
+        (Some(1.5), Some(0.001))
+    );
+    assert_eq!(scale["probe_ms"], host["probe_ms"]);
     for k in [
         "id",
         "transcript",

@@ -20,7 +20,18 @@
 //! dropped = 0             # audio dropped, 16 kHz frames (16000 = 1 s)
 //! errors = 0              # turns that ended in an error
 //! wer = 0.1               # mean word error rate against the sidecars
+//! [host]                  # the limits were set on a host whose probe took
+//! reference_ms = 60       # this long (`report.json` → host.probe_ms)
+//! max_scale = 4.0         # at most this much slower is allowed for
 //! ```
+//!
+//! With `[host]`, a run on a slower host than the reference (its probe,
+//! [`crate::host`], measured beside the same run) has its time limits
+//! multiplied and its rate minimums divided by `probe_ms / reference_ms`,
+//! from 1 (a faster host is held to the limits as written) up to
+//! `max_scale`. Limits that do not depend on the machine's speed are never
+//! scaled: the endpoint delay (the endpointer's hangover, on the virtual
+//! clock), the `endpoint` term, dropped audio, errors and WER.
 
 use std::path::Path;
 
@@ -31,7 +42,7 @@ use std::collections::BTreeMap;
 use voxline_core::Topology;
 
 use crate::stats::Percentiles;
-use crate::{BudgetCheck, BudgetResult, Report};
+use crate::{BudgetCheck, BudgetResult, HostScale, Report};
 use voxline_pipeline::BadInput;
 
 /// Upper limits on percentiles, in ms.
@@ -93,6 +104,31 @@ pub struct Budget {
     pub min: Option<MinLimits>,
     /// Upper limits.
     pub max: Option<MaxLimits>,
+    /// The host the limits were set on, for scaling them on a slower one.
+    pub host: Option<HostReference>,
+}
+
+/// The host a budget's limits were set on (`[host]`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostReference {
+    /// The probe's time on that host, ms ([`crate::host::HostSpeed::probe_ms`]).
+    pub reference_ms: f64,
+    /// The most the limits are scaled by (default [`DEFAULT_MAX_SCALE`]): a host
+    /// slower than that fails on its own slowness, not on the budget.
+    pub max_scale: Option<f64>,
+}
+
+/// The default `[host] max_scale`.
+pub const DEFAULT_MAX_SCALE: f64 = 4.0;
+
+impl HostReference {
+    /// The factor for a host whose probe took `probe_ms`: measured ÷ reference,
+    /// from 1 up to `max_scale`.
+    #[must_use]
+    pub fn scale(&self, probe_ms: f64) -> f64 {
+        (probe_ms / self.reference_ms).clamp(1.0, self.max_scale.unwrap_or(DEFAULT_MAX_SCALE))
+    }
 }
 
 impl Budget {
@@ -123,7 +159,11 @@ impl Budget {
             });
             format!("invalid budget{at}: {}", e.message().replace('\n', " "))
         })?;
-        if b == Self::default() {
+        if (Self {
+            host: None,
+            ..b.clone()
+        }) == Self::default()
+        {
             return Err("the budget sets no limits; see the README for its keys".into());
         }
         b.check_ranges()?;
@@ -208,6 +248,19 @@ impl Budget {
                 ));
             }
         }
+        if let Some(h) = &self.host {
+            if !h.reference_ms.is_finite() || h.reference_ms <= 0.0 {
+                return Err(format!(
+                    "host.reference_ms = {} is out of range: give the probe's time on the reference host, in ms, above 0",
+                    h.reference_ms
+                ));
+            }
+            if let Some(m) = h.max_scale.filter(|m| !m.is_finite() || *m < 1.0) {
+                return Err(format!(
+                    "host.max_scale = {m} is out of range: give a finite factor from 1 up"
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -216,10 +269,47 @@ impl Budget {
     pub fn evaluate(&self, r: &Report) -> BudgetResult {
         let mut checks = Vec::new();
         let s = &r.summary;
+        let host = self.host.as_ref().map(|h| HostScale {
+            reference_ms: h.reference_ms,
+            probe_ms: r.host.map(|m| m.probe_ms),
+            factor: r.host.map_or(1.0, |m| h.scale(m.probe_ms)),
+        });
+        let factor = host.map_or(1.0, |h| h.factor);
+        // "<= 2400", or "<= 4560 (2400 × 1.9 for the host)" when scaled
+        let shown = |limit: f64, factor: f64, op: &str| {
+            if factor > 1.0 {
+                let (scaled, by) = if op == ">=" {
+                    (limit / factor, "÷")
+                } else {
+                    (limit * factor, "×")
+                };
+                // whole milliseconds; rates and factors to two decimals
+                let round = |v: f64| {
+                    if v.abs() >= 100.0 {
+                        v.round()
+                    } else {
+                        (v * 100.0).round() / 100.0
+                    }
+                };
+                format!(
+                    "{op} {} ({limit} {by} {} for the host)",
+                    round(scaled),
+                    round(factor)
+                )
+            } else {
+                format!("{op} {limit}")
+            }
+        };
         let pct = |checks: &mut Vec<BudgetCheck>,
                    name: &str,
                    l: &PercentileLimits,
                    got: Option<Percentiles>| {
+            // the endpointer's delay does not depend on the machine's speed
+            let factor = if name == "endpoint_delay_ms" || name == "terms.endpoint" {
+                1.0
+            } else {
+                factor
+            };
             for (q, limit, v) in [
                 ("p50", l.p50, got.map(|p| p.p50)),
                 ("p90", l.p90, got.map(|p| p.p90)),
@@ -227,10 +317,11 @@ impl Budget {
                 ("p99", l.p99, got.map(|p| p.p99)),
             ] {
                 if let Some(limit) = limit {
+                    let scaled = limit * factor;
                     checks.push(BudgetCheck {
-                        limit: format!("{name}.{q} <= {limit}"),
+                        limit: format!("{name}.{q} {}", shown(limit, factor, "<=")),
                         measured: v,
-                        passed: v.is_some_and(|v| v <= limit),
+                        passed: v.is_some_and(|v| v <= scaled),
                     });
                 }
             }
@@ -263,10 +354,11 @@ impl Budget {
                 ("stt_rtfx", m.stt_rtfx, s.stt_rtfx.map(|p| p.p50)),
             ] {
                 if let Some(limit) = limit {
+                    let scaled = limit / factor;
                     checks.push(BudgetCheck {
-                        limit: format!("{name}.p50 >= {limit}"),
+                        limit: format!("{name}.p50 {}", shown(limit, factor, ">=")),
                         measured: v,
-                        passed: v.is_some_and(|v| v >= limit),
+                        passed: v.is_some_and(|v| v >= scaled),
                     });
                 }
             }
@@ -302,6 +394,7 @@ impl Budget {
             passed: violations.is_empty(),
             checks,
             violations,
+            host,
         }
     }
 }
@@ -395,12 +488,100 @@ mod tests {
     }
 
     #[test]
+    fn a_slower_host_scales_the_limits_that_depend_on_speed_and_no_others() {
+        let b = Budget::parse(
+            "[response_latency_ms]\np50 = 1000\n[endpoint_delay_ms]\np95 = 800\n\
+             [terms.endpoint]\np95 = 800\n[terms.stt]\np95 = 500\n\
+             [min]\nllm_decode_tps = 30\nstt_rtfx = 0.5\n[max]\nwer = 0.1\n\
+             [host]\nreference_ms = 50\nmax_scale = 3\n",
+        )
+        .unwrap();
+        let mut r = report(&[2400.0], 0);
+        let s = &mut r.summary;
+        s.endpoint_delay_ms = Percentiles::of(&[900.0]);
+        s.terms_ms
+            .insert("endpoint".into(), Percentiles::of(&[900.0]).unwrap());
+        s.terms_ms
+            .insert("stt".into(), Percentiles::of(&[1200.0]).unwrap());
+        s.llm_decode_tps = Percentiles::of(&[12.0]);
+        s.stt_rtfx = Percentiles::of(&[0.2]);
+        s.wer = Some(0.2);
+        let verdicts = |b: &Budget, r: &Report| -> Vec<(String, bool)> {
+            (b.evaluate(r).checks.into_iter())
+                .map(|c| (c.limit, c.passed))
+                .collect()
+        };
+        let host = |probe_ms: f64| crate::host::HostSpeed {
+            threads: 2,
+            before_ms: probe_ms,
+            after_ms: probe_ms,
+            probe_ms,
+        };
+        // not probed: the limits as written
+        let strict = verdicts(&b, &r);
+        assert!(strict.iter().all(|(_, passed)| !passed), "{strict:?}");
+        assert_eq!(strict[0].0, "response_latency_ms.p50 <= 1000");
+        assert_eq!(b.evaluate(&r).host.unwrap().probe_ms, None);
+        // a faster host: the limits as written, never tighter
+        r.host = Some(host(20.0));
+        assert_eq!(verdicts(&b, &r), strict);
+        assert_eq!(b.evaluate(&r).host.unwrap().factor, 1.0);
+        // 2.5× slower: speed-bound limits scaled, the endpoint's and WER not
+        r.host = Some(host(125.0));
+        assert_eq!(
+            verdicts(&b, &r),
+            [
+                (
+                    "response_latency_ms.p50 <= 2500 (1000 × 2.5 for the host)",
+                    true
+                ),
+                ("endpoint_delay_ms.p95 <= 800", false),
+                ("terms.endpoint.p95 <= 800", false),
+                ("terms.stt.p95 <= 1250 (500 × 2.5 for the host)", true),
+                ("llm_decode_tps.p50 >= 12 (30 ÷ 2.5 for the host)", true),
+                ("stt_rtfx.p50 >= 0.2 (0.5 ÷ 2.5 for the host)", true),
+                ("wer <= 0.1", false),
+            ]
+            .map(|(l, p)| (l.to_owned(), p))
+        );
+        let got = b.evaluate(&r).host.unwrap();
+        assert_eq!(
+            (got.reference_ms, got.probe_ms, got.factor),
+            (50.0, Some(125.0), 2.5)
+        );
+        // slower than max_scale: scaled by max_scale only
+        r.host = Some(host(500.0));
+        assert_eq!(b.evaluate(&r).host.unwrap().factor, 3.0);
+        assert_eq!(
+            verdicts(&b, &r)[0],
+            (
+                "response_latency_ms.p50 <= 3000 (1000 × 3 for the host)".into(),
+                true
+            )
+        );
+        // without [host], a probe changes nothing
+        let plain = Budget::parse("[response_latency_ms]\np50 = 1000\n").unwrap();
+        assert_eq!(plain.evaluate(&r).host, None);
+        assert!(!plain.evaluate(&r).passed);
+        // the default cap
+        let h = HostReference {
+            reference_ms: 10.0,
+            max_scale: None,
+        };
+        assert_eq!(h.scale(1000.0), DEFAULT_MAX_SCALE);
+    }
+
+    #[test]
     fn rejects_typos_and_empty_budgets() {
         assert!(Budget::parse("[response_latency]\np50 = 1")
             .unwrap_err()
             .contains("unknown field"));
         assert!(Budget::parse("[min]\nllm_decode_tps = \"fast\"").is_err());
         assert!(Budget::parse("").unwrap_err().contains("no limits"));
+        // a host and nothing to scale is no budget either
+        assert!(Budget::parse("[host]\nreference_ms = 50")
+            .unwrap_err()
+            .contains("no limits"));
         for (text, key) in [
             (
                 "[response_latency_ms]\np50 = -5",
@@ -413,9 +594,20 @@ mod tests {
             ("[stt_ms]\np99 = inf", "stt_ms.p99 = inf"),
             ("[min]\nllm_decode_tps = nan", "min.llm_decode_tps = NaN"),
             ("[max]\nwer = -0.1", "max.wer = -0.1"),
+            (
+                "[max]\nwer = 0.1\n[host]\nreference_ms = 0",
+                "host.reference_ms = 0",
+            ),
+            (
+                "[max]\nwer = 0.1\n[host]\nreference_ms = 50\nmax_scale = 0.5",
+                "host.max_scale = 0.5",
+            ),
         ] {
             let e = Budget::parse(text).unwrap_err();
-            assert!(e.contains(key) && e.contains("from 0 up"), "{text:?}: {e}");
+            assert!(
+                e.contains(key) && e.contains("is out of range"),
+                "{text:?}: {e}"
+            );
         }
         assert!(Budget::parse("[response_latency_ms]\np50 = 0").is_ok());
         assert!(Budget::parse("[max\n")

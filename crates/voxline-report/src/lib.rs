@@ -34,6 +34,7 @@
 pub mod bench;
 pub mod budget;
 pub mod conversation;
+pub mod host;
 pub mod stats;
 pub mod tally;
 
@@ -60,9 +61,9 @@ pub use csv::to_csv;
 pub(crate) use gather::{finish_turn, turn_report, Gathered, TurnContext};
 pub use markdown::to_markdown;
 pub use schema::{
-    BaselineResult, Bottleneck, BudgetCheck, BudgetResult, ColdStart, Report, ReportClock,
-    RunConfig, ServerSummary, ServerTurnReport, SpecSummary, StageReport, StageWork, Summary,
-    TurnReport, TurnTimeline, SCHEMA_VERSION,
+    BaselineResult, Bottleneck, BudgetCheck, BudgetResult, ColdStart, HostScale, Report,
+    ReportClock, RunConfig, ServerSummary, ServerTurnReport, SpecSummary, StageReport, StageWork,
+    Summary, TurnReport, TurnTimeline, SCHEMA_VERSION,
 };
 pub(crate) use stages::{dropped_total, in_flow_order, stage_report, StageTotals, TokenTotals};
 pub use timeline::timeline_svg;
@@ -264,6 +265,7 @@ pub(crate) fn assemble(
         failed: run.outcome.failed.clone(),
         interrupted: run.interrupted,
         baseline: None,
+        host: None,
         live: run.live.clone(),
         topology: run.topology.clone(),
     };
@@ -271,6 +273,18 @@ pub(crate) fn assemble(
         report.summary.budget = b.evaluate(&report);
     }
     report
+}
+
+impl Report {
+    /// Records the host's speed, probed beside the run, and judges the
+    /// report against `budget` again with it (a budget with `[host]` scales
+    /// its limits by it).
+    pub fn set_host(&mut self, host: host::HostSpeed, budget: Option<&budget::Budget>) {
+        self.host = Some(host);
+        if let Some(b) = budget {
+            self.summary.budget = b.evaluate(self);
+        }
+    }
 }
 
 #[cfg(test)]

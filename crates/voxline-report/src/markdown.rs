@@ -21,6 +21,21 @@ pub fn to_markdown(r: &Report) -> String {
         r.summary.bottleneck.latency.as_deref().unwrap_or("–")
     );
     let _ = writeln!(s, "- **Why:** {}", r.summary.bottleneck.reason);
+    if let Some(h) = &r.host {
+        let _ = write!(
+            s,
+            "- **Host:** probe {:.1} ms on {} threads (before {:.1}, after {:.1})",
+            h.probe_ms, h.threads, h.before_ms, h.after_ms
+        );
+        if let Some(b) = &r.summary.budget.host {
+            let _ = write!(
+                s,
+                "; the budget's reference host {:.1} ms, its limits ×{:.2}",
+                b.reference_ms, b.factor
+            );
+        }
+        let _ = writeln!(s);
+    }
     let verdict = if !r.summary.budget.given {
         "no budget given"
     } else if r.summary.budget.passed {
@@ -45,6 +60,12 @@ pub fn to_markdown(r: &Report) -> String {
             b.path.display(),
             b.verdict
         );
+        if let Some(h) = b.host_ratio {
+            let _ = writeln!(
+                s,
+                "  - host probe: ×{h:.2} (the hosts' speeds differ by this)"
+            );
+        }
         for c in &b.metrics {
             let _ = writeln!(
                 s,
@@ -370,10 +391,24 @@ mod tests {
                 ratio: 1.25,
                 verdict: crate::bench::Verdict::Worse,
             }],
+            host_ratio: Some(1.5),
         });
         let md = to_markdown(&r);
-        let expected = "- **Budget:** FAIL\n  - ✓ response_latency_ms.p95 <= 3000 (measured 950.0)\n  - ✗ errors <= 0 (measured –)\n- **Against baseline** `old.json`: regressed\n  - summary.stt_ms.p50: 400.0 → 500.0 (×1.25, worse)\n";
+        let expected = "- **Budget:** FAIL\n  - ✓ response_latency_ms.p95 <= 3000 (measured 950.0)\n  - ✗ errors <= 0 (measured –)\n- **Against baseline** `old.json`: regressed\n  - host probe: ×1.50 (the hosts' speeds differ by this)\n  - summary.stt_ms.p50: 400.0 → 500.0 (×1.25, worse)\n";
         assert!(md.contains(expected), "{md}");
+        assert!(!md.contains("**Host:**"), "not probed: no host line");
+        r.host = Some(crate::host::HostSpeed {
+            threads: 2,
+            before_ms: 100.0,
+            after_ms: 140.0,
+            probe_ms: 120.0,
+        });
+        r.summary.budget.host = Some(crate::HostScale {
+            reference_ms: 60.0,
+            probe_ms: Some(120.0),
+            factor: 2.0,
+        });
+        assert!(to_markdown(&r).contains("- **Why:** because\n- **Host:** probe 120.0 ms on 2 threads (before 100.0, after 140.0); the budget's reference host 60.0 ms, its limits ×2.00\n- **Budget:** FAIL\n"), "{}", to_markdown(&r));
         r.summary.budget.passed = true;
         assert!(to_markdown(&r).contains("- **Budget:** PASS\n"));
     }

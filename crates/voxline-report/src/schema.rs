@@ -242,6 +242,19 @@ pub struct BudgetResult {
     pub checks: Vec<BudgetCheck>,
     /// The limits that failed.
     pub violations: Vec<BudgetCheck>,
+    /// How the limits were scaled for the host, when the budget has `[host]`.
+    pub host: Option<HostScale>,
+}
+
+/// A budget's limits scaled for the host the run was on (`[host]`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct HostScale {
+    /// The probe's time on the host the limits were set on, ms.
+    pub reference_ms: f64,
+    /// The probe's time on this host, ms (`None`: not probed, limits as written).
+    pub probe_ms: Option<f64>,
+    /// What the time limits were multiplied (and the rate minimums divided) by.
+    pub factor: f64,
 }
 
 /// Cold start: what the first turn costs beyond a warm one.
@@ -558,6 +571,9 @@ pub struct Report {
     pub interrupted: bool,
     /// The comparison with `--baseline`, when given.
     pub baseline: Option<BaselineResult>,
+    /// The host's speed, probed before and after the run (`bench`, and a
+    /// budget with `[host]`); `None` when not probed.
+    pub host: Option<crate::host::HostSpeed>,
     /// The live capture's figures (live sessions only).
     pub live: Option<voxline_pipeline::pipeline::LiveReport>,
     /// The pipeline's stages and edges (not in the JSON: the renderers walk it).
@@ -574,6 +590,10 @@ pub struct BaselineResult {
     pub verdict: crate::bench::Overall,
     /// Each compared metric.
     pub metrics: Vec<crate::bench::Comparison>,
+    /// This host's probe ÷ the baseline's, when both were probed: far from 1,
+    /// the two runs were on hosts of different speeds (or loads), and the
+    /// ratios above measure the hosts as well as the change.
+    pub host_ratio: Option<f64>,
 }
 
 #[cfg(test)]
@@ -661,6 +681,7 @@ mod tests {
                 "config",
                 "edges",
                 "failed",
+                "host",
                 "input_errors",
                 "input_warnings",
                 "interrupted",
