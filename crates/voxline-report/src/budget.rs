@@ -42,7 +42,7 @@ use std::collections::BTreeMap;
 use voxline_core::Topology;
 
 use crate::stats::Percentiles;
-use crate::{BudgetCheck, BudgetResult, HostScale, Report};
+use crate::{BudgetCheck, BudgetResult, Report};
 use voxline_pipeline::BadInput;
 
 /// Upper limits on percentiles, in ms.
@@ -275,31 +275,6 @@ impl Budget {
             factor: r.host.map_or(1.0, |m| h.scale(m.probe_ms)),
         });
         let factor = host.map_or(1.0, |h| h.factor);
-        // "<= 2400", or "<= 4560 (2400 × 1.9 for the host)" when scaled
-        let shown = |limit: f64, factor: f64, op: &str| {
-            if factor > 1.0 {
-                let (scaled, by) = if op == ">=" {
-                    (limit / factor, "÷")
-                } else {
-                    (limit * factor, "×")
-                };
-                // whole milliseconds; rates and factors to two decimals
-                let round = |v: f64| {
-                    if v.abs() >= 100.0 {
-                        v.round()
-                    } else {
-                        (v * 100.0).round() / 100.0
-                    }
-                };
-                format!(
-                    "{op} {} ({limit} {by} {} for the host)",
-                    round(scaled),
-                    round(factor)
-                )
-            } else {
-                format!("{op} {limit}")
-            }
-        };
         let pct = |checks: &mut Vec<BudgetCheck>,
                    name: &str,
                    l: &PercentileLimits,
@@ -317,9 +292,9 @@ impl Budget {
                 ("p99", l.p99, got.map(|p| p.p99)),
             ] {
                 if let Some(limit) = limit {
-                    let scaled = limit * factor;
+                    let (scaled, text) = scaled(limit, factor, Bound::Upper);
                     checks.push(BudgetCheck {
-                        limit: format!("{name}.{q} {}", shown(limit, factor, "<=")),
+                        limit: format!("{name}.{q} {text}"),
                         measured: v,
                         passed: v.is_some_and(|v| v <= scaled),
                     });
@@ -354,9 +329,9 @@ impl Budget {
                 ("stt_rtfx", m.stt_rtfx, s.stt_rtfx.map(|p| p.p50)),
             ] {
                 if let Some(limit) = limit {
-                    let scaled = limit / factor;
+                    let (scaled, text) = scaled(limit, factor, Bound::Lower);
                     checks.push(BudgetCheck {
-                        limit: format!("{name}.p50 {}", shown(limit, factor, ">=")),
+                        limit: format!("{name}.p50 {text}"),
                         measured: v,
                         passed: v.is_some_and(|v| v >= scaled),
                     });
@@ -397,6 +372,52 @@ impl Budget {
             host,
         }
     }
+}
+
+/// Which side of a limit a measure must stay on.
+#[derive(Clone, Copy)]
+enum Bound {
+    /// At most the limit (times, counts): a slower host multiplies it.
+    Upper,
+    /// At least the limit (rates): a slower host divides it.
+    Lower,
+}
+
+/// `limit` scaled for a host `factor` times slower (1: as written), and the
+/// check's text: `<= 2400`, or `<= 4560 (2400 × 1.9 for the host)`.
+fn scaled(limit: f64, factor: f64, bound: Bound) -> (f64, String) {
+    let (op, by, value) = match bound {
+        Bound::Upper => ("<=", "×", limit * factor),
+        Bound::Lower => (">=", "÷", limit / factor),
+    };
+    if factor <= 1.0 {
+        return (limit, format!("{op} {limit}"));
+    }
+    // whole milliseconds; rates and factors to two decimals
+    let round = |v: f64| {
+        if v.abs() >= 100.0 {
+            v.round()
+        } else {
+            (v * 100.0).round() / 100.0
+        }
+    };
+    let text = format!(
+        "{op} {} ({limit} {by} {} for the host)",
+        round(value),
+        round(factor)
+    );
+    (value, text)
+}
+
+/// A budget's limits scaled for the host the run was on (`[host]`).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct HostScale {
+    /// The probe's time on the host the limits were set on, ms.
+    pub reference_ms: f64,
+    /// The probe's time on this host, ms (`None`: not probed, limits as written).
+    pub probe_ms: Option<f64>,
+    /// What the time limits were multiplied (and the rate minimums divided) by.
+    pub factor: f64,
 }
 
 #[cfg(test)]

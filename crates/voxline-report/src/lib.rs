@@ -33,6 +33,7 @@
 
 pub mod bench;
 pub mod budget;
+pub use budget::HostScale;
 pub mod conversation;
 pub mod host;
 pub mod stats;
@@ -61,9 +62,9 @@ pub use csv::to_csv;
 pub(crate) use gather::{finish_turn, turn_report, Gathered, TurnContext};
 pub use markdown::to_markdown;
 pub use schema::{
-    BaselineResult, Bottleneck, BudgetCheck, BudgetResult, ColdStart, HostScale, Report,
-    ReportClock, RunConfig, ServerSummary, ServerTurnReport, SpecSummary, StageReport, StageWork,
-    Summary, TurnReport, TurnTimeline, SCHEMA_VERSION,
+    BaselineResult, Bottleneck, BudgetCheck, BudgetResult, ColdStart, Report, ReportClock,
+    RunConfig, ServerSummary, ServerTurnReport, SpecSummary, StageReport, StageWork, Summary,
+    TurnReport, TurnTimeline, SCHEMA_VERSION,
 };
 pub(crate) use stages::{dropped_total, in_flow_order, stage_report, StageTotals, TokenTotals};
 pub use timeline::timeline_svg;

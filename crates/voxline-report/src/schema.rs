@@ -243,18 +243,7 @@ pub struct BudgetResult {
     /// The limits that failed.
     pub violations: Vec<BudgetCheck>,
     /// How the limits were scaled for the host, when the budget has `[host]`.
-    pub host: Option<HostScale>,
-}
-
-/// A budget's limits scaled for the host the run was on (`[host]`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct HostScale {
-    /// The probe's time on the host the limits were set on, ms.
-    pub reference_ms: f64,
-    /// The probe's time on this host, ms (`None`: not probed, limits as written).
-    pub probe_ms: Option<f64>,
-    /// What the time limits were multiplied (and the rate minimums divided) by.
-    pub factor: f64,
+    pub host: Option<crate::budget::HostScale>,
 }
 
 /// Cold start: what the first turn costs beyond a warm one.
