@@ -122,10 +122,22 @@ chmod +x "$tk/bin/make-jobserver"
 # build: the same trim (.ci/llama-trim.cmake), plus GGML_CUDA_NO_VMM for
 # both (llama-cpp-sys-2 forwards only CMAKE_* variables to CMake, so a
 # GGML_* environment variable would reach whisper's ggml only)
+#
+# Only whisper's ggml is linked: each sys crate bundles its tree's static
+# libraries into its rlib, and the linker takes ggml's objects from the first
+# rlib that defines them, whisper-rs-sys's (traced with -Wl,--trace). So
+# llama's tree is built without CUDA: its ~126 CUDA objects (half the C++
+# work) would never reach the binary. llama-cpp-sys-2 links the archives it
+# finds, so it then asks for no libggml-cuda.a, and llama.cpp's own code
+# reaches the GPU through ggml's backend registry (whisper's, with CUDA).
 cat >"$tk/cuda-build.cmake" <<EOF
 include("$repo/.ci/llama-trim.cmake")
 # voxline cuda build: no CUDA driver API (libcuda) at link time, the legacy memory pool
 set(GGML_CUDA_NO_VMM ON CACHE BOOL "voxline: no libcuda link" FORCE)
+if(CMAKE_SOURCE_DIR MATCHES "llama-cpp-sys-2")
+  # llama's ggml is not the one linked (whisper's is): no CUDA kernels for it
+  set(GGML_CUDA OFF CACHE BOOL "voxline: whisper's ggml carries CUDA for both" FORCE)
+endif()
 EOF
 
 # -- 3. build ------------------------------------------------------------------
