@@ -162,5 +162,13 @@ for c in target/cuda/release/build/{whisper-rs-sys,llama-cpp-sys-2}-*/out/build/
   echo "$c"; grep -E '^(GGML_CUDA|GGML_CUDA_NO_VMM|CMAKE_CUDA_ARCHITECTURES|LLAMA_BUILD_COMMON|CMAKE_CUDA_COMPILER):' "$c" | sed 's/^/  /'
 done
 echo "== $bin: $(stat -c %s "$bin") bytes"
+# ggml-cuda's own strings are in the binary only if its objects were linked:
+# had the linker taken llama's CUDA-less ggml registry instead of whisper's,
+# the backend would be missing and the binary would run on the CPU only
+if ! grep -q -a 'ggml_cuda_init' "$bin"; then
+  echo "error: $bin has no ggml CUDA backend (ggml_cuda_init not found): the linker took a ggml built without CUDA" >&2
+  exit 1
+fi
+echo "ggml's CUDA backend: linked"
 ldd "$bin" || true
 echo "== build: $((end - start)) s"
