@@ -231,10 +231,11 @@ pub(crate) struct BenchArgs {
     /// With --sessions: delay between one simulated user's start and the next's, ms.
     #[arg(long, default_value_t = 700)]
     pub(crate) stagger_ms: u64,
-    /// With --sessions: silence between one recording and the next (the user thinking), ms;
-    /// with the semantic end of turn, at least --turn-incomplete-ms + 500.
-    #[arg(long, default_value_t = 1500)]
-    pub(crate) think_ms: u64,
+    /// Silence between one recording and the next (the user thinking), ms: default 1000, or
+    /// 1500 with --sessions; with the semantic end of turn, at least --turn-incomplete-ms + 500
+    /// (give the same to an A/B without it, so both replay the same audio)
+    #[arg(long)]
+    pub(crate) think_ms: Option<u32>,
     /// With --sessions: talk to a running `voxline serve` at ws://HOST:PORT over the network
     /// instead of engines in this process (the engine flags are then the server's).
     #[arg(long, value_name = "URL", requires = "sessions")]

@@ -27,6 +27,22 @@ pub(crate) fn make_out_dir(out: &Path) -> Result<(), BadInput> {
     })
 }
 
+/// The longest `--think-ms`: a minute of silence between two recordings.
+const MAX_THINK_MS: u32 = 60_000;
+
+/// `--think-ms`, or `default` when it is not given.
+///
+/// # Errors
+/// [`BadInput`] when it is longer than [`MAX_THINK_MS`].
+fn think_ms(args: &BenchArgs, default: u32) -> Result<u32, BadInput> {
+    match args.think_ms {
+        Some(ms) if ms > MAX_THINK_MS => Err(BadInput(format!(
+            "--think-ms {ms}: a pause between recordings of at most {MAX_THINK_MS} ms, e.g. --think-ms 2500"
+        ))),
+        given => Ok(given.unwrap_or(default)),
+    }
+}
+
 /// `bench --sessions`: the capacity of shared engines (see `voxline_capacity`).
 pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
     use voxline_capacity as capacity;
@@ -47,12 +63,12 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
     )?;
     let files = collect_wavs(&args.fixtures)?;
     // a user thinks longer than the endpointer waits, or their recordings run together
-    let think =
-        std::time::Duration::from_millis(args.vad.turn_policy()?.map_or(args.think_ms, |p| {
-            args.think_ms.max(u64::from(
-                p.incomplete_ms + voxline_pipeline::pipeline::SEMANTIC_GAP_MARGIN_MS,
-            ))
-        }));
+    let think_ms = think_ms(args, 1500)?;
+    let think = std::time::Duration::from_millis(u64::from(
+        args.vad.turn_policy()?.map_or(think_ms, |p| {
+            think_ms.max(p.incomplete_ms + voxline_pipeline::pipeline::SEMANTIC_GAP_MARGIN_MS)
+        }),
+    ));
     let script = capacity::Script::load(&files, think)?;
     for (flag, given) in [
         ("--baseline", args.baseline.is_some()),
@@ -166,6 +182,10 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
     if args.repeat == 0 {
         return Err(BadInput("--repeat 0: play the fixtures at least once".into()).into());
     }
+    let gap_ms = think_ms(
+        &args,
+        voxline_pipeline::pipeline::RunOptions::default().gap_ms,
+    )?;
     let files = collect_wavs(&args.fixtures)?;
     let fault = voxline_pipeline::fault::Fault::from_env()?;
     let all: Vec<PathBuf> = (0..args.repeat)
@@ -223,6 +243,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         pace: args.pace,
         files: files.clone(),
         warmup: args.warmup,
+        gap_ms: Some(gap_ms),
         events: events_out,
         console: false,
         on_event: Some(hook),

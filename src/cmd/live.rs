@@ -182,6 +182,7 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         pace: Pace::Realtime,
         files: Vec::new(),
         warmup: args.out.warmup,
+        gap_ms: None,
         events: events_out,
         console: !quiet,
         on_event: None,

@@ -51,6 +51,7 @@ pub(crate) fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         pace: args.pace,
         files: args.files.clone(),
         warmup: args.out.warmup,
+        gap_ms: None,
         events: events_out,
         console: !quiet,
         on_event: None,

@@ -57,6 +57,8 @@ pub(crate) struct Run<'a> {
     pub(crate) files: Vec<PathBuf>,
     /// Leading turns excluded from the summary as warm-up.
     pub(crate) warmup: usize,
+    /// Silence between two recordings, ms (`None`: the pipeline's default).
+    pub(crate) gap_ms: Option<u32>,
     /// Where every event goes as JSON lines, if anywhere.
     pub(crate) events: Option<Output>,
     /// Print transcripts and answers.
@@ -204,8 +206,10 @@ impl Session {
             cancel_on_stop: run.cancel_on_stop,
             barge_in: run.barge_in,
             observer: tally.clone().map(|t| t as pipeline::SharedObserver),
+            gap_ms: run.gap_ms.unwrap_or(RunOptions::default().gap_ms),
             ..RunOptions::default()
         };
+        let gap_ms = matches!(run.source, Source::Replay(_)).then(|| opts.recording_gap_ms());
         let (stt, llm) = engine_stages(stt, llm, &run.fault, &self.settings.threads);
         (run.after_load)();
         let pace = match run.source {
@@ -220,6 +224,7 @@ impl Session {
             pipeline::run_source_with(run.source, stt, llm, extras, &opts, Some(shutdown))?;
         let mut config = RunConfig::from_settings(&self.settings, pace, run.files, run.warmup);
         config.voice = self.voice.as_ref().map(|v| v.name().to_owned());
+        config.gap_ms = gap_ms;
         self.endpointing.record(&mut config);
         let load_ms = model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0;
         let mut report = match tally {

@@ -86,6 +86,8 @@ fn report_json_matches_the_golden_schema_and_budgets_set_the_exit_code() {
     assert!(missing.is_empty() && extra.is_empty(), "report schema changed (bump SCHEMA_VERSION if a field changed meaning, then VOXLINE_BLESS=1): missing {missing:?}, new {extra:?}");
     // the fields the issue names are there, with values
     assert_eq!(v["schema_version"], 3);
+    // a replay's silence between recordings, the pipeline's default
+    assert_eq!(v["config"]["gap_ms"], 1000);
     let t = &v["turns"][0];
     // the decomposition: every declared term, adding up to the response latency
     let terms = t["terms_ms"].as_object().unwrap();

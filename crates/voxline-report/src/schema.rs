@@ -431,6 +431,9 @@ pub struct RunConfig {
     pub inputs: Vec<PathBuf>,
     /// Warm-up turns excluded.
     pub warmup: usize,
+    /// Silence put between two replayed recordings, ms (`--think-ms`,
+    /// raised with the semantic end of turn); `null` for live audio.
+    pub gap_ms: Option<u32>,
     /// Silence that ends a turn, ms.
     pub hangover_ms: u32,
     /// Silence after which a turn is sent early (speculation), ms; `null` = off.

@@ -585,6 +585,12 @@ pub(super) fn cases() -> Vec<Case> {
             ..Case::ONE_LINE
         },
         Case {
+            name: "bench --think-ms past a minute",
+            setup: |s| s.bench(&[&"--fixtures", &good_wav(), &"--think-ms", &"60001"]),
+            expect: vec!["--think-ms 60001", "at most 60000 ms"],
+            ..Case::ONE_LINE
+        },
+        Case {
             name: "bench --fixtures a bad WAV",
             setup: |s| s.bench(&[&"--fixtures", &s.put("notes.wav", NOTES)]),
             expect: vec!["notes.wav"],

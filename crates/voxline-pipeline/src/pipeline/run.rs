@@ -11,7 +11,7 @@ use voxline_core::{
 use voxline_llm::{LlmOut, TurnComplete};
 
 use super::live::live_source;
-use super::options::{lock, Observer, SharedObserver, SEMANTIC_GAP_MARGIN_MS};
+use super::options::{lock, Observer, SharedObserver};
 use super::sink::EventSink;
 use super::speaker::Voice;
 use super::{Extras, Input, InputSpan, LiveReport, Pace, PushedAudio, RunOptions, Source};
@@ -430,13 +430,8 @@ where
             })
             .is_ok()
     };
-    // the gap lets the endpointer close the last utterance of a file, so
-    // with the semantic end of turn it outlasts the wait after an
-    // incomplete pause (else a file judged incomplete runs into the next)
-    let gap_ms = opts.semantic_turn.as_ref().map_or(opts.gap_ms, |(_, p)| {
-        opts.gap_ms.max(p.incomplete_ms + SEMANTIC_GAP_MARGIN_MS)
-    });
-    let gap = u64::from(gap_ms) * 16;
+    // the gap lets the endpointer close the last utterance of a file
+    let gap = u64::from(opts.recording_gap_ms()) * 16;
     'files: for (i, mut input) in inputs.into_iter().enumerate() {
         if i > 0 {
             let mut left = gap;
