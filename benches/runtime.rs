@@ -142,16 +142,16 @@ fn turn_features(c: &mut Criterion) {
     g.sample_size(20);
     g.bench_function("features_8s", |b| b.iter(|| f.compute(&audio).len()));
     // the whole judgement of one pause (features and the model), on one
-    // thread and on two (what the pipeline grants it: its STT share)
+    // thread (beside an engine) and on two (the cores free)
     let m = util::models_dir();
-    for threads in [1, 2] {
-        if let Ok(mut model) = voxline_audio::turn::TurnModel::load(
-            &m.join(voxline_models::registry::SMART_TURN.file),
-            &m.join(voxline_models::registry::ONNX_RUNTIME.file),
-            threads,
-        ) {
+    if let Ok(mut model) = voxline_audio::turn::TurnModel::load(
+        &m.join(voxline_models::registry::SMART_TURN.file),
+        &m.join(voxline_models::registry::ONNX_RUNTIME.file),
+        2,
+    ) {
+        for (threads, all) in [(1, false), (2, true)] {
             g.bench_function(format!("judge_pause_{threads}_thread"), |b| {
-                b.iter(|| model.probability(&audio).unwrap_or(0.0));
+                b.iter(|| model.probability_on(&audio, all).unwrap_or(0.0));
             });
         }
     }

@@ -136,8 +136,9 @@ impl VadArgs {
         Ok(Some(policy))
     }
 
-    /// Loads the end-of-turn model (on one thread: it runs on the VAD's)
-    /// with --semantic-turn.
+    /// Loads the end-of-turn model with --semantic-turn: to run on the VAD
+    /// stage's thread beside the engines, and on the pipeline's `threads`
+    /// while the engines' cores are free.
     ///
     /// # Errors
     /// [`BadInput`] for an option out of range, or a model or runtime that
@@ -145,6 +146,7 @@ impl VadArgs {
     pub(crate) fn semantic_turn(
         &self,
         models_dir: &ModelsDir,
+        threads: usize,
     ) -> Result<Option<(SharedTurnModel, TurnPolicy)>, BadInput> {
         let Some(policy) = self.turn_policy()? else {
             return Ok(None);
@@ -169,7 +171,8 @@ impl VadArgs {
             }
             voxline_models::installed::check_installed(path).map_err(BadInput::from_display)?;
         }
-        let loaded = TurnModel::load(&model, &runtime, 1).map_err(BadInput::from_display)?;
+        // one thread beside the engines; all the pipeline's while they are idle
+        let loaded = TurnModel::load(&model, &runtime, threads).map_err(BadInput::from_display)?;
         Ok(Some((SharedTurnModel::new(loaded), policy)))
     }
 

@@ -55,11 +55,10 @@ pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
     opts.check().map_err(BadInput)?;
     let (settings, warnings) = args.engine.settings()?;
     let vad = args.vad.config()?;
-    let semantic_turn = args
-        .vad
-        .semantic_turn(&voxline_models::location::resolve_from_process(
-            args.engine.models_dir.as_deref(),
-        ))?;
+    let semantic_turn = args.vad.semantic_turn(
+        &voxline_models::location::resolve_from_process(args.engine.models_dir.as_deref()),
+        settings.threads.total,
+    )?;
     for w in &warnings {
         eprintln!("voxline: warning: {w}");
     }

@@ -106,7 +106,7 @@ impl Session {
         let config = vad.config()?;
         let models_dir =
             voxline_models::location::resolve_from_process(engine.models_dir.as_deref());
-        let semantic_turn = vad.semantic_turn(&models_dir)?;
+        let semantic_turn = vad.semantic_turn(&models_dir, settings.threads.total)?;
         let loaded = budget.map(Budget::load).transpose()?;
         if let (Some(b), Some(path)) = (&loaded, budget) {
             // the CLI's pipeline is the standard one

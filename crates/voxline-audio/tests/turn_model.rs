@@ -12,11 +12,15 @@ fn models() -> PathBuf {
 }
 
 fn load() -> TurnModel {
+    load_for(1)
+}
+
+fn load_for(threads: usize) -> TurnModel {
     let m = models();
     TurnModel::load(
         &m.join("smart-turn-v3.2-cpu.onnx"),
         &m.join("libonnxruntime.so.1.31.1"),
-        1,
+        threads,
     )
     .expect("the end-of-turn model (run `voxline models fetch`)")
 }
@@ -74,6 +78,28 @@ fn sentences_stopped_part_way_score_lower_than_whole_ones() {
     eprintln!("whole {whole:?} (mean {w:.2}); stopped part-way {cut:?} (mean {c:.2})");
     assert!(c < w - 0.15, "stopped part-way {c:.2} against whole {w:.2}");
     assert!(cut.iter().filter(|&&p| p < 0.5).count() >= 4, "{cut:?}");
+}
+
+/// Loaded for two threads, the model judges the same on one thread (beside
+/// the engines) and on both (the cores free): only the time differs.
+#[test]
+fn one_thread_and_all_threads_judge_alike() {
+    let mut model = load_for(2);
+    assert_eq!(model.threads(), 2);
+    for name in SENTENCES {
+        let audio = human(name);
+        let cut = &audio[..audio.len() / 2];
+        for heard in [&audio[..], cut] {
+            let (one, all) = (
+                model.probability_on(heard, false).unwrap(),
+                model.probability_on(heard, true).unwrap(),
+            );
+            assert!(
+                (one - all).abs() < 1e-4,
+                "{name}: {one} on one thread, {all} on two"
+            );
+        }
+    }
 }
 
 #[test]

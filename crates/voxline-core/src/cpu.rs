@@ -92,6 +92,24 @@ impl CpuLease {
         }
     }
 
+    /// Takes the lease at `priority` if it is free and nobody is waiting
+    /// for it; never waits.
+    #[must_use]
+    pub fn try_acquire(&self, priority: Priority) -> Option<LeaseGuard> {
+        let mut st = self.state();
+        if st.holder.is_some() || !st.waiting.is_empty() {
+            return None;
+        }
+        let ticket = st.next_ticket;
+        st.next_ticket += 1;
+        st.holder = Some((ticket, priority));
+        Some(LeaseGuard {
+            lease: self.clone(),
+            ticket,
+            priority,
+        })
+    }
+
     /// A lease whose holders never yield to more urgent waiters: the order
     /// of turns still follows priority, but each call runs to its end. For
     /// measuring service times (fast replay), where the waits a yield adds
@@ -169,6 +187,15 @@ impl Drop for LeaseGuard {
     fn drop(&mut self) {
         release(&self.lease, self.ticket);
     }
+}
+
+/// The engines' cores, held for a stage's work while they were free (see
+/// [`Emitter::free_cores`](crate::Emitter::free_cores)); dropping it lets
+/// the engines in again.
+#[derive(Debug)]
+pub struct FreeCores {
+    pub(crate) _lease: LeaseGuard,
+    pub(crate) _meter: MeterGuard,
 }
 
 /// Counts engine threads running right now and the most ever at once.
@@ -419,6 +446,32 @@ mod tests {
         let _g = calm.acquire(Priority::Streaming);
         calm.state().waiting.push((99, Priority::Committed));
         assert!(!calm.wanted_above(Priority::Streaming), "never yields");
+    }
+
+    #[test]
+    fn try_acquire_takes_only_a_free_lease_nobody_waits_for() {
+        let lease = CpuLease::new();
+        let g = lease.try_acquire(Priority::Committed).expect("free");
+        assert_eq!(lease.state().holder.map(|h| h.1), Some(Priority::Committed));
+        assert!(lease.try_acquire(Priority::Committed).is_none(), "held");
+        // a waiter queued for it gets it first, though it is free for an instant
+        let waiter = {
+            let lease = lease.clone();
+            std::thread::spawn(move || lease.acquire(Priority::Speculative))
+        };
+        while lease.state().waiting.is_empty() {
+            std::thread::yield_now();
+        }
+        lease.state().holder = None;
+        assert!(lease.try_acquire(Priority::Committed).is_none(), "queued");
+        lease.state().holder = Some((g.ticket, g.priority));
+        drop(g);
+        drop(waiter.join().unwrap());
+        assert!(lease.state().holder.is_none() && lease.state().waiting.is_empty());
+        assert!(
+            lease.try_acquire(Priority::Speculative).is_some(),
+            "free again"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::cpu::{CpuLease, LeaseGuard, MeterGuard, Priority, ThreadMeter};
+use crate::cpu::{CpuLease, FreeCores, LeaseGuard, MeterGuard, Priority, ThreadMeter};
 use crate::edge::EdgeSender;
 use crate::event::{PipelineEvent, TimedEvent};
 use crate::message::{Message, UtteranceId};
@@ -33,6 +33,10 @@ pub struct Emitter<'a, T> {
     /// The engine threads this call computes with, counted while it computes
     /// (`None` inside while it waits).
     meter: Option<(&'a ThreadMeter, usize, Option<MeterGuard>)>,
+    /// For a stage without an engine in a pipeline whose engines take turns
+    /// on the cores: their lease, and the meter their threads are counted on
+    /// (see [`Emitter::free_cores`]).
+    spare_cores: Option<(&'a CpuLease, &'a ThreadMeter)>,
     /// Whether the input of this call was cancelled.
     probe: CancelProbe,
 }
@@ -129,6 +133,7 @@ impl<'a, T: Message> Emitter<'a, T> {
             closed: false,
             lease: None,
             meter: None,
+            spare_cores: None,
             probe: CancelProbe::default(),
         }
     }
@@ -139,6 +144,31 @@ impl<'a, T: Message> Emitter<'a, T> {
             self.meter = Some((meter, threads, Some(meter.enter(threads))));
         }
         self
+    }
+
+    /// Lets the call use the engines' cores while they are free (see
+    /// [`Emitter::free_cores`]).
+    pub(crate) fn with_spare_cores(mut self, lease: &'a CpuLease, meter: &'a ThreadMeter) -> Self {
+        self.spare_cores = Some((lease, meter));
+        self
+    }
+
+    /// The engines' cores for `threads` threads of this call's work, if
+    /// they are free right now: the CPU lease, taken without waiting (so no
+    /// engine starts until the guard drops), with the threads counted on the
+    /// meter. `None` when an engine holds or waits for them, when the
+    /// engines own their threads (no lease), or for a stage that computes
+    /// under the lease anyway: then the work should use one thread. For a
+    /// stage that computes a little beside the engines (the end-of-turn
+    /// model).
+    #[must_use]
+    pub fn free_cores(&self, threads: usize) -> Option<FreeCores> {
+        let (lease, meter) = self.spare_cores?;
+        let lease = lease.try_acquire(Priority::Committed)?;
+        Some(FreeCores {
+            _lease: lease,
+            _meter: meter.enter(threads),
+        })
     }
 
     /// The call's cancellation probe.

@@ -82,7 +82,7 @@ pub mod topology;
 
 pub use barge::BargeIn;
 pub use clock::{Clock, StreamTime, SAMPLE_RATE};
-pub use cpu::{CpuGovernor, LeaseGuard, MeterGuard, Priority, ThreadMeter};
+pub use cpu::{CpuGovernor, FreeCores, LeaseGuard, MeterGuard, Priority, ThreadMeter};
 pub use edge::{
     edge, try_edge, Disconnected, EdgeError, EdgeReceiver, EdgeSender, EdgeStats,
     EdgeStatsSnapshot, Envelope, FullPolicy, RecvTimeoutError, TryRecvError, TrySend,

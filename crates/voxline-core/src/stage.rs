@@ -68,7 +68,10 @@ pub trait Stage: 'static {
     /// [`CpuLease`](crate::CpuLease) take it. A stage whose engine computes
     /// elsewhere (a shared worker that takes the lease itself, a remote
     /// server) says no: holding the lease while it waits would keep the
-    /// cores from the work it waits for. Default: `true`.
+    /// cores from the work it waits for; so does a stage without an engine
+    /// that computes a little only when the cores are free
+    /// ([`Emitter::free_cores`](crate::Emitter::free_cores)).
+    /// Default: `true`.
     fn leased(&self) -> bool {
         true
     }

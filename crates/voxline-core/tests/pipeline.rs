@@ -920,3 +920,64 @@ fn a_drain_drops_the_turns_queued_before_it_and_lets_the_one_in_flight_finish() 
         .collect();
     assert_eq!(cancelled, vec![1, 2, 3, 4, 5]);
 }
+
+/// A stage without an engine spawned under the lease never takes it for its
+/// calls, but gets the cores for a moment's work while nobody holds them:
+/// held for it (no engine starts meanwhile) and counted on the meter.
+#[test]
+fn a_stage_that_is_not_leased_gets_the_cores_only_while_they_are_free() {
+    use std::sync::mpsc;
+    use voxline_core::{
+        edge, Clock, CpuLease, Emitter, FullPolicy, Pipeline, Priority, Stage, StageError,
+    };
+
+    struct Judge(mpsc::Sender<(bool, bool)>, CpuLease);
+    impl Stage for Judge {
+        type In = Token;
+        type Out = Token;
+        fn name(&self) -> &str {
+            "judge"
+        }
+        fn leased(&self) -> bool {
+            false
+        }
+        fn process(&mut self, t: Token, out: &mut Emitter<'_, Token>) -> Result<(), StageError> {
+            let cores = out.free_cores(2);
+            // while held, an engine could not take the lease
+            let blocks = self.1.try_acquire(Priority::Committed).is_none();
+            self.0.send((cores.is_some(), blocks)).unwrap();
+            drop(cores);
+            out.emit(t);
+            Ok(())
+        }
+    }
+    let lease = CpuLease::new();
+    let p = Pipeline::builder(Clock::start());
+    let mut p = p.build();
+    let meter = p.meter();
+    let (tx, rx) = edge::<Token>("in", 4, FullPolicy::Block);
+    let (out_tx, out_rx) = edge::<Token>("out", 4, FullPolicy::Block);
+    let (seen_tx, seen) = mpsc::channel();
+    p.spawn_stage_leased(Judge(seen_tx, lease.clone()), rx, out_tx, lease.clone())
+        .unwrap();
+    p.spawn_sink("sink", out_rx, |_| Ok(())).unwrap();
+    let token = |id| Token {
+        id,
+        index: 0,
+        text: String::new(),
+    };
+    // an engine holds the cores: the stage computes without them
+    let engine = lease.acquire(Priority::Streaming);
+    tx.send(token(1)).unwrap();
+    assert_eq!(seen.recv().unwrap(), (false, true));
+    assert_eq!(meter.peak(), 0, "nothing counted beside the engine");
+    drop(engine);
+    // free: held for the stage, its threads counted
+    tx.send(token(2)).unwrap();
+    assert_eq!(seen.recv().unwrap(), (true, true));
+    assert_eq!(meter.peak(), 2);
+    drop(tx);
+    let outcome = p.join();
+    assert!(outcome.failed.is_none(), "{:?}", outcome.failed);
+    assert!(lease.try_acquire(Priority::Speculative).is_some(), "let go");
+}

@@ -504,6 +504,12 @@ impl Stage for VadStage {
         VAD_STAGE_NAME
     }
 
+    /// It has no engine; its end-of-turn model computes on the engines'
+    /// cores only while they are free ([`Emitter::free_cores`]).
+    fn leased(&self) -> bool {
+        false
+    }
+
     fn process(
         &mut self,
         frame: AudioFrame,

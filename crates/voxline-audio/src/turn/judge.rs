@@ -134,7 +134,12 @@ impl TurnJudge {
             let mut heard = lead[lead.len().saturating_sub(WINDOW_SAMPLES - own)..].to_vec();
             heard.extend_from_slice(&audio[audio.len() - own..]);
             let model = &self.model;
-            let (scored, took) = out.timed(|| model.probability(&heard));
+            // on all the pipeline's threads if the engines' cores are free
+            // (the speculative attempt is sent after this judgement, so on a
+            // single conversation they usually are), else on one beside them
+            let cores = out.free_cores(model.threads());
+            let (scored, took) = out.timed(|| model.probability_on(&heard, cores.is_some()));
+            drop(cores);
             turn.probes += 1;
             turn.cost += took;
             turn.verdict = Some(match scored {

@@ -42,9 +42,13 @@ pub enum TurnModelError {
     Inference(String),
 }
 
-/// Pipecat's smart-turn v3 on ONNX Runtime.
+/// Pipecat's smart-turn v3 on ONNX Runtime, loaded twice: on one thread
+/// (beside engines that compute) and on all the threads it was given (when
+/// the cores are free).
 pub struct TurnModel {
     session: ort::session::Session,
+    /// On `threads` threads; `None` for one thread.
+    wide: Option<ort::session::Session>,
     features: TurnFeatures,
     threads: usize,
 }
@@ -58,9 +62,9 @@ impl std::fmt::Debug for TurnModel {
 }
 
 impl TurnModel {
-    /// Loads `model` on the ONNX Runtime library `runtime_lib`, computing
-    /// with `threads` threads, and scores one second of silence to prove it
-    /// runs.
+    /// Loads `model` on the ONNX Runtime library `runtime_lib`, to compute
+    /// with one thread or with `threads` (see [`Self::probability_on`]), and
+    /// scores one second of silence to prove it runs.
     ///
     /// # Errors
     /// [`TurnModelError::Missing`] for a file that is not there;
@@ -74,15 +78,23 @@ impl TurnModel {
                 path: model.to_owned(),
             });
         }
-        let session = voxline_onnx::session(runtime_lib, model, threads).map_err(|e| match e {
-            OnnxError::Missing { path } => TurnModelError::Missing {
-                what: "the ONNX Runtime library",
-                path,
-            },
-            other => TurnModelError::Unusable {
-                detail: other.to_string(),
-            },
-        })?;
+        let open = |threads| {
+            voxline_onnx::session(runtime_lib, model, threads).map_err(|e| match e {
+                OnnxError::Missing { path } => TurnModelError::Missing {
+                    what: "the ONNX Runtime library",
+                    path,
+                },
+                other => TurnModelError::Unusable {
+                    detail: other.to_string(),
+                },
+            })
+        };
+        let session = open(1)?;
+        let wide = if threads > 1 {
+            Some(open(threads)?)
+        } else {
+            None
+        };
         let unusable = |detail: String| TurnModelError::Unusable {
             detail: format!("{}: not smart-turn v3 ({detail})", model.display()),
         };
@@ -94,35 +106,51 @@ impl TurnModel {
         }
         let mut this = Self {
             session,
+            wide,
             features: TurnFeatures::new(),
             threads: threads.max(1),
         };
-        let p = this
-            .probability(&vec![0.0; voxline_core::SAMPLE_RATE as usize])
-            .map_err(|e| unusable(e.to_string()))?;
-        if !(0.0..=1.0).contains(&p) {
-            return Err(unusable(format!("it gave {p}, not a probability")));
+        for all in [false, true] {
+            let p = this
+                .probability_on(&vec![0.0; voxline_core::SAMPLE_RATE as usize], all)
+                .map_err(|e| unusable(e.to_string()))?;
+            if !(0.0..=1.0).contains(&p) {
+                return Err(unusable(format!("it gave {p}, not a probability")));
+            }
         }
         Ok(this)
     }
 
-    /// The threads it computes with.
+    /// The most threads it computes with.
     #[must_use]
     pub fn threads(&self) -> usize {
         self.threads
     }
 
     /// The probability that the turn whose audio (16 kHz mono) ends with
-    /// `audio` is complete; only the last 8 s are heard.
+    /// `audio` is complete, computed on one thread; only the last 8 s are
+    /// heard.
     ///
     /// # Errors
     /// [`TurnModelError::Inference`] when the runtime fails.
     pub fn probability(&mut self, audio: &[f32]) -> Result<f32, TurnModelError> {
+        self.probability_on(audio, false)
+    }
+
+    /// As [`Self::probability`], on all of [`Self::threads`] when `all`
+    /// (the same result: only the time differs).
+    ///
+    /// # Errors
+    /// [`TurnModelError::Inference`] when the runtime fails.
+    pub fn probability_on(&mut self, audio: &[f32], all: bool) -> Result<f32, TurnModelError> {
         let fail = |e: ort::Error| TurnModelError::Inference(e.to_string());
         let features = self.features.compute(audio);
         let input = Tensor::from_array(([1usize, N_MELS, N_FRAMES], features)).map_err(fail)?;
-        let outputs = self
-            .session
+        let session = match &mut self.wide {
+            Some(wide) if all => wide,
+            _ => &mut self.session,
+        };
+        let outputs = session
             .run(ort::inputs!["input_features" => input])
             .map_err(fail)?;
         let (_, p) = outputs[0].try_extract_tensor::<f32>().map_err(fail)?;
@@ -135,13 +163,14 @@ impl TurnModel {
 /// One model shared by every conversation of the process; pauses are
 /// judged one at a time.
 #[derive(Debug, Clone)]
-pub struct SharedTurnModel(Arc<Mutex<TurnModel>>, Arc<AtomicU64>);
+pub struct SharedTurnModel(Arc<Mutex<TurnModel>>, Arc<AtomicU64>, usize);
 
 impl SharedTurnModel {
     /// Shares `model`.
     #[must_use]
     pub fn new(model: TurnModel) -> Self {
-        Self(Arc::new(Mutex::new(model)), Arc::default())
+        let threads = model.threads();
+        Self(Arc::new(Mutex::new(model)), Arc::default(), threads)
     }
 
     /// Pauses judged so far, by every holder of this model.
@@ -155,11 +184,28 @@ impl SharedTurnModel {
     /// # Errors
     /// As [`TurnModel::probability`].
     pub fn probability(&self, audio: &[f32]) -> Result<f32, TurnModelError> {
+        self.probability_on(audio, false)
+    }
+
+    /// See [`TurnModel::probability_on`].
+    ///
+    /// # Errors
+    /// As [`TurnModel::probability`].
+    pub fn probability_on(&self, audio: &[f32], all: bool) -> Result<f32, TurnModelError> {
         self.1.fetch_add(1, Ordering::Relaxed);
+        self.lock().probability_on(audio, all)
+    }
+
+    /// See [`TurnModel::threads`].
+    #[must_use]
+    pub fn threads(&self) -> usize {
+        self.2
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TurnModel> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .probability(audio)
     }
 }
 

@@ -439,6 +439,9 @@ impl Pipeline {
 
     /// Like [`spawn_stage`](Self::spawn_stage), but every call of the stage
     /// holds `lease` (see [`CpuLease`]); the wait for it counts as queue wait.
+    /// A stage that says it is not [`leased`](Stage::leased) does not take
+    /// it, but may compute on the cores while nobody holds it
+    /// ([`Emitter::free_cores`](crate::Emitter::free_cores)).
     ///
     /// # Errors
     ///

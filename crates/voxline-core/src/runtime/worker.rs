@@ -237,13 +237,19 @@ pub(super) fn run_stage<S: Stage>(
         let probe = CancelProbe::new(ctx.board.clone(), id, ctx.cancel_calls.clone())
             .with_barge_in(ctx.barge.clone());
         let mut out = Emitter::to_edge(output, bus).with_probe(probe);
-        if let Some(lease) = ctx.lease.as_ref().filter(|_| stage.leased()) {
-            let priority = if pending {
-                Priority::Speculative
-            } else {
-                stage.priority(&envelope.item)
-            };
-            out = out.with_lease(lease, priority);
+        match ctx.lease.as_ref() {
+            Some(lease) if stage.leased() => {
+                let priority = if pending {
+                    Priority::Speculative
+                } else {
+                    stage.priority(&envelope.item)
+                };
+                out = out.with_lease(lease, priority);
+            }
+            // a stage under the lease whose calls do not take it may still
+            // compute on the cores while they are free
+            Some(lease) => out = out.with_spare_cores(lease, &ctx.meter),
+            None => {}
         }
         let mut out = out.with_meter(&ctx.meter, threads);
         let started = Instant::now();

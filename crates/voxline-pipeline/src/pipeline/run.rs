@@ -294,7 +294,6 @@ where
         tr_rx = rx;
     }
     let (out_tx, out_rx) = topology.channel_from::<LlmOut>(topology::LLM.as_str())?;
-    p.spawn_stage(vad, audio_rx, utt_tx)?;
     let mut lease = None;
     if opts.cpu_share.takes_turns() {
         // fast replay measures service times: no call is interrupted by a yield
@@ -305,10 +304,14 @@ where
             }
             None => voxline_core::CpuLease::new(),
         };
+        // the VAD does not take the lease, but its end-of-turn model uses
+        // the cores while the engines leave them free
+        p.spawn_stage_leased(vad, audio_rx, utt_tx, shared.clone())?;
         p.spawn_stage_leased(stt, utt_rx, tr_tx, shared.clone())?;
         p.spawn_stage_leased(llm, tr_rx, out_tx, shared.clone())?;
         lease = Some(shared);
     } else {
+        p.spawn_stage(vad, audio_rx, utt_tx)?;
         p.spawn_stage(stt, utt_rx, tr_tx)?;
         p.spawn_stage(llm, tr_rx, out_tx)?;
     }
