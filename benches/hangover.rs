@@ -311,8 +311,26 @@ fn table(corpus: &[pauses::PauseClip], model: &SharedTurnModel) {
             incomplete_ms: 1_500,
             ..semantic
         }),
+        // the threshold of a complete pause (the default 0.8; 0.9 before
+        // the merge window made the unsure band's guard against cuts moot)
         Policy::Semantic(TurnPolicy {
             threshold: 0.95,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            threshold: 0.9,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            threshold: 0.7,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            threshold: 0.6,
+            ..semantic
+        }),
+        Policy::Semantic(TurnPolicy {
+            threshold: 0.5,
             ..semantic
         }),
         Policy::Semantic(TurnPolicy {

@@ -301,7 +301,7 @@ fn replay_reports_each_decision_and_the_model_cost() {
         String::from_utf8_lossy(&out.stderr)
     );
     let r = util::read_json(&report);
-    assert_eq!(r["config"]["semantic_turn"]["threshold"], 0.9);
+    assert_eq!(r["config"]["semantic_turn"]["threshold"], 0.8);
     let turns = r["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 2, "{turns:?}");
     for t in turns {
