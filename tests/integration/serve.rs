@@ -485,6 +485,32 @@ fn a_token_is_required_off_localhost_and_checked_on_every_connection() {
     );
 }
 
+/// A turn still being transcribed is the server's work, not an idle
+/// client: with a 1 s idle timeout, a 10 s recording sent at once and ended
+/// (its transcription alone takes over a second, and tells the client
+/// nothing meanwhile) is answered in full, and only then closed as idle.
+#[test]
+fn a_client_whose_turn_is_still_in_the_works_is_not_idle() {
+    let _g = util::engine_lock();
+    let server = Server::start(&["--idle-timeout-s", "1", "--max-tokens", "8"]);
+    let mut client = WsClient::connect(&server.url(), None, Hello::pcm16k()).unwrap();
+    send_all(&mut client, &util::read_16k(&util::fixture("long_10s.wav")));
+    let log = collect(&mut client, Duration::from_secs(120));
+    let heard = transcripts(&log);
+    assert!(!heard.is_empty(), "{log:?}");
+    let done = log
+        .iter()
+        .filter(|e| matches!(e, ServerEvent::TurnComplete { .. }))
+        .count();
+    assert_eq!(done, heard.len(), "{log:?}");
+    while let Some((e, _)) = client.next_event(Duration::from_secs(30)).unwrap() {
+        assert!(matches!(e, ServerEvent::Stats { .. }), "{e:?}");
+    }
+    let (code, reason) = client.close_reason().unwrap();
+    assert_eq!(code, 1000, "{reason}");
+    assert!(reason.contains("idle"), "{reason}");
+}
+
 #[test]
 fn ctrl_c_lets_the_answer_in_flight_finish_then_stops() {
     let _g = util::engine_lock();

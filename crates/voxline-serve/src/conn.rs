@@ -229,6 +229,8 @@ async fn receive(
     };
     let idle = shared.opts.idle_timeout;
     let mut last_heard = Instant::now();
+    // the client said `end`: its last turn is the server's work until told
+    let mut ended = false;
     loop {
         let message = tokio::select! {
             next = tokio::time::timeout(idle, stream.next()) => next,
@@ -239,10 +241,16 @@ async fn receive(
         let message = match message {
             Err(_) => {
                 // idle: nothing from the client and nothing to it (an
-                // answer still streaming is not idle)
+                // answer still streaming is not idle), and nothing of the
+                // client's still in the works: audio after its `end` not
+                // yet transcribed, or a turn transcribed and not yet
+                // answered (a transcription that takes longer than the
+                // timeout tells the client nothing meanwhile)
                 let said =
                     origin + Duration::from_millis(progress.last_event_ms.load(Ordering::SeqCst));
-                if last_heard.max(said).elapsed() >= idle {
+                let working = (ended && !progress.stream_ended.load(Ordering::SeqCst))
+                    || progress.open.load(Ordering::SeqCst) > 0;
+                if !working && last_heard.max(said).elapsed() >= idle {
                     let why = format!("idle: nothing received for {} s", idle.as_secs());
                     return Some((code::NORMAL, why, Some(Outcome::Idle)));
                 }
@@ -262,6 +270,7 @@ async fn receive(
                 Ok(Control::End) => {
                     push(decoder.flush());
                     session.end_of_stream();
+                    ended = true;
                 }
                 Err(_) => {
                     let why = "bad frame: after the hello send audio as binary frames, or {\"type\":\"end\"}".to_string();
