@@ -242,7 +242,7 @@ async fn receive(
             Err(_) => {
                 // idle: nothing from the client and nothing to it (an
                 // answer still streaming is not idle), and nothing of the
-                // client's still in the works: audio after its `end` not
+                // client's still in the works: audio before its `end` not
                 // yet transcribed, or a turn transcribed and not yet
                 // answered (a transcription that takes longer than the
                 // timeout tells the client nothing meanwhile)
