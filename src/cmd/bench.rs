@@ -187,7 +187,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         voxline_pipeline::pipeline::RunOptions::default().gap_ms,
     )?;
     let files = collect_wavs(&args.fixtures)?;
-    let fault = voxline_pipeline::fault::Fault::from_env()?;
+    let fault = voxline_pipeline::fault::from_env()?;
     let all: Vec<PathBuf> = (0..args.repeat)
         .flat_map(|_| files.iter().cloned())
         .collect();

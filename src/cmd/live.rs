@@ -126,7 +126,7 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
             })
         })
         .transpose()?;
-    let fault = voxline_pipeline::fault::Fault::from_env()?;
+    let fault = voxline_pipeline::fault::from_env()?;
     if args.max_turns == Some(0) {
         return Err(BadInput("--max-turns 0: allow at least one turn".into()).into());
     }

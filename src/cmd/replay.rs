@@ -44,7 +44,7 @@ pub(crate) fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         Err(_) if stop.is_requested() => return Ok(Outcome::Interrupted),
         r => r?,
     };
-    let fault = voxline_pipeline::fault::Fault::from_env()?;
+    let fault = voxline_pipeline::fault::from_env()?;
     let quiet = args.out.quiet;
     let Some(ran) = session.run(Run {
         source: Source::Replay(inputs),

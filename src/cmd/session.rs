@@ -207,10 +207,11 @@ impl Session {
             barge_in: run.barge_in,
             observer: tally.clone().map(|t| t as pipeline::SharedObserver),
             gap_ms: run.gap_ms.unwrap_or(RunOptions::default().gap_ms),
+            fault: run.fault,
             ..RunOptions::default()
         };
         let gap_ms = matches!(run.source, Source::Replay(_)).then(|| opts.recording_gap_ms());
-        let (stt, llm) = engine_stages(stt, llm, &run.fault, &self.settings.threads);
+        let (stt, llm) = engine_stages(stt, llm, &self.settings.threads);
         (run.after_load)();
         let pace = match run.source {
             Source::Live(_) | Source::Pushed(_) => Pace::Live,
@@ -288,20 +289,15 @@ fn load_engines(
     Ok((stt, llm, t0.elapsed().as_secs_f64() * 1000.0))
 }
 
-/// The engine stages as the session runs them: wrapped for fault
-/// injection, their threads following the load in priority mode.
+/// The engine stages as the session runs them, their threads following
+/// the load in priority mode.
 fn engine_stages(
     stt: voxline_pipeline::engines::Stt,
     llm: LlmLoaded,
-    fault: &Option<voxline_pipeline::fault::Fault>,
     threads: &voxline_pipeline::settings::ThreadBudget,
 ) -> (
-    voxline_pipeline::fault::Faulty<voxline_stt::SttStage<voxline_pipeline::engines::Stt>>,
-    impl voxline_core::StartStage<
-        Stage = voxline_pipeline::fault::Faulty<
-            voxline_llm::RunningLlmStage<voxline_pipeline::engines::Chat>,
-        >,
-    >,
+    voxline_stt::SttStage<voxline_pipeline::engines::Stt>,
+    voxline_pipeline::engines::ChatStart,
 ) {
     use voxline_pipeline::engines::ChatStart;
     // in priority mode both engines' threads follow the cores other processes leave free
@@ -312,17 +308,7 @@ fn engine_stages(
         LlmLoaded::Llama(model) => ChatStart::Llama(model, governor),
         LlmLoaded::Remote(chat) => ChatStart::Remote(*chat),
     };
-    let llm_fault = fault.clone();
-    (
-        voxline_pipeline::fault::Faulty::new(stt, fault.clone()),
-        // the engine's context is made on the stage's thread
-        voxline_core::on_thread(voxline_llm::STAGE_NAME, move || {
-            Ok(voxline_pipeline::fault::Faulty::new(
-                voxline_core::StartStage::start(llm)?,
-                llm_fault,
-            ))
-        }),
-    )
+    (stt, llm)
 }
 
 /// Checks the outputs (`(flag, path)`; `None` = not given) against each

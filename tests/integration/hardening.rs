@@ -339,7 +339,16 @@ fn tones_hums_and_blank_audio_are_never_answered() {
     use std::f64::consts::TAU;
     let _g = util::engine_lock();
     let dir = tempfile::tempdir().unwrap();
-    let sounds: [(&str, &dyn Fn(f64) -> f64); 4] = [
+    let sounds: [(&str, &dyn Fn(f64) -> f64); 6] = [
+        // a 50 Hz mains buzz (a sawtooth, 6 s): whisper heard "(dramatic
+        // music)", and the turn failed as too few words for its audio
+        ("buzz", &|t| 0.3 * (2.0 * (50.0 * t).fract() - 1.0)),
+        // a 50 Hz hum with its harmonics
+        ("mains", &|t| {
+            (1..6)
+                .map(|k| 0.3 / f64::from(k) * (TAU * 50.0 * f64::from(k) * t).sin())
+                .sum()
+        }),
         ("tone", &|t| {
             0.5 * (TAU * 440.0 * t).sin() + 0.25 * (TAU * 880.0 * t).sin()
         }),
@@ -362,7 +371,7 @@ fn tones_hums_and_blank_audio_are_never_answered() {
     let mut files = Vec::new();
     for (name, f) in sounds {
         let p = dir.path().join(format!("{name}.wav"));
-        write_sound(&p, 4.0, f);
+        write_sound(&p, if name == "buzz" { 6.0 } else { 4.0 }, f);
         files.push(p);
     }
     let report = dir.path().join("out").join("report.json");
@@ -404,11 +413,30 @@ fn tones_hums_and_blank_audio_are_never_answered() {
         .collect();
     assert_eq!(s["completed"], 0, "answered a sound: {heard:?}");
     assert_eq!(s["turns"], 0, "{heard:?}");
+    assert_eq!(s["errors"], 0, "a sound became a failed turn: {heard:?}");
     assert!(s["non_speech"].as_u64() >= Some(3), "{heard:?}");
     for t in r["turns"].as_array().unwrap() {
         assert_eq!(t["non_speech"], true, "{t}");
         assert!(t["response"].is_null(), "{t}");
+        assert!(t["error"].is_null(), "{t}");
     }
+    // a real question 30 dB quieter than recorded is still answered
+    let quiet = dir.path().join("quiet.wav");
+    let question = util::read_16k(&util::fixture("q_capital.wav"));
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(&quiet, spec).unwrap();
+    for x in question {
+        w.write_sample((x * 0.0316 * 32_767.0) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+    let r = run(&[quiet.as_os_str()]);
+    assert_eq!(r["summary"]["completed"], 1, "{}", r["turns"]);
+    assert_eq!(r["turns"][0]["non_speech"], false, "{}", r["turns"]);
     // utterances cut to 233 ms: whisper's [BLANK_AUDIO] pieces are not
     // answered, and the question still is
     let q = util::fixture("q_capital.wav");

@@ -737,6 +737,11 @@ fn speaking_live(
     pulse
         .client(&mut vox)
         .env("PULSE_SINK", "voxout")
+        // the default filter, and what the conversation keeps after a barge-in
+        .env(
+            "VOXLINE_LOG",
+            "warn,voxline_core=error,voxline_audio=error,voxline_llm=info,llama-cpp-2=off,whisper_rs=off,symphonia=off",
+        )
         .args(["live", "--voice", "espeak", "--max-duration", "90s"])
         .args(extra)
         .arg("--models-dir")
@@ -1013,6 +1018,21 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
     assert!(
         next["response"].as_str().is_some_and(|s| !s.is_empty()),
         "{next}"
+    );
+    // the conversation the next answer came from holds what was heard of
+    // the first answer, not what was generated (through the CLI's own
+    // wiring of the language model's stage)
+    let kept = err
+        .lines()
+        .find(|l| {
+            l.contains("the conversation keeps what was heard")
+                && l.contains(&format!("turn={}", first["id"]))
+        })
+        .unwrap_or_else(|| panic!("the conversation kept the whole first answer: {err}"));
+    assert!(
+        kept.contains(&format!("{heard_text} [interrupted]"))
+            || (heard_text.is_empty() && kept.contains("kept=[interrupted]")),
+        "heard {heard_text:?}, kept: {kept}"
     );
     eprintln!(
         "barge-in {barge_in:.0} ms (detected → stopped {stop_ms:.0} ms); generation {}; heard {heard_text:?}; {interrupted}",

@@ -88,7 +88,7 @@ pub use edge::{
     EdgeStatsSnapshot, Envelope, FullPolicy, RecvTimeoutError, TryRecvError, TrySend,
 };
 pub use event::{AnyEngineEvent, EngineEvent, PipelineEvent, TimedEvent};
-pub use fault::Fault;
+pub use fault::{Fault, InjectedFault};
 pub use message::{
     non_speech, AudioFrame, Message, Transcript, TurnError, Utterance, UtteranceId, UtteranceInfo,
 };

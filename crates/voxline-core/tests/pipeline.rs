@@ -981,3 +981,87 @@ fn a_stage_that_is_not_leased_gets_the_cores_only_while_they_are_free() {
     assert!(outcome.failed.is_none(), "{:?}", outcome.failed);
     assert!(lease.try_acquire(Priority::Speculative).is_some(), "let go");
 }
+
+/// Remembers the barge-ins it hears of; passes items on.
+struct Listener {
+    heard: std::sync::Arc<std::sync::Mutex<Vec<(UtteranceId, String)>>>,
+}
+
+impl Stage for Listener {
+    type In = Item;
+    type Out = Item;
+
+    fn name(&self) -> &str {
+        "llm"
+    }
+
+    fn process(&mut self, mut item: Item, out: &mut Emitter<'_, Item>) -> Result<(), StageError> {
+        item.hops.push("llm");
+        out.emit(item);
+        Ok(())
+    }
+
+    fn interrupted(&mut self, id: UtteranceId, heard: &str) {
+        self.heard.lock().unwrap().push((id, heard.to_owned()));
+    }
+}
+
+/// The runtime injects a fault around the stage's call, not by wrapping
+/// the stage: the faulty call fails as a turn error, and the stage still
+/// hears of every barge-in (a wrapper that forgot to forward the hook once
+/// kept answers the user never heard in the conversation).
+#[test]
+fn an_injected_fault_fails_one_call_and_leaves_the_stage_s_hooks_alone() {
+    let barge = voxline_core::BargeIn::new();
+    barge.interrupt(0, "Sure, the".into());
+    let heard = std::sync::Arc::default();
+    let mut pipeline = Pipeline::builder(Clock::start())
+        .barge_in(barge.clone())
+        .inject_fault(Some(voxline_core::InjectedFault {
+            panic: false,
+            stage: "llm".into(),
+            id: 2,
+        }))
+        .build();
+    let (source, a_in) = edge::<Item>("src->llm", 4, FullPolicy::Block);
+    let (a_out, sink_in) = edge::<Item>("llm->sink", 4, FullPolicy::Block);
+    pipeline
+        .spawn_stage(
+            Listener {
+                heard: std::sync::Arc::clone(&heard),
+            },
+            a_in,
+            a_out,
+        )
+        .unwrap();
+    let (results_tx, results) = mpsc::channel();
+    pipeline
+        .spawn_sink("sink", sink_in, move |env| {
+            results_tx
+                .send(env.item.id)
+                .map_err(|_| StageError::fatal("results reader gone"))
+        })
+        .unwrap();
+    // turn 0 was interrupted: its queued input is skipped
+    assert_eq!(feed(source, 5), 5);
+    let outcome = join_within(pipeline);
+    let ids: Vec<_> = results.try_iter().collect();
+    assert_eq!(ids, [1, 3, 4]);
+    let errors: Vec<_> = outcome
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            PipelineEvent::TurnError(t) => Some((t.id, t.stage.clone(), t.message.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        errors,
+        [(
+            2,
+            "llm".to_owned(),
+            "injected error in llm on utterance 2".to_owned()
+        )]
+    );
+    assert_eq!(*heard.lock().unwrap(), [(0, "Sure, the".to_owned())]);
+}

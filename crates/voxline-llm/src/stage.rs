@@ -185,7 +185,9 @@ impl<B: ChatBackend> Stage for RunningLlmStage<B> {
     /// was heard of it ([`interrupted_answer`]), not what was generated.
     fn interrupted(&mut self, id: UtteranceId, heard: &str) {
         if self.last_answered == Some(id) {
-            self.backend.amend_last_answer(&interrupted_answer(heard));
+            let kept = interrupted_answer(heard);
+            self.backend.amend_last_answer(&kept);
+            tracing::info!(turn = %id, kept = %kept, "the conversation keeps what was heard of the answer");
         }
     }
 

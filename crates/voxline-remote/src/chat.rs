@@ -146,6 +146,7 @@ impl RemoteChat {
                 Err(EventError::NotText) => {
                     return Err(self.client.malformed(PATH, "an event is not UTF-8".into()))
                 }
+                Err(EventError::TooLong(what)) => return Err(self.client.malformed(PATH, what)),
             };
             if data.trim() == "[DONE]" {
                 done = true;
@@ -162,6 +163,28 @@ impl RemoteChat {
                 });
             }
             if let Some(piece) = c.content.filter(|p| !p.is_empty()) {
+                if chunks >= self.options.max_tokens {
+                    // a server that streams past the answer's limit is held
+                    // to it: dropping the reply closes the connection
+                    tracing::warn!(
+                        server = self.client.endpoint().server(),
+                        max_tokens = self.options.max_tokens,
+                        "the server streamed past max_tokens; the answer ends there"
+                    );
+                    stop = Some(Stop::MaxTokens);
+                    finished = true;
+                    break;
+                }
+                let limit = answer_byte_limit(self.options.max_tokens);
+                if text.len() + piece.len() > limit {
+                    return Err(self.client.malformed(
+                        PATH,
+                        format!(
+                            "the answer passed {limit} bytes, more than {} tokens can hold",
+                            self.options.max_tokens
+                        ),
+                    ));
+                }
                 text.push_str(&piece);
                 chunks += 1;
                 if !on_token(&piece) {
@@ -217,6 +240,17 @@ impl RemoteChat {
             }),
         })
     }
+}
+
+/// Most bytes one token's text may take in a streamed answer: a token of a
+/// real vocabulary is a few bytes, its longest a few dozen.
+pub const MAX_BYTES_PER_TOKEN: usize = 64;
+
+/// Most bytes of an answer of `max_tokens` tokens ([`MAX_BYTES_PER_TOKEN`]
+/// each); a server that sends more is refused as the bytes arrive.
+#[must_use]
+pub fn answer_byte_limit(max_tokens: u32) -> usize {
+    (max_tokens as usize).saturating_mul(MAX_BYTES_PER_TOKEN)
 }
 
 impl ChatBackend for RemoteChat {
@@ -291,6 +325,111 @@ mod tests {
                 history_chars,
             },
         )
+    }
+
+    /// A server on the loopback that answers one request with `headers`
+    /// and then whatever `body` writes (until it fails: the client closed).
+    fn hostile(
+        body: impl FnOnce(&mut std::net::TcpStream) -> std::io::Result<()> + Send + 'static,
+    ) -> (String, std::thread::JoinHandle<()>) {
+        use std::io::{BufRead as _, Write as _};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let h = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                r.read_line(&mut line).unwrap();
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap();
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            std::io::Read::read_exact(&mut r, &mut vec![0; len]).unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n")
+                .unwrap();
+            let _ = body(&mut s);
+        });
+        (url, h)
+    }
+
+    fn chat_at(url: &str, max_tokens: u32) -> RemoteChat {
+        RemoteChat::new(
+            Client::new(
+                Endpoint::parse("--llm-url", url, None).unwrap(),
+                Timeouts::default(),
+            ),
+            ChatOptions {
+                model: "m".into(),
+                system_prompt: "Be brief.".into(),
+                max_tokens,
+                temperature: 0.0,
+                seed: 1,
+                memory: true,
+                history_chars: 10_000,
+            },
+        )
+    }
+
+    fn piece(text: &str) -> String {
+        format!(
+            "data: {}\n\n",
+            serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}}]})
+        )
+    }
+
+    #[test]
+    fn a_server_that_streams_past_max_tokens_is_held_to_it() {
+        use std::io::Write as _;
+        // endless pieces, never a finish_reason
+        let (url, h) = hostile(|s| loop {
+            s.write_all(piece("la ").as_bytes())?;
+        });
+        let mut c = chat_at(&url, 64);
+        let mut seen = 0u32;
+        let r = c
+            .stream("sing", &mut |_| {
+                seen += 1;
+                true
+            })
+            .unwrap();
+        assert_eq!((seen, r.n_streamed), (64, 64));
+        assert_eq!(r.stop, Stop::MaxTokens);
+        assert_eq!(r.text, "la ".repeat(64));
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn an_answer_bigger_than_its_tokens_can_hold_is_refused_as_it_arrives() {
+        use std::io::Write as _;
+        // four pieces of 40 KB: each event within its limit, the answer not
+        let (url, h) = hostile(|s| loop {
+            s.write_all(piece(&"x".repeat(40_000)).as_bytes())?;
+        });
+        let mut c = chat_at(&url, 64);
+        let e = c.stream("hi", &mut |_| true).unwrap_err().to_string();
+        assert!(e.contains("passed 4096 bytes"), "{e}");
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn a_line_without_an_end_is_refused_at_its_limit() {
+        use std::io::Write as _;
+        let (url, h) = hostile(|s| {
+            s.write_all(b"data: ")?;
+            let block = [b'a'; 8192];
+            loop {
+                s.write_all(&block)?;
+            }
+        });
+        let mut c = chat_at(&url, 64);
+        let e = c.stream("hi", &mut |_| true).unwrap_err().to_string();
+        assert!(e.contains("line of the stream is over 65536 bytes"), "{e}");
+        h.join().unwrap();
     }
 
     fn said(c: &mut RemoteChat, user: &str, answer: &str) {

@@ -24,7 +24,8 @@ mod error;
 mod sse;
 mod transcribe;
 
-pub use chat::{ChatOptions, RemoteChat};
+pub use chat::{answer_byte_limit, ChatOptions, RemoteChat, MAX_BYTES_PER_TOKEN};
 pub use endpoint::{ApiKey, Client, Endpoint, Timeouts};
 pub use error::RemoteError;
+pub use sse::{MAX_EVENT_BYTES, MAX_LINE_BYTES};
 pub use transcribe::{RemoteStt, SttOptions};

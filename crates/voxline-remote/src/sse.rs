@@ -2,7 +2,15 @@
 //! event ended by a blank line, `data: [DONE]` at the end; and the
 //! streamed chat chunk each event carries.
 
-use std::io::BufRead;
+use std::io::{BufRead, Read};
+
+/// Longest line of a stream, bytes: a chat chunk is a few hundred bytes (a
+/// token, the usage, the timings); a line past this is refused as it
+/// arrives, so a server that sends no newline cannot grow memory.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// Longest event (its `data` lines joined), bytes.
+pub const MAX_EVENT_BYTES: usize = 256 * 1024;
 
 /// Reads the events of a stream, one `data` payload at a time.
 pub(crate) struct Events<R> {
@@ -17,6 +25,9 @@ pub(crate) enum EventError {
     Io(std::io::Error),
     /// An event is not UTF-8.
     NotText,
+    /// A line or an event is longer than its limit ([`MAX_LINE_BYTES`],
+    /// [`MAX_EVENT_BYTES`]).
+    TooLong(String),
 }
 
 impl<R: BufRead> Events<R> {
@@ -34,10 +45,16 @@ impl<R: BufRead> Events<R> {
         let mut data: Option<String> = None;
         loop {
             self.line.clear();
-            let n = self
-                .inner
+            // one byte past the limit tells a line too long from one just long enough
+            let n = (&mut self.inner)
+                .take(MAX_LINE_BYTES as u64 + 1)
                 .read_until(b'\n', &mut self.line)
                 .map_err(EventError::Io)?;
+            if n > MAX_LINE_BYTES {
+                return Err(EventError::TooLong(format!(
+                    "a line of the stream is over {MAX_LINE_BYTES} bytes"
+                )));
+            }
             if n == 0 || !self.line.ends_with(b"\n") {
                 return Ok(None);
             }
@@ -57,6 +74,11 @@ impl<R: BufRead> Events<R> {
                 None => (line, ""),
             };
             if field == "data" {
+                if data.as_ref().map_or(0, String::len) + value.len() > MAX_EVENT_BYTES {
+                    return Err(EventError::TooLong(format!(
+                        "an event of the stream is over {MAX_EVENT_BYTES} bytes"
+                    )));
+                }
                 match &mut data {
                     Some(d) => {
                         d.push('\n');
@@ -184,6 +206,24 @@ mod tests {
             ["{\"a\":1}"]
         );
         assert!(events("").is_empty());
+    }
+
+    #[test]
+    fn a_line_or_an_event_past_its_limit_is_refused_as_it_arrives() {
+        // a line that never ends: refused after the limit, not read to the end
+        let endless = std::io::repeat(b'a');
+        let mut e = Events::new(std::io::BufReader::new(
+            std::io::Cursor::new(b"data: ".to_vec()).chain(endless),
+        ));
+        assert!(matches!(e.next_event(), Err(EventError::TooLong(m)) if m.contains("line")));
+        // a line just at the limit is fine
+        let line = format!("data: {}\n\n", "x".repeat(MAX_LINE_BYTES - 7));
+        assert_eq!(events(&line)[0].len(), MAX_LINE_BYTES - 7);
+        // an event of many lines, each within the limit, is refused past its own
+        let piece = format!("data: {}\n", "y".repeat(60_000));
+        let stream = piece.repeat(6);
+        let mut e = Events::new(stream.as_bytes());
+        assert!(matches!(e.next_event(), Err(EventError::TooLong(m)) if m.contains("event")));
     }
 
     #[test]

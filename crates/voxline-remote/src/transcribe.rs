@@ -187,6 +187,7 @@ impl SpeechToText for RemoteStt {
             n_tokens,
             audio_ms,
             audio_ctx: 0,
+            confidence: None,
         })
     }
 

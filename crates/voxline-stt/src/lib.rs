@@ -25,13 +25,13 @@ mod text;
 
 pub use backend::SpeechToText;
 pub use config::{AudioCtx, SttConfig};
-pub use engine::{gpu_device, SttEngine, Transcription};
+pub use engine::{gpu_device, Confidence, SttEngine, Transcription};
 pub use error::SttError;
 pub use normalise::normalise;
 pub use stage::{SttStage, STAGE, STAGE_NAME};
 pub use text::{
-    implausibly_short, join_continuation, word_error_rate, CHECKED_AFTER_S, MAX_OVERLAP_WORDS,
-    MIN_WORDS_PER_S, OVERLAP_SLACK_WORDS,
+    implausibly_short, join_continuation, not_words, word_error_rate, CHECKED_AFTER_S,
+    MAX_OVERLAP_WORDS, MIN_WORDS_PER_S, NOISE_MIN_NO_SPEECH, OVERLAP_SLACK_WORDS,
 };
 
 /// Encoder positions per second of audio (1500 for 30 s).

@@ -1,6 +1,8 @@
 //! The speech-to-text stage: utterances in, transcripts out.
 
-use crate::{implausibly_short, join_continuation, normalise, SpeechToText, SttEngine, SttError};
+use crate::{
+    implausibly_short, join_continuation, normalise, not_words, SpeechToText, SttEngine, SttError,
+};
 
 /// The speech-to-text stage: one [`Utterance`](voxline_core::Utterance) in,
 /// one [`Transcript`](voxline_core::Transcript) out. An engine failure on one
@@ -95,7 +97,12 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
                 return Err(voxline_core::StageError::turn(u.id, e.to_string()).caused_by(e));
             }
         };
-        if let Some(why) = implausibly_short(&t.text, t.audio_ms / 1000.0) {
+        // an annotation of a sound ("(dramatic music)" for 6 s of a buzz) is
+        // no words, not too few of them: it goes on, and nothing answers it
+        let words_expected = !voxline_core::non_speech(&t.text);
+        if let Some(why) =
+            implausibly_short(&t.text, t.audio_ms / 1000.0).filter(|_| words_expected)
+        {
             if u.forced_split {
                 self.carry = None;
             }
@@ -106,6 +113,15 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
                 join_continuation(previous, &t.text).0
             }
             _ => t.text.clone(),
+        };
+        // whisper's guess at a sound (a hum heard as "How far?") is not a
+        // turn: it goes on as an annotation, which nothing answers
+        let text = match t.confidence.and_then(|c| not_words(&text, c)) {
+            Some(why) => {
+                tracing::info!(turn = u.id, "{why}");
+                noise_annotation(&text)
+            }
+            None => text,
         };
         // A speculative attempt is never a forced split: only real chunks are carried.
         if u.forced_split {
@@ -121,5 +137,33 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
             end_wall: u.end_wall,
         });
         Ok(())
+    }
+}
+
+/// The annotation a transcript judged noise ([`not_words`]) becomes:
+/// `[noise: what whisper guessed]`, with the guess's own brackets and stars
+/// taken out so that the whole reads as an annotation
+/// ([`voxline_core::non_speech`]) and the report still shows the guess.
+#[must_use]
+pub fn noise_annotation(text: &str) -> String {
+    let guess: String = text
+        .chars()
+        .filter(|c| !matches!(c, '[' | ']' | '(' | ')' | '{' | '}' | '*'))
+        .collect();
+    format!("[noise: {}]", guess.trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::noise_annotation;
+
+    #[test]
+    fn a_noise_annotation_is_non_speech_and_keeps_the_guess() {
+        for guess in ["How far?", "(laughs) yes [sic] *no*", "", "a ] b ) c"] {
+            let a = noise_annotation(guess);
+            assert!(voxline_core::non_speech(&a), "{a:?}");
+            assert!(a.starts_with("[noise:"), "{a:?}");
+        }
+        assert_eq!(noise_annotation("How far?"), "[noise: How far?]");
     }
 }

@@ -121,9 +121,52 @@ pub fn implausibly_short(text: &str, audio_s: f64) -> Option<String> {
     })
 }
 
+/// A transcript whose no-speech probability ([`crate::Confidence::no_speech`])
+/// is above this is whisper's guess at a sound, not words: faster-whisper's
+/// threshold, 0.6. Measured on tiny.en (`cargo bench --bench noise`): hums,
+/// tones, chords, a melody, noise, a fan and clicks at -10 and -26 dBFS
+/// scored 0.62-0.92; 20 recordings of real people and espeak-ng questions,
+/// as recorded and 20 and 30 dB quieter, 0.01-0.41.
+pub const NOISE_MIN_NO_SPEECH: f32 = 0.6;
+
+/// Why the transcript `text` is whisper's guess at a sound rather than
+/// words, from its own signals (`c`): its no-speech probability is over
+/// [`NOISE_MIN_NO_SPEECH`]. `None`: words. faster-whisper also asks for a
+/// mean token log-probability under -1.0; on tiny.en the guesses at the
+/// sounds measured score -0.4 to -1.2 (a hum heard as "How far?" would pass
+/// it), so the log-probability is reported, not required.
+#[must_use]
+pub fn not_words(text: &str, c: crate::Confidence) -> Option<String> {
+    (c.no_speech > NOISE_MIN_NO_SPEECH).then(|| {
+        format!(
+            "whisper heard {text:?} but judged it a sound, not words (no-speech probability \
+             {:.2}, over {NOISE_MIN_NO_SPEECH}; mean token log-probability {:.2})",
+            c.no_speech, c.avg_logprob
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transcript_is_noise_when_whisper_says_no_speech() {
+        let c = |no_speech, avg_logprob| crate::Confidence {
+            no_speech,
+            avg_logprob,
+        };
+        // the measured extremes: a sound at 0.62, quiet speech at 0.41
+        assert!(not_words("How far?", c(0.62, -0.5)).is_some());
+        assert!(not_words("How far?", c(0.92, -0.1)).is_some());
+        assert!(not_words("Will it be Sunday tomorrow?", c(0.41, -0.21)).is_none());
+        assert!(not_words("7 of clubs.", c(0.03, -0.59)).is_none());
+        let why = not_words("How far?", c(0.84, -1.1)).unwrap();
+        assert!(
+            why.contains("\"How far?\"") && why.contains("0.84"),
+            "{why}"
+        );
+    }
 
     #[test]
     fn wer_counts_edits_over_reference_words() {

@@ -79,6 +79,11 @@ impl<V: TextToSpeech> TtsStage<V> {
             return Ok(());
         };
         let id = turn.id;
+        if out.input_cancelled() {
+            // the user spoke over this answer (or the run stops): nothing
+            // more of it is synthesised
+            return Ok(());
+        }
         let rate = self.voice.sample_rate();
         match self.voice.synthesize(&text) {
             Ok(samples) => {
@@ -95,7 +100,7 @@ impl<V: TextToSpeech> TtsStage<V> {
                         samples: b.into(),
                         text: (i == 0).then(|| text.clone()),
                     }));
-                    if out.is_closed() {
+                    if out.is_closed() || out.input_cancelled() {
                         break;
                     }
                 }

@@ -109,6 +109,7 @@ pub struct PipelineBuilder {
     meter: ThreadMeter,
     observer: Option<SpanObserver>,
     barge: Option<crate::BargeIn>,
+    fault: Option<crate::InjectedFault>,
 }
 
 impl std::fmt::Debug for PipelineBuilder {
@@ -190,6 +191,16 @@ impl PipelineBuilder {
         self
     }
 
+    /// Chaos tests: the runtime fails the call of the stage `fault` names on
+    /// its utterance (a turn error, or a panic caught like a stage's own),
+    /// instead of calling the stage. The stage itself is not wrapped, so
+    /// every hook it has still runs as without the fault.
+    #[must_use]
+    pub fn inject_fault(mut self, fault: Option<crate::InjectedFault>) -> Self {
+        self.fault = fault;
+        self
+    }
+
     /// Counts every stage's engine threads ([`Stage::threads`]) on `meter`
     /// while its calls compute (by default, a meter of the pipeline's own).
     #[must_use]
@@ -232,6 +243,7 @@ impl PipelineBuilder {
             board: self.board,
             meter: self.meter,
             barge: self.barge,
+            fault: self.fault,
             threads: Vec::new(),
             edges: Vec::new(),
             startup: std::time::Duration::ZERO,
@@ -260,6 +272,7 @@ pub struct Pipeline {
     board: Option<SpecBoard>,
     meter: ThreadMeter,
     barge: Option<crate::BargeIn>,
+    fault: Option<crate::InjectedFault>,
     threads: Vec<(String, JoinHandle<()>)>,
     edges: Vec<Arc<EdgeStats>>,
     startup: std::time::Duration,
@@ -279,6 +292,7 @@ impl Pipeline {
             meter: ThreadMeter::new(),
             observer: None,
             barge: None,
+            fault: None,
         }
     }
 
@@ -334,6 +348,7 @@ impl Pipeline {
     }
 
     fn context(&self, name: String) -> StageContext {
+        let fault = self.fault.clone().filter(|f| f.stage == name);
         StageContext {
             name,
             shared: Arc::clone(&self.shared),
@@ -346,6 +361,7 @@ impl Pipeline {
             board: self.board.clone(),
             meter: self.meter.clone(),
             barge: self.barge.clone(),
+            fault,
         }
     }
 

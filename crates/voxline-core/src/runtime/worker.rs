@@ -66,6 +66,8 @@ pub(super) struct StageContext {
     pub(super) meter: ThreadMeter,
     /// Barge-in: interrupted turns are skipped and each stage hears of them.
     pub(super) barge: Option<crate::BargeIn>,
+    /// Chaos tests: the call this fault names fails instead of running.
+    pub(super) fault: Option<crate::InjectedFault>,
 }
 
 impl StageContext {
@@ -254,7 +256,12 @@ pub(super) fn run_stage<S: Stage>(
         let mut out = out.with_meter(&ctx.meter, threads);
         let started = Instant::now();
         report_drops(&ctx.bus, &input.stats());
-        let result = catch_unwind(AssertUnwindSafe(|| stage.process(envelope.item, &mut out)));
+        let result = catch_unwind(AssertUnwindSafe(|| match &ctx.fault {
+            Some(f) => f
+                .strike(&ctx.name, id)
+                .and_then(|()| stage.process(envelope.item, &mut out)),
+            None => stage.process(envelope.item, &mut out),
+        }));
         let finished = Instant::now();
         out.release_lease();
         ctx.shared.record(out.span(

@@ -82,6 +82,9 @@ pub struct RunOptions {
     /// The semantic end of turn: the model that judges each pause and the
     /// policy (`None`: the hangover alone ends a turn).
     pub semantic_turn: Option<SemanticTurn>,
+    /// Chaos tests (`VOXLINE_FAULT`): the call the runtime fails instead of
+    /// running it (see [`crate::fault`]).
+    pub fault: Option<crate::fault::Fault>,
 }
 
 /// Silence beyond the semantic end of turn's longest wait that separates
@@ -125,6 +128,7 @@ impl std::fmt::Debug for RunOptions {
                 "semantic_turn",
                 &self.semantic_turn.as_ref().map(|(_, p)| p),
             )
+            .field("fault", &self.fault)
             .finish_non_exhaustive()
     }
 }
@@ -149,6 +153,7 @@ impl Default for RunOptions {
             drain: None,
             barge_in: Some(voxline_audio::BargeInOptions::default()),
             semantic_turn: None,
+            fault: None,
         }
     }
 }

@@ -277,7 +277,9 @@ where
     if let Some((board, _)) = &opts.speculation {
         builder = builder.speculation(board.clone());
     }
-    builder = builder.meter(opts.meter.clone());
+    builder = builder
+        .meter(opts.meter.clone())
+        .inject_fault(opts.fault.clone());
     if let Some((b, _)) = barge {
         builder = builder.barge_in(b);
     }

@@ -1,0 +1,166 @@
+//! Whether a transcript is words or noise: whisper's own signals on
+//! non-speech sounds against real questions, loud and quiet.
+//!
+//! `cargo bench --bench noise` (optimised build; needs `voxline models
+//! fetch`). Transcribes, with the pipeline's STT settings:
+//!
+//! - non-speech sounds made here (hums at 50 and 60 Hz with their
+//!   harmonics, tones, a chord, noise, clicks, a fan), each at two levels;
+//! - every recording in `audio-fixtures/human` and `VOXLINE_HUMAN_DIR`
+//!   (real people) and the espeak-ng questions in `audio-fixtures`, each as
+//!   recorded and 20 and 30 dB quieter.
+//!
+//! Prints each transcript with its no-speech probability and mean token
+//! log-probability, and whether [`voxline_stt::not_words`] (the rule the
+//! STT stage applies) takes it for noise. The rule must take every sound
+//! and no question.
+
+#[path = "../tests/integration/util.rs"]
+#[allow(dead_code)] // the benches use some of the tests' helpers
+mod util;
+
+use std::f64::consts::TAU;
+use std::path::PathBuf;
+
+use voxline_stt::{not_words, SttConfig, SttEngine};
+
+/// `secs` of `f(t)` at 16 kHz, peak `level` (of full scale).
+fn sound(secs: f64, level: f64, mut f: impl FnMut(f64) -> f64) -> Vec<f32> {
+    let n = (secs * 16_000.0) as usize;
+    let raw: Vec<f64> = (0..n).map(|i| f(i as f64 / 16_000.0)).collect();
+    let peak = raw.iter().fold(1e-9f64, |m, x| m.max(x.abs()));
+    raw.iter().map(|x| (x / peak * level) as f32).collect()
+}
+
+/// A deterministic noise source (xorshift), uniform in [-1, 1].
+fn noise(seed: u64) -> impl FnMut() -> f64 {
+    let mut s = seed;
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+}
+
+fn sounds() -> Vec<(String, Vec<f32>)> {
+    let hum = |base: f64| {
+        move |t: f64| {
+            (1..8)
+                .map(|k| 0.4 / f64::from(k) * (TAU * base * f64::from(k) * t).sin())
+                .sum::<f64>()
+        }
+    };
+    let mut out = Vec::new();
+    for level in [0.3f64, 0.05] {
+        let db = (20.0 * level.log10()).round();
+        let mut add = |name: &str, x: Vec<f32>| out.push((format!("{name} {db} dBFS"), x));
+        add("hum 50 Hz", sound(4.0, level, hum(50.0)));
+        add("hum 60 Hz", sound(4.0, level, hum(60.0)));
+        add("hum 100 Hz", sound(4.0, level, |t| (TAU * 100.0 * t).sin()));
+        add(
+            "tone 440 Hz",
+            sound(4.0, level, |t| (TAU * 440.0 * t).sin()),
+        );
+        add(
+            "chord",
+            sound(4.0, level, |t| {
+                [261.6, 329.6, 392.0]
+                    .iter()
+                    .map(|f| (TAU * f * t).sin())
+                    .sum::<f64>()
+                    * (0.5 + 0.5 * (TAU * 2.0 * t).sin())
+            }),
+        );
+        add(
+            "melody",
+            sound(4.0, level, |t| {
+                let notes = [261.6, 293.7, 329.6, 349.2, 392.0, 440.0, 493.9, 523.3];
+                let f = notes[((t * 4.0) as usize) % notes.len()];
+                let env = 1.0 - (t * 4.0).fract();
+                env * ((TAU * f * t).sin() + 0.3 * (TAU * 2.0 * f * t).sin())
+            }),
+        );
+        let mut n = noise(7);
+        add("white noise", sound(4.0, level, |_| n()));
+        let mut n = noise(11);
+        let mut brown = 0.0;
+        add(
+            "fan (brown noise)",
+            sound(4.0, level, move |_| {
+                brown = (brown + 0.05 * n()) * 0.995;
+                brown
+            }),
+        );
+        add(
+            "clicks",
+            sound(4.0, level, |t| {
+                let phase = (t * 3.0).fract();
+                if phase < 0.002 {
+                    1.0
+                } else {
+                    0.0
+                }
+            }),
+        );
+    }
+    out
+}
+
+fn speech() -> Vec<(String, Vec<f32>)> {
+    let mut dirs = vec![util::fixture("human"), util::fixtures_dir()];
+    if let Some(d) = std::env::var_os("VOXLINE_HUMAN_DIR") {
+        dirs.push(PathBuf::from(d));
+    }
+    let mut out = Vec::new();
+    for dir in dirs {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension().is_some_and(|e| e == "wav")
+                    && p.file_stem().is_none_or(|s| s != "silence")
+            })
+            .collect();
+        paths.sort();
+        for p in paths {
+            let x = util::read_16k(&p);
+            let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+            for db in [0.0f32, -20.0, -30.0] {
+                let g = 10f32.powf(db / 20.0);
+                out.push((
+                    format!("{name} {db:+} dB"),
+                    x.iter().map(|s| s * g).collect(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn main() {
+    let mut stt = SttEngine::load(SttConfig::new(util::whisper_model(), util::threads_each()))
+        .expect("the whisper model (voxline models fetch)");
+    let mut wrong = 0;
+    for (kind, clips) in [("sound", sounds()), ("speech", speech())] {
+        println!("\n| {kind} | transcript | no-speech p | mean logprob | taken for noise |");
+        println!("|---|---|---|---|---|");
+        for (name, x) in clips {
+            let t = stt.transcribe(&x).expect("transcribes");
+            let c = t.confidence.expect("whisper says");
+            let noise = not_words(&t.text, c).is_some() || voxline_core::non_speech(&t.text);
+            if noise != (kind == "sound") {
+                wrong += 1;
+            }
+            println!(
+                "| {name} | {:?} | {:.3} | {:.2} | {} |",
+                t.text,
+                c.no_speech,
+                c.avg_logprob,
+                if noise { "yes" } else { "no" }
+            );
+        }
+    }
+    println!("\nwrong decisions: {wrong}");
+}
