@@ -14,7 +14,13 @@ cd "$(dirname "$0")/.."
 # chromium: the browser test of `voxline serve`'s page; ffmpeg: the compressed recordings
 # (MP3, Ogg, M4A) the decoding tests join and cut, and the reference for what they hold.
 packages=(cmake clang libclang-dev libasound2-dev pkg-config espeak-ng sox ffmpeg python3 python3-pip python3-venv alsa-utils
-          pulseaudio pulseaudio-utils libasound2-plugins chromium)
+          pulseaudio pulseaudio-utils libasound2-plugins)
+# `--tests` (the test command): also what only the tests need (the browser
+# test's chromium, the real servers the remote-engine tests start), never
+# before a newcomer's first answer
+tests=false
+[[ "${1:-}" == --tests ]] && tests=true
+$tests && packages+=(chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -52,5 +58,7 @@ echo "== models"
 # the real servers the remote-engine tests start on loopback: llama.cpp's
 # llama-server (built once from source, ~12 min on 2 cores) and a
 # faster-whisper server (a pinned venv on the tiny.en `models fetch` installed)
-bash .ci/llama-server.sh
-bash .ci/whisper-server.sh
+if $tests; then
+  bash .ci/llama-server.sh
+  bash .ci/whisper-server.sh
+fi

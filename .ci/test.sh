@@ -3,7 +3,7 @@
 # Inference runs in the optimised profile (a debug-built ggml is unusably slow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash .ci/setup.sh
+bash .ci/setup.sh --tests
 # the same C++ configuration as setup.sh's build (see .ci/llama-trim.cmake)
 export CMAKE_PROJECT_INCLUDE_BEFORE="$PWD/.ci/llama-trim.cmake"
 echo "== format and lints"
