@@ -39,6 +39,8 @@ pub(crate) enum Outcome {
 }
 
 fn main() -> ExitCode {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let cli = match parse_cli() {
         Ok(cli) => cli,
         Err(code) => return code,
@@ -55,6 +57,12 @@ fn main() -> ExitCode {
         )
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
+        .finish()
+        // at trace the HTTP library dumps every byte sent, the API key's
+        // header included: never, whatever VOXLINE_LOG says
+        .with(tracing_subscriber::filter::filter_fn(|m| {
+            !(m.target().starts_with("ureq_proto") && *m.level() == tracing::Level::TRACE)
+        }))
         .init();
     match run(cli) {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

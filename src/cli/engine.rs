@@ -401,7 +401,7 @@ impl EngineArgs {
         let timeouts = Timeouts {
             response: wait,
             read: wait,
-            total: (wait * 4).max(Timeouts::default().total),
+            total: wait * 4,
             ..Timeouts::default()
         };
         let stt = match &self.stt_url {

@@ -51,11 +51,11 @@ pub(crate) struct VadArgs {
     #[arg(long, overrides_with = "semantic_turn")]
     pub(crate) no_semantic_turn: bool,
     /// The end-of-turn model's probability above which a pause ends the turn.
-    #[arg(long, default_value_t = TurnPolicy::default().threshold)]
+    #[arg(long, default_value_t = TurnPolicy::default().threshold, allow_hyphen_values = true)]
     pub(crate) turn_threshold: f32,
     /// The probability below which a pause is judged incomplete (between it
     /// and --turn-threshold the silence-only --hangover-ms ends the turn).
-    #[arg(long, default_value_t = TurnPolicy::default().incomplete_below)]
+    #[arg(long, default_value_t = TurnPolicy::default().incomplete_below, allow_hyphen_values = true)]
     pub(crate) turn_incomplete_below: f32,
     /// Silence after the last confident speech frame at which the
     /// end-of-turn model judges the pause, ms.

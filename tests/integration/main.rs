@@ -29,5 +29,6 @@ mod sessions;
 mod speculation;
 mod tally;
 mod topology;
+mod untrusted;
 mod util;
 mod voice;

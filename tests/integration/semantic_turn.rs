@@ -348,8 +348,16 @@ fn replay_reports_each_decision_and_the_model_cost() {
 fn a_missing_model_or_a_bad_option_is_one_line_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let fixture = util::fixture("q_capital.wav");
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--turn-model", "/nonexistent/turn.onnx"], "--turn-model"),
+        // a probe at every frame: judged every 16 ms, seconds of CPU a second
+        (&["--turn-probe-ms", "0"], "--turn-probe-ms"),
+        // a negative value is a value, not a flag
+        (&["--turn-threshold", "-inf"], "--turn-threshold"),
+        (
+            &["--turn-incomplete-below", "-0.5"],
+            "--turn-incomplete-below",
+        ),
         (&["--turn-merge-ms", "20000"], "--turn-merge-ms"),
         (&["--turn-threshold", "1.5"], "--turn-threshold"),
         (

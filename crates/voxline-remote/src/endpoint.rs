@@ -191,6 +191,9 @@ impl Client {
     pub fn new(endpoint: Endpoint, timeouts: Timeouts) -> Self {
         let agent: Agent = Agent::config_builder()
             .http_status_as_error(false)
+            // a redirect is the server's answer, not followed: a 301/302
+            // turns a POST into a body-less GET, whose reply is no answer
+            .max_redirects(0)
             .timeout_connect(Some(timeouts.connect))
             .timeout_recv_response(Some(timeouts.response))
             .timeout_per_read(Some(timeouts.read))

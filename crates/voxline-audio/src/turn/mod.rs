@@ -316,6 +316,17 @@ impl TurnPolicy {
                 );
             }
         }
+        let frame_ms =
+            (crate::vad::FRAME_SAMPLES * 1000 / voxline_core::SAMPLE_RATE as usize) as u32;
+        if self.probe_ms < frame_ms {
+            return bad(
+                "turn_probe_ms",
+                format!(
+                    "{} ms would judge the pause at every {frame_ms} ms detector frame; use at least {frame_ms} ms",
+                    self.probe_ms
+                ),
+            );
+        }
         for (field, v) in [
             ("turn_complete_ms", self.complete_ms),
             ("turn_probe_ms", self.probe_ms),

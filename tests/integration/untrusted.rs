@@ -1,0 +1,104 @@
+//! What an engine says is untrusted: a hostile server on the loopback (a
+//! few lines of TCP here, not a real server) against the real binary.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use crate::util;
+
+/// A server that answers every request with `reply` and keeps the head of
+/// each request it was sent; its `http://host:port`.
+fn hostile(reply: &'static [u8]) -> (String, Arc<Mutex<Vec<String>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let (mut head, mut len) = (String::new(), 0usize);
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                head.push_str(&line);
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let _ = r.read_exact(&mut vec![0; len]);
+            kept.lock().unwrap().push(head);
+            let _ = s.write_all(reply);
+        }
+    });
+    (url, seen)
+}
+
+/// `voxline replay q_capital.wav` against a language model at `url`.
+fn replay_against(url: &str) -> std::process::Command {
+    let mut c = util::voxline_bin();
+    c.arg("replay")
+        .arg(util::fixture("q_capital.wav"))
+        .args(["--pace", "fast", "--llm-url", url])
+        .arg("--models-dir")
+        .arg(util::models_dir());
+    c
+}
+
+#[test]
+fn the_api_key_never_shows_even_at_trace() {
+    const KEY: &str = "vx-trace-key-93b1d7";
+    let (url, seen) = hostile(
+        b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 15\r\nconnection: close\r\n\r\nInvalid API key",
+    );
+    let o = replay_against(&url)
+        .env("VOXLINE_LLM_API_KEY", KEY)
+        .env("VOXLINE_LOG", "trace")
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("401"), "{err}");
+    // the key was sent, and is nowhere on the console, not even in pieces
+    // of the HTTP library's byte dump
+    let sent = seen.lock().unwrap().join("");
+    assert!(sent.contains(&format!("Bearer {KEY}")), "{sent}");
+    // (a byte dump shows 16 bytes a row: any 6 bytes of the key in a row)
+    for piece in KEY.as_bytes().windows(6) {
+        let piece = std::str::from_utf8(piece).unwrap();
+        assert!(
+            !out.contains(piece) && !err.contains(piece),
+            "{piece}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_redirect_is_the_server_s_answer_not_followed() {
+    let (url, seen) = hostile(
+        b"HTTP/1.1 302 Found\r\nlocation: /elsewhere\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+    );
+    let o = replay_against(&url).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.trim().is_empty() && *l != "voxline: loading models")
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("answered HTTP 302"), "{err}");
+    let heads = seen.lock().unwrap().clone();
+    assert!(
+        heads.iter().all(|h| !h.contains("/elsewhere")),
+        "followed: {heads:?}"
+    );
+}
