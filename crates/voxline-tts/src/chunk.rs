@@ -20,6 +20,9 @@ pub const FIRST_CHUNK_MAX_WORDS: usize = 4;
 /// The longest chunk: past it a sentence is cut at a clause or a word.
 pub const MAX_CHUNK_CHARS: usize = 220;
 
+/// Characters of pending text a cut is looked for in.
+const SCAN_CHARS: usize = MAX_CHUNK_CHARS + 64;
+
 /// Cuts one answer, streamed token by token, into chunks to speak.
 #[derive(Debug, Default, Clone)]
 pub struct Chunker {
@@ -100,7 +103,9 @@ impl Chunker {
     /// Where the pending text may be cut (a byte offset), if anywhere yet.
     fn cut(&self) -> Option<usize> {
         let s = &self.pending;
-        let chars: Vec<(usize, char)> = s.char_indices().collect();
+        // no cut falls past the longest chunk but a sentence's end just
+        // after it: the scan is bounded, whatever a token holds
+        let chars: Vec<(usize, char)> = s.char_indices().take(SCAN_CHARS).collect();
         let first = self.emitted == 0;
         let mut words = 0usize;
         let mut in_word = false;
@@ -153,8 +158,12 @@ impl Chunker {
                 }
             }
         }
-        if s.chars().count() > MAX_CHUNK_CHARS {
-            return last_clause.or(last_space).filter(|&at| at > 0);
+        if chars.len() > MAX_CHUNK_CHARS {
+            // a word longer than a chunk (a server's 10 KB of digits) is cut
+            return last_clause
+                .or(last_space)
+                .filter(|&at| at > 0)
+                .or_else(|| chars.get(MAX_CHUNK_CHARS).map(|&(i, _)| i));
         }
         None
     }
@@ -172,6 +181,21 @@ mod tests {
         }
         out.extend(c.finish());
         out
+    }
+
+    #[test]
+    fn a_word_longer_than_a_chunk_is_cut_into_chunks() {
+        for word in ["7".repeat(10_000), "é".repeat(3_000), "ab".repeat(50_000)] {
+            let chunks = stream(&[&word, " and then some."]);
+            assert!(
+                chunks.iter().all(|c| c.chars().count() <= MAX_CHUNK_CHARS),
+                "{:?}",
+                chunks.iter().map(|c| c.chars().count()).collect::<Vec<_>>()
+            );
+            let joined: String = chunks.concat();
+            assert!(joined.starts_with(&word[..100]), "{joined:.40}");
+            assert!(chunks.last().unwrap().ends_with("and then some."));
+        }
     }
 
     #[test]

@@ -58,12 +58,21 @@ pub(crate) fn run_espeak(args: &[&str], text: &str) -> Result<Vec<u8>, TtsError>
         .stdin
         .take()
         .ok_or_else(|| TtsError::Espeak("no stdin".into()))?;
-    let written = stdin.write_all(text.as_bytes());
-    drop(stdin);
+    // written on a thread of its own while the output is read: espeak-ng
+    // writes as it reads, and once both pipes are full (64 KiB each) a
+    // writer that waits to read would wait forever
+    let text = text.to_owned();
+    let writer = std::thread::Builder::new()
+        .name("voxline-espeak-in".into())
+        .spawn(move || stdin.write_all(text.as_bytes()))
+        .map_err(|e| TtsError::Espeak(format!("starting the writer: {e}")))?;
     let out = child
         .wait_with_output()
         .map_err(|e| TtsError::Espeak(e.to_string()))?;
-    written.map_err(|e| TtsError::Espeak(format!("writing the text: {e}")))?;
+    writer
+        .join()
+        .map_err(|_| TtsError::Espeak("the writer panicked".into()))?
+        .map_err(|e| TtsError::Espeak(format!("writing the text: {e}")))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(TtsError::Espeak(format!(
@@ -179,6 +188,21 @@ mod tests {
         assert!(peak > 0.1, "audible: peak {peak}");
         // a chunk that looks like an option is spoken, not parsed
         assert!(!v.synthesize("-v nothing").unwrap().is_empty());
+    }
+
+    #[test]
+    fn text_and_output_past_the_pipes_buffers_do_not_deadlock_espeak() {
+        // ~120 KB in, more than 64 KiB of phonemes out
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let text = "hello world ".repeat(10_000);
+            let _ = tx.send(run_espeak(&["-q", "-v", "en-us", "--ipa"], &text));
+        });
+        let out = rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("espeak-ng and its writer deadlocked")
+            .unwrap();
+        assert!(out.len() > 65_536, "{} bytes", out.len());
     }
 
     #[test]
