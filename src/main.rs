@@ -75,7 +75,11 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             let bad = e.chain().any(is_bad_input);
-            eprintln!("voxline: {e:#}");
+            // what a server or a file said is in the chain: shown, not obeyed
+            eprintln!(
+                "voxline: {}",
+                voxline_core::shown::one_line(&format!("{e:#}"))
+            );
             ExitCode::from(if bad { 2 } else { 3 })
         }
     }

@@ -9,7 +9,7 @@ use crate::util;
 
 /// A server that answers every request with `reply` and keeps the head of
 /// each request it was sent; its `http://host:port`.
-fn hostile(reply: &'static [u8]) -> (String, Arc<Mutex<Vec<String>>>) {
+fn hostile(reply: impl AsRef<[u8]> + Send + 'static) -> (String, Arc<Mutex<Vec<String>>>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -34,7 +34,7 @@ fn hostile(reply: &'static [u8]) -> (String, Arc<Mutex<Vec<String>>>) {
             }
             let _ = r.read_exact(&mut vec![0; len]);
             kept.lock().unwrap().push(head);
-            let _ = s.write_all(reply);
+            let _ = s.write_all(reply.as_ref());
         }
     });
     (url, seen)
@@ -101,4 +101,27 @@ fn a_redirect_is_the_server_s_answer_not_followed() {
         heads.iter().all(|h| !h.contains("/elsewhere")),
         "followed: {heads:?}"
     );
+}
+
+#[test]
+fn control_characters_from_a_server_never_reach_the_console() {
+    // clear screen, window title, BEL, CR, NUL, a C1 CSI and a fake line of
+    // voxline's own, in an HTTP error's body
+    let body = "\u{1b}[2J\u{1b}]0;owned\u{7}\rbad\u{0}\u{9b}31m\n[2] voxline: all fine";
+    let reply = format!(
+        "HTTP/1.1 500 Oops\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (url, _) = hostile(reply.into_bytes());
+    let o = replay_against(&url).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("HTTP 500"), "{err}");
+    assert!(
+        !err.chars().any(|c| c.is_control() && c != '\n'),
+        "{err:?}"
+    );
+    assert!(err.contains("\\u{1b}[2J"), "{err:?}");
+    assert!(!err.lines().any(|l| l.starts_with("[2] voxline")), "{err:?}");
+    assert!(o.stdout.is_empty());
 }

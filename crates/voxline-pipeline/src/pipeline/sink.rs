@@ -60,17 +60,18 @@ impl EventSink {
             }
         }
         if self.console {
+            use voxline_core::shown::{escaped, one_line};
             let mut out = std::io::stdout().lock();
             match &ev.event {
                 PipelineEvent::Transcript(t) => {
-                    let _ = writeln!(out, "[{}] you: {}", t.id, t.text);
+                    let _ = writeln!(out, "[{}] you: {}", t.id, escaped(&t.text, false));
                 }
                 PipelineEvent::Engine(e) => {
                     if let Some(t) = e.downcast_ref::<Token>() {
                         if t.index == 0 {
                             let _ = write!(out, "[{}] voxline: ", t.id);
                         }
-                        let _ = write!(out, "{}", t.text);
+                        let _ = write!(out, "{}", escaped(&t.text, true));
                         let _ = out.flush();
                     } else if let Some(c) = e.downcast_ref::<TurnComplete>() {
                         if c.n_generated == 0 {
@@ -82,15 +83,17 @@ impl EventSink {
                 }
                 PipelineEvent::TurnError(e) => {
                     let _ = writeln!(out);
-                    eprintln!("[{}] error in {}: {}", e.id, e.stage, e.message);
+                    eprintln!("[{}] error in {}: {}", e.id, e.stage, one_line(&e.message));
                 }
                 PipelineEvent::Merged { id, .. } => {
                     let _ = writeln!(out, "\n[{id}] (you went on: merged into the next turn)");
                 }
                 PipelineEvent::StageFailed { stage, message } => {
-                    eprintln!("stage {stage} failed: {message}")
+                    eprintln!("stage {stage} failed: {}", one_line(message));
                 }
-                PipelineEvent::StageError { stage, message } => eprintln!("{stage}: {message}"),
+                PipelineEvent::StageError { stage, message } => {
+                    eprintln!("{stage}: {}", one_line(message));
+                }
                 _ => {}
             }
         }
