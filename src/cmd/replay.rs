@@ -53,7 +53,8 @@ pub(crate) fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         warmup: args.out.warmup,
         gap_ms: None,
         events: events_out,
-        console: !quiet,
+        // the conversation's WAV on standard output must not be interleaved with the console
+        console: !quiet && !voice_out.as_ref().is_some_and(Output::is_stdout),
         on_event: None,
         fault,
         cancel_on_stop: false,
@@ -69,6 +70,8 @@ pub(crate) fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
     else {
         return Ok(Outcome::Interrupted);
     };
+    // the report first: a voice output that fails (a full disk) loses no figure
+    finish_report(&ran.report, report_out.as_ref(), quiet)?;
     if let Some(out) = &voice_out {
         write_conversation(out, &ran, &args.files)?;
         if !quiet {
@@ -78,7 +81,6 @@ pub(crate) fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
             );
         }
     }
-    finish_report(&ran.report, report_out.as_ref(), quiet)?;
     Ok(outcome_of(&ran.report))
 }
 

@@ -262,3 +262,46 @@ fn an_interrupted_answer_stays_in_the_conversation_as_what_was_heard() {
     assert_eq!(history.len(), 2);
     assert!(history[0].1.ends_with("[interrupted]"), "{history:?}");
 }
+
+/// `--voice-out` beside the other outputs: `-` is a valid WAV on standard
+/// output with nothing of the console before it; a voice output that
+/// cannot be written (a full device) is exit 2 with the report written.
+#[test]
+fn the_voice_output_on_stdout_or_a_full_device_loses_nothing_else() {
+    let _g = util::engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let run = |voice_out: &str| {
+        util::voxline_bin()
+            .arg("replay")
+            .arg(util::fixture("q_capital.wav"))
+            .args(["--pace", "fast", "--max-tokens", "8", "--voice", "espeak"])
+            .args(["--voice-out", voice_out])
+            .arg("--report-json")
+            .arg(&report)
+            .arg("--models-dir")
+            .arg(util::models_dir())
+            .output()
+            .unwrap()
+    };
+    let o = run("-");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let wav = hound::WavReader::new(std::io::Cursor::new(&o.stdout))
+        .expect("standard output is a WAV from its first byte");
+    assert_eq!(wav.spec().channels, 2);
+    assert!(wav.len() > 16_000, "{} samples", wav.len());
+    assert_eq!(util::read_json(&report)["summary"]["completed"], 1);
+    std::fs::remove_file(&report).unwrap();
+    if std::path::Path::new("/dev/full").exists() {
+        let o = run("/dev/full");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("--voice-out /dev/full"), "{err}");
+        assert_eq!(util::read_json(&report)["summary"]["completed"], 1, "{err}");
+    }
+}

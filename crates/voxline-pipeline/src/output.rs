@@ -188,6 +188,46 @@ pub fn plan(
     Ok(planned.into_iter().map(|(o, _)| o).collect())
 }
 
+/// How long a named pipe output waits for a reader before it is an error.
+pub const FIFO_READER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Opens a device or a named pipe for writing. A named pipe with no reader
+/// would block the open for ever (and a stop signal with it): it is opened
+/// without blocking, tried again until a reader comes or
+/// [`FIFO_READER_WAIT`] passes, then written as usual.
+fn open_direct(p: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+    let fifo = std::fs::metadata(p).is_ok_and(|m| m.file_type().is_fifo());
+    if !fifo {
+        return std::fs::OpenOptions::new().write(true).open(p);
+    }
+    let since = std::time::Instant::now();
+    let f = loop {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(p)
+        {
+            Ok(f) => break f,
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                if since.elapsed() >= FIFO_READER_WAIT {
+                    return Err(std::io::Error::other(format!(
+                        "a named pipe nobody read for {} s",
+                        FIFO_READER_WAIT.as_secs()
+                    )));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    // a reader is there: opened again as usual (at once), writes block as
+    // on any pipe; the probe closes after it, so the reader sees no end
+    let blocking = std::fs::OpenOptions::new().write(true).open(p)?;
+    drop(f);
+    Ok(blocking)
+}
+
 /// Fails early when a file could not be written beside `p` (missing or read-only directory).
 fn probe_writable(p: &Path, flag: &str, given: &Path) -> Result<(), BadInput> {
     let dir = p
@@ -228,9 +268,7 @@ impl Output {
     pub fn open(&self) -> std::io::Result<Writer> {
         Ok(match &self.target {
             Target::Stdout => Writer::Stream(Box::new(std::io::stdout())),
-            Target::Direct(p) => {
-                Writer::Stream(Box::new(std::fs::OpenOptions::new().write(true).open(p)?))
-            }
+            Target::Direct(p) => Writer::Stream(Box::new(open_direct(p)?)),
             Target::File(p) => Writer::File(PartialFile::create(p)?),
         })
     }
@@ -399,6 +437,29 @@ mod tests {
             .unwrap_err()
             .0
             .contains("symbolic links"));
+    }
+
+    #[test]
+    fn a_named_pipe_nobody_reads_is_an_error_not_a_hang() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("out.wav");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let out = plan1(&fifo, &[], &[]).unwrap().remove(0);
+        let t = std::time::Instant::now();
+        let e = out.write_all(b"RIFF").unwrap_err();
+        assert!(e.contains("nobody read"), "{e}");
+        assert!(t.elapsed() < FIFO_READER_WAIT * 2, "{:?}", t.elapsed());
+        // with a reader it is written
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(fifo).unwrap())
+        };
+        out.write_all(b"RIFF").unwrap();
+        assert_eq!(reader.join().unwrap(), b"RIFF");
     }
 
     #[test]
