@@ -75,7 +75,7 @@ pub struct Transcription {
 
 /// The recogniser's own signals of whether it heard words; a transcript of
 /// noise (a hum heard as "How far?") has a high [`Confidence::no_speech`] or
-/// a low [`Confidence::avg_logprob`] (see [`crate::hallucinated`]).
+/// a low [`Confidence::avg_logprob`] (see [`crate::not_words`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Confidence {
     /// Probability of whisper's no-speech token at the start of decoding.
