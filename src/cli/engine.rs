@@ -65,7 +65,7 @@ pub(crate) struct EngineArgs {
     /// Offload whisper to the GPU (needs a `cuda` build).
     #[arg(long)]
     pub(crate) stt_gpu: bool,
-    /// Run whisper with flash attention (off by default: slower on the CPUs measured, see README).
+    /// Run whisper with flash attention (off by default: slower on the CPUs measured, see docs/decisions.md).
     #[arg(long)]
     pub(crate) flash_attn: bool,
     /// LLM layers to offload to the GPU (needs a `cuda` build).

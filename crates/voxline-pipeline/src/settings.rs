@@ -10,7 +10,7 @@ use crate::BadInput;
 /// The default silence after the last confident speech frame (see
 /// `VadConfig::spec_threshold`) after which a turn is sent early
 /// (speculative turn-taking), ms: three detector frames. Chosen by
-/// measurement (see the README's turn-taking section): an attempt that
+/// measurement (see docs/turn-taking.md): an attempt that
 /// speech interrupts is aborted within milliseconds and costs only idle CPU,
 /// so a short wait buys latency (the attempt starts ~95 ms after the true
 /// end of speech, against ~150 ms with 64 ms after the last speech frame)

@@ -1,6 +1,6 @@
 //! The run report: per turn, per stage, the summary with its percentiles,
 //! the bottlenecks and the budget verdict. `report.json` is this structure
-//! serialised (schema documented in the README; [`SCHEMA_VERSION`] changes
+//! serialised (schema documented in docs/report.md; [`SCHEMA_VERSION`] changes
 //! when a field changes meaning or disappears).
 //!
 //! Definitions (DESIGN.md §3): endpoint delay = true end of speech →
