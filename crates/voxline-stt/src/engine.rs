@@ -74,8 +74,9 @@ pub struct Transcription {
 }
 
 /// The recogniser's own signals of whether it heard words; a transcript of
-/// noise (a hum heard as "How far?") has a high [`Confidence::no_speech`] or
-/// a low [`Confidence::avg_logprob`] (see [`crate::not_words`]).
+/// noise (a hum heard as "How far?") has a high [`Confidence::no_speech`],
+/// which is what [`crate::not_words`] decides on; the mean log-probability
+/// is reported beside it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Confidence {
     /// Probability of whisper's no-speech token at the start of decoding.
