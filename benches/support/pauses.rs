@@ -367,6 +367,43 @@ pub fn turns_and_merged(
     hangover_ms: u32,
     semantic: Option<(&SharedTurnModel, TurnPolicy)>,
 ) -> (Turns, Turns) {
+    let (turns, merged) = turns_heard(audio, hangover_ms, semantic, None);
+    (turns.iter().map(|t| (t.end, t.closed)).collect(), merged)
+}
+
+/// A committed turn, in stream samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Turn {
+    /// The end of its speech.
+    pub end: u64,
+    /// When it was committed (or released, if it was then made final).
+    pub closed: u64,
+    /// Its first sample.
+    pub start: u64,
+}
+
+/// What the recogniser hears in an attempt's audio, and how long after the
+/// attempt is sent its transcript exists (samples of stream time): the
+/// words the semantic end of turn takes a second opinion from.
+pub struct Hearing<'a> {
+    /// The transcript of an attempt's audio.
+    pub hear: &'a mut dyn FnMut(&[f32]) -> String,
+    /// Stream time from an attempt's sending to its transcript.
+    pub delay: u64,
+}
+
+/// As [`turns_and_merged`], with each turn's start, and, with `hearing`,
+/// each attempt's transcript noted on the board (as the runtime does) once
+/// `hearing.delay` of stream time has passed after it was sent.
+///
+/// # Panics
+/// When the policy is out of range.
+pub fn turns_heard(
+    audio: &[f32],
+    hangover_ms: u32,
+    semantic: Option<(&SharedTurnModel, TurnPolicy)>,
+    mut hearing: Option<Hearing<'_>>,
+) -> (Vec<Turn>, Turns) {
     let board = SpecBoard::new();
     let mut stage = VadStage::new(VadConfig {
         hangover_ms,
@@ -384,13 +421,16 @@ pub fn turns_and_merged(
     let mut padded = audio.to_vec();
     padded.extend(std::iter::repeat_n(0.0, 48_000));
     let (mut sent, mut out, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+    // transcripts on their way: (due at, id, words)
+    let mut heard: Vec<(u64, u64, String)> = Vec::new();
     // released turns, by id: (end, released at)
     let mut shown = std::collections::BTreeMap::new();
     let mut merged = Vec::new();
-    let mut decide = |pending: &mut Vec<(u64, u64)>, pos: u64, out: &mut Vec<(u64, u64)>| {
-        pending.retain(|&(id, end)| match board.state(id) {
+    let mut decide = |pending: &mut Vec<(u64, u64, u64)>, pos: u64, out: &mut Vec<Turn>| {
+        pending.retain(|&(id, start, end)| match board.state(id) {
             SpecState::Committed => {
-                out.push(shown.remove(&id).unwrap_or((end, pos)));
+                let (end, closed) = shown.remove(&id).unwrap_or((end, pos));
+                out.push(Turn { end, closed, start });
                 false
             }
             SpecState::Released => {
@@ -404,6 +444,32 @@ pub fn turns_and_merged(
             _ => true,
         });
     };
+    let mut take = |sent: &mut Vec<voxline_core::Utterance>,
+                    pending: &mut Vec<(u64, u64, u64)>,
+                    out: &mut Vec<Turn>,
+                    pos: u64| {
+        for u in sent.drain(..) {
+            match board.state(u.id) {
+                SpecState::Final => out.push(Turn {
+                    end: u.end_sample,
+                    closed: u.closed_sample,
+                    start: u.start_sample,
+                }),
+                _ => {
+                    if let Some(h) = hearing.as_mut() {
+                        heard.push((pos + h.delay, u.id, (h.hear)(&u.samples)));
+                    }
+                    pending.push((u.id, u.start_sample, u.end_sample));
+                }
+            }
+        }
+        heard.retain(|(due, id, words)| {
+            if *due <= pos {
+                board.note_words(*id, words);
+            }
+            *due > pos
+        });
+    };
     for (i, c) in padded.chunks(320).enumerate() {
         let start = (i * 320) as u64;
         let frame = replay_frame(i, 320, c, &clock);
@@ -411,23 +477,59 @@ pub fn turns_and_merged(
             .process(frame, &mut Emitter::to_vec(&mut sent))
             .unwrap();
         let pos = start + c.len() as u64;
-        for u in sent.drain(..) {
-            match board.state(u.id) {
-                SpecState::Final => out.push((u.end_sample, u.closed_sample)),
-                _ => pending.push((u.id, u.end_sample)),
-            }
-        }
+        take(&mut sent, &mut pending, &mut out, pos);
         decide(&mut pending, pos, &mut out);
     }
     stage.finish(&mut Emitter::to_vec(&mut sent)).unwrap();
     let end = padded.len() as u64;
-    for u in sent.drain(..) {
-        match board.state(u.id) {
-            SpecState::Final => out.push((u.end_sample, u.closed_sample)),
-            _ => pending.push((u.id, u.end_sample)),
-        }
-    }
+    take(&mut sent, &mut pending, &mut out, end);
     decide(&mut pending, end, &mut out);
     out.sort_unstable();
     (out, merged)
+}
+
+/// The gaps between the two sentences of a pair, ms.
+pub const PAIR_GAPS_MS: [u32; 3] = [1_000, 1_200, 1_500];
+
+/// Two complete sentences said one after the other.
+#[derive(Debug, Clone)]
+pub struct PairClip {
+    /// `<first>+<second>-g<ms>`.
+    pub name: String,
+    /// `human` or `piper`.
+    pub kind: &'static str,
+    /// 16 kHz mono audio.
+    pub audio: Vec<f32>,
+    /// Each sentence's first and one-past-last speech sample.
+    pub speech: [(usize, usize); 2],
+}
+
+/// Pairs of `sentences` of the same kind (each with the next, the last
+/// with the first), joined at each gap of [`PAIR_GAPS_MS`]: the first
+/// sentence up to the end of its speech, a silence of the gap at the
+/// background level, the second from the start of its speech.
+pub fn pairs(sentences: &[Sentence]) -> Vec<PairClip> {
+    let mut out = Vec::new();
+    for kind in ["human", "piper"] {
+        let same: Vec<&Sentence> = sentences.iter().filter(|s| s.kind == kind).collect();
+        if same.len() < 2 {
+            continue;
+        }
+        for (i, a) in same.iter().enumerate() {
+            let b = same[(i + 1) % same.len()];
+            let mut joined = a.audio[..a.speech.1].to_vec();
+            joined.extend_from_slice(&b.audio[b.speech.0..]);
+            for (k, gap) in PAIR_GAPS_MS.into_iter().enumerate() {
+                let len = gap as usize * RATE / 1000;
+                let second = a.speech.1 + len;
+                out.push(PairClip {
+                    name: format!("{}+{}-g{gap}", a.name, b.name),
+                    kind,
+                    audio: insert(&joined, a.speech.1, len, (i * 3 + k) as u32),
+                    speech: [a.speech, (second, second + b.speech.1 - b.speech.0)],
+                });
+            }
+        }
+    }
+    out
 }

@@ -73,6 +73,13 @@ pub(crate) struct VadArgs {
     /// never; needs speculation, which is on unless --no-speculation).
     #[arg(long, default_value_t = TurnPolicy::default().merge_ms)]
     pub(crate) turn_merge_ms: u32,
+    /// With --semantic-turn, no second opinion from the words: a pause the
+    /// model judged incomplete waits out --turn-incomplete-ms even when the
+    /// speculative transcript is a finished sentence, and a turn the model
+    /// ended is taken back by speech within --turn-merge-ms whatever its
+    /// words.
+    #[arg(long)]
+    pub(crate) no_turn_words: bool,
     /// The end-of-turn model (default: smart-turn in the models directory).
     #[arg(long, value_name = "PATH")]
     pub(crate) turn_model: Option<PathBuf>,
@@ -126,6 +133,7 @@ impl VadArgs {
             incomplete_ms: self.turn_incomplete_ms,
             probe_ms: self.turn_probe_ms,
             merge_ms: self.turn_merge_ms,
+            words: !self.no_turn_words,
         };
         policy.validate().map_err(|e| match e {
             voxline_audio::AudioError::InvalidVadConfig { field, reason } => {

@@ -308,7 +308,7 @@ fn replay_reports_each_decision_and_the_model_cost() {
         let e = &t["end_of_turn"];
         let decision = e["decision"].as_str().unwrap();
         assert!(
-            ["complete", "incomplete", "unsure", "unjudged"].contains(&decision),
+            ["complete", "incomplete", "unsure", "unjudged", "words"].contains(&decision),
             "{e}"
         );
         if decision != "unjudged" {
@@ -409,4 +409,156 @@ fn a_missing_model_or_a_bad_option_is_one_line_and_exit_2() {
         err.contains(voxline_models::registry::SMART_TURN.file),
         "{err}"
     );
+}
+
+/// The fixtures' three espeak-ng questions, replayed at the pace a person
+/// speaks them: the model hears espeak's flat questions as unfinished or
+/// is unsure of them, so without the words a question waits out the long
+/// wait and the next one, asked within it, is taken into the same turn.
+/// With the words of each speculative transcript as a second opinion, each
+/// question is its own answered turn. The fixture's 1.5 s gaps are widened
+/// to 2.5 s, and the waits to 4 s, so that whisper has its words in before
+/// the next question even on a loaded machine (the words come when whisper
+/// is done, about 1.3 s after a question here when idle; how the gap and
+/// whisper's speed trade off is `cargo bench --bench pairs`).
+#[test]
+fn three_questions_asked_apart_are_three_answered_turns_with_the_words_and_one_without() {
+    let _g = util::engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let audio = util::read_16k(&util::fixture("multi_turn.wav"));
+    let side = util::sidecar("multi_turn");
+    let turns = side["turns"].as_array().unwrap();
+    let mut wider = Vec::new();
+    for (k, t) in turns.iter().enumerate() {
+        let (a, b) = (
+            t["start_sample"].as_u64().unwrap() as usize,
+            t["end_sample"].as_u64().unwrap() as usize,
+        );
+        let before = if k == 0 { 8_000 } else { 40_000 };
+        wider.extend(std::iter::repeat_n(0.0f32, before));
+        wider.extend_from_slice(&audio[a..b]);
+    }
+    wider.extend(std::iter::repeat_n(0.0f32, 16_000));
+    let wav = dir.path().join("three.wav");
+    let mut w = hound::WavWriter::create(
+        &wav,
+        hound::WavSpec {
+            channels: 1,
+            sample_rate: 16_000,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        },
+    )
+    .unwrap();
+    for v in wider {
+        w.write_sample((v * 32_767.0) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+    let report = dir.path().join("r.json");
+    let run = |extra: &[&str]| {
+        let out = util::voxline_bin()
+            .args(["replay", "--semantic-turn", "--quiet"])
+            .args(["--turn-incomplete-ms", "4000", "--turn-merge-ms", "4000"])
+            .args(["--max-tokens", "4", "--ctx", "512"])
+            .args(extra)
+            .arg(&wav)
+            .arg("--report-json")
+            .arg(&report)
+            .arg("--models-dir")
+            .arg(util::models_dir())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        util::read_json(&report)
+    };
+    let r = run(&[]);
+    assert_eq!(r["config"]["semantic_turn"]["words"], true);
+    let turns = r["turns"].as_array().unwrap();
+    let said: Vec<String> = turns
+        .iter()
+        .map(|t| t["transcript"].as_str().unwrap_or_default().to_lowercase())
+        .collect();
+    assert_eq!(turns.len(), 3, "{said:?}");
+    for (t, key) in said.iter().zip(["time", "spider", "sky"]) {
+        assert!(t.contains(key), "{said:?}");
+    }
+    for t in turns {
+        assert!(t["error"].is_null(), "{t}");
+        assert!(
+            t["llm_generated_tokens"].as_u64().unwrap_or(0) > 0,
+            "answered: {t}"
+        );
+    }
+    assert_eq!(r["summary"]["end_of_turn"]["merged"], 0, "{}", r["summary"]);
+    // the words made the difference
+    let r = run(&["--no-turn-words"]);
+    assert_eq!(r["config"]["semantic_turn"]["words"], false);
+    let n = r["turns"].as_array().unwrap().len();
+    assert!(n < 3, "without the words: {n} turns, {}", r["turns"]);
+}
+
+/// Two real sentences said 1.2 s apart, with the real audio model: the
+/// words of the first attempt decide whether the second sentence is a new
+/// turn. Words that make a finished sentence end the first turn for good,
+/// whatever the model heard (it ends the wait of a pause it judged
+/// incomplete, and makes final a turn it judged complete); words that stop
+/// midway leave it revocable, and the second sentence is taken into it.
+#[test]
+fn the_words_of_a_finished_sentence_keep_the_next_one_a_turn_of_its_own() {
+    let model = model();
+    let sentences = pauses::human_sentences(&util::fixture("human"));
+    let pair = pauses::pairs(&sentences)
+        .into_iter()
+        .find(|p| p.name == "ps-cards-003+ps-goforward-g1200")
+        .expect("the pair of the two commands");
+    let [(s1, e1), (s2, e2)] = pair.speech.map(|(a, b)| (a as u64, b as u64));
+    let turns = |said: &str| {
+        let mut hear = |_: &[f32]| said.to_owned();
+        pauses::turns_heard(
+            &pair.audio,
+            HANGOVER_MS,
+            Some((&model, TurnPolicy::default())),
+            Some(pauses::Hearing {
+                hear: &mut hear,
+                // well within the 1.2 s before the second sentence
+                delay: 400 * 16,
+            }),
+        )
+        .0
+    };
+    let apart = turns("Seven of clubs.");
+    assert_eq!(apart.len(), 2, "{apart:?}");
+    assert!(
+        apart[0].start <= s1 + 3_200 && apart[0].end + 3_200 >= e1 && apart[0].end < s2,
+        "the first sentence alone: {apart:?}"
+    );
+    assert!(
+        apart[1].start >= e1 && apart[1].end + 3_200 >= e2,
+        "the second alone: {apart:?}"
+    );
+    let one = turns("Seven of clubs and");
+    assert_eq!(one.len(), 1, "a fragment is taken back: {one:?}");
+    assert!(
+        one[0].start <= s1 + 3_200 && one[0].end + 3_200 >= e2,
+        "{one:?}"
+    );
+    // without the words the pair is one turn, as the issue found it
+    let no_words = pauses::turns_heard(
+        &pair.audio,
+        HANGOVER_MS,
+        Some((
+            &model,
+            TurnPolicy {
+                words: false,
+                ..TurnPolicy::default()
+            },
+        )),
+        None,
+    )
+    .0;
+    assert_eq!(no_words.len(), 1, "{no_words:?}");
 }

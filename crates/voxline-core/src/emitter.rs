@@ -290,6 +290,11 @@ impl<'a, T: Message> Emitter<'a, T> {
         }
         let at = Instant::now();
         let id = item.utterance_id();
+        // what an attempt was heard to say, for the endpointer's second
+        // opinion while it waits on the pause (see `SpecBoard::words`)
+        if let (Some(board), Some(id), Some(words)) = (&self.probe.board, id, item.words()) {
+            board.note_words(id, words);
+        }
         // Published before the item is sent on: a downstream stage that
         // takes it at once and publishes what it made cannot get its event
         // onto the bus before this one (observers see events in causal

@@ -28,6 +28,13 @@ pub trait Message: Send + 'static {
     fn event(&self) -> Option<PipelineEvent> {
         None
     }
+
+    /// What was heard, for a message that is a transcript: the runtime
+    /// notes it on the speculation board for a speculative attempt (see
+    /// [`SpecBoard::words`](crate::SpecBoard::words)). `None` by default.
+    fn words(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A block of input audio: 16 kHz mono `f32` samples.
@@ -222,6 +229,9 @@ impl Message for Transcript {
     }
     fn event(&self) -> Option<PipelineEvent> {
         Some(PipelineEvent::Transcript(self.clone()))
+    }
+    fn words(&self) -> Option<&str> {
+        Some(&self.text)
     }
 }
 

@@ -17,6 +17,11 @@
 //! for a cancelled attempt, and the turn's audio starts the next one.
 //! Otherwise it commits the id once the moment has passed.
 //!
+//! The board also keeps what was heard in each attempt it knows (the
+//! recogniser's transcript, noted by the runtime as it is emitted, see
+//! [`SpecBoard::words`]), so the endpointer can take a second opinion from
+//! the words while it waits on a pause.
+//!
 //! Nothing of a pending attempt reaches the user: a [`SpecGate`] in front of
 //! every sink holds the attempt's events until its
 //! [`PipelineEvent::Commit`] passes (then releases them in order) or its
@@ -52,6 +57,8 @@ const REMEMBERED: usize = 1024;
 #[derive(Debug, Default)]
 struct Board {
     states: HashMap<UtteranceId, SpecState>,
+    /// The transcript of each attempt the board knows, once there is one.
+    words: HashMap<UtteranceId, String>,
     order: VecDeque<UtteranceId>,
 }
 
@@ -74,6 +81,7 @@ impl SpecBoard {
             while b.order.len() > REMEMBERED {
                 if let Some(old) = b.order.pop_front() {
                     b.states.remove(&old);
+                    b.words.remove(&old);
                 }
             }
         }
@@ -111,6 +119,27 @@ impl SpecBoard {
             .get(&id)
             .copied()
             .unwrap_or(SpecState::Final)
+    }
+
+    /// Notes what was heard in attempt `id` (its transcript); nothing for
+    /// an id the board does not know (an ordinary utterance). The runtime
+    /// notes every transcript a stage emits for an attempt.
+    pub fn note_words(&self, id: UtteranceId, text: &str) {
+        let mut b = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if b.states.contains_key(&id) {
+            b.words.insert(id, text.to_owned());
+        }
+    }
+
+    /// What was heard in attempt `id`, once its transcript exists.
+    #[must_use]
+    pub fn words(&self, id: UtteranceId) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .words
+            .get(&id)
+            .cloned()
     }
 
     /// Whether `id` was cancelled (its work should stop now).
@@ -261,6 +290,26 @@ mod tests {
             b.start(id);
         }
         assert_eq!(b.state(1), SpecState::Final, "bounded memory");
+    }
+
+    #[test]
+    fn the_board_keeps_the_words_of_attempts_only_and_forgets_them_with_the_attempt() {
+        let b = SpecBoard::new();
+        b.note_words(1, "an ordinary utterance");
+        assert_eq!(b.words(1), None, "not an attempt: not kept");
+        b.start(2);
+        assert_eq!(b.words(2), None, "not transcribed yet");
+        b.note_words(2, "What is the capital of France?");
+        assert_eq!(
+            b.words(2).as_deref(),
+            Some("What is the capital of France?")
+        );
+        b.release(2);
+        assert!(b.words(2).is_some(), "kept across its states");
+        for id in 10..(10 + REMEMBERED as u64) {
+            b.start(id);
+        }
+        assert_eq!(b.words(2), None, "forgotten with the attempt");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use voxline_core::{Emitter, PipelineEvent, Utterance, UtteranceId, SAMPLE_RATE};
 
 use super::VadStage;
+use crate::turn::{sentence_end, WordsVerdict};
 
 /// A turn released early (see [`voxline_core::SpecBoard::release`]), while
 /// speech starting before `until` would re-join it.
@@ -74,10 +75,25 @@ impl VadStage {
         pos: u64,
         out: &mut Emitter<'_, Utterance>,
     ) {
+        let words = self
+            .released
+            .as_ref()
+            .and_then(|r| self.words_verdict(r.id));
         let Some(r) = self.released.as_mut() else {
             return;
         };
         r.audio.extend_from_slice(part);
+        if words == Some(WordsVerdict::Complete) {
+            // Its words are in, and make a finished sentence: its answer
+            // starts from them, and what the speaker says next is a new
+            // turn. Speech that resumed before they were in took it back.
+            tracing::debug!(
+                turn = r.id,
+                "its words make a finished sentence: the turn is final"
+            );
+            self.commit_released();
+            return;
+        }
         let origin = self.origin.unwrap_or(0);
         let open = self
             .endpointer
@@ -124,6 +140,10 @@ impl VadStage {
             });
             self.pending = None;
         }
+        if let Some(judge) = self.turn.as_mut() {
+            // its pause, if judged, was judged without the turn before it
+            judge.rejudge();
+        }
         r.audio.truncate((start - r.start) as usize);
         self.lead_in = Some(LeadIn {
             start: r.start,
@@ -136,6 +156,19 @@ impl VadStage {
             turn = r.id,
             "speech went on within the merge window: the turn is taken back"
         );
+    }
+
+    /// Whether the words of a turn are a second opinion (a model judges
+    /// the pauses, speculation is on, and the policy asks for them).
+    pub(super) fn words_on(&self) -> bool {
+        self.spec.is_some() && self.turn.as_ref().is_some_and(|j| j.policy().words)
+    }
+
+    /// What the words of attempt `id` say, once its transcript exists and
+    /// when they are a second opinion.
+    pub(super) fn words_verdict(&self, id: UtteranceId) -> Option<WordsVerdict> {
+        let (board, _) = self.spec.as_ref().filter(|_| self.words_on())?;
+        board.words(id).map(|w| sentence_end(&w))
     }
 
     /// The released turn, if any, is final.

@@ -9,7 +9,7 @@ use voxline_core::{
 
 use crate::barge::{BargeInOptions, BargeWatch};
 use crate::turn::judge::{OpenTurn, TurnJudge};
-use crate::turn::{SharedTurnModel, TurnPolicy};
+use crate::turn::{SharedTurnModel, TurnDecision, TurnPolicy};
 use crate::vad::{Endpointer, Segment, VadConfig, FRAME_SAMPLES, TAIL_GRACE};
 use crate::AudioError;
 
@@ -161,8 +161,11 @@ impl VadStage {
                     .map_or(&[], |l| &l.samples),
             }
         });
-        let ends = judge.after_frame(open, pos, out);
+        let mut ends = judge.after_frame(open, pos, out);
         let merge_ms = judge.policy().merge_ms;
+        if !ends {
+            ends = self.words_end_turn(origin);
+        }
         if !ends {
             return;
         }
@@ -181,6 +184,39 @@ impl VadStage {
                 None => self.close(seg, pos, out),
             }
         }
+    }
+
+    /// Whether the words end the turn now: the model judged the open
+    /// turn's pause incomplete or was unsure, and the transcript of the
+    /// attempt sent on that pause (still its whole audio) is a finished
+    /// sentence (see [`TurnPolicy::words`]).
+    fn words_end_turn(&mut self, origin: u64) -> bool {
+        let Some(p) = self.pending else {
+            return false;
+        };
+        let Some(o) = self.endpointer.open_utterance() else {
+            return false;
+        };
+        let current = o.start_sample + origin == p.start
+            && o.confident_end.map(|c| c + origin) == p.confident_end
+            && o.end_sample + origin <= p.end + TAIL_GRACE;
+        let waiting = matches!(
+            self.turn.as_ref().and_then(|j| j.decision(p.start)),
+            Some(TurnDecision::Incomplete | TurnDecision::Unsure)
+        );
+        if !(current && waiting)
+            || self.words_verdict(p.id) != Some(crate::turn::WordsVerdict::Complete)
+        {
+            return false;
+        }
+        if let Some(judge) = self.turn.as_mut() {
+            judge.ended_by_words(p.start);
+        }
+        tracing::debug!(
+            turn = p.id,
+            "the words make a finished sentence: the turn ends without waiting out the pause"
+        );
+        true
     }
 
     /// Publishes the account of turn `id` (sent from `seg`) when a model judges.
@@ -288,6 +324,8 @@ impl VadStage {
         }
         .after(self.lead_in.as_ref().filter(|l| l.at == own_start));
         let until = Self::merge_until(seg.end_sample + origin, merge_ms);
+        // a turn still revocable (its words awaited) is final before another
+        self.commit_released();
         let id = self.close_as(seg, closed, true, out);
         self.released = id.map(|id| merge::Released {
             id,

@@ -168,8 +168,40 @@ impl TurnJudge {
         }
         match turn.verdict.map(|v| v.decision) {
             Some(TurnDecision::Complete) => silence >= samples(self.policy.complete_ms),
+            Some(TurnDecision::Words) => true,
             Some(TurnDecision::Unsure | TurnDecision::Failed) => silence >= self.fallback,
             _ => false,
+        }
+    }
+
+    /// The model's decision on the pause of the open turn starting at
+    /// `start` (the last pause judged), if it was judged.
+    pub(crate) fn decision(&self, start: u64) -> Option<TurnDecision> {
+        self.turn
+            .as_ref()
+            .filter(|t| t.start == start)
+            .and_then(|t| t.verdict)
+            .map(|v| v.decision)
+    }
+
+    /// The words ended the open turn starting at `start` (see
+    /// [`TurnPolicy::words`]): its account says so.
+    pub(crate) fn ended_by_words(&mut self, start: u64) {
+        if let Some(v) = self
+            .turn
+            .as_mut()
+            .filter(|t| t.start == start)
+            .and_then(|t| t.verdict.as_mut())
+        {
+            v.decision = TurnDecision::Words;
+        }
+    }
+
+    /// Forgets the open turn's verdict: a taken-back turn was put before
+    /// it, so its pause is judged again on the whole.
+    pub(crate) fn rejudge(&mut self) {
+        if let Some(t) = self.turn.as_mut() {
+            t.verdict = None;
         }
     }
 

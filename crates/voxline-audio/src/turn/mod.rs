@@ -10,6 +10,7 @@
 
 mod features;
 pub(crate) mod judge;
+pub mod words;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +19,7 @@ use std::sync::{Arc, Mutex};
 pub use features::{TurnFeatures, N_FRAMES, N_MELS, WINDOW_SAMPLES};
 use voxline_onnx::ort;
 use voxline_onnx::ort::value::Tensor;
+pub use words::{sentence_end, WordsVerdict};
 
 /// The end-of-turn model could not be loaded, or failed on a pause.
 #[derive(Debug, thiserror::Error)]
@@ -255,6 +257,17 @@ pub struct TurnPolicy {
     /// the policy would have waited through had it judged it incomplete
     /// (up to 1.5 s, plus the detector's lag at both ends) is recovered.
     pub merge_ms: u32,
+    /// A second opinion from the words (see [`words`]): once the
+    /// speculative attempt's transcript exists (the runtime notes it on
+    /// the speculation board), a pause the model judged incomplete or was
+    /// unsure of ends the turn when the words make a finished sentence, and
+    /// a turn already ended whose words make one is final: what the speaker
+    /// says next is a new turn, not taken back into it. Whichever comes
+    /// first decides: speech that resumes before the words are in takes
+    /// the turn back as without them. A turn whose words stop midway stays
+    /// revocable for [`Self::merge_ms`]. Default on (`cargo bench --bench
+    /// pairs`: two sentences 1–1.5 s apart are two turns instead of one).
+    pub words: bool,
 }
 
 impl Default for TurnPolicy {
@@ -266,6 +279,7 @@ impl Default for TurnPolicy {
             incomplete_ms: 2_000,
             probe_ms: 48,
             merge_ms: 2_000,
+            words: true,
         }
     }
 }
@@ -362,6 +376,10 @@ pub enum TurnDecision {
     Unjudged,
     /// The model failed on the pause: the silence-only hangover ended it.
     Failed,
+    /// The model judged the pause incomplete or was unsure, and the words
+    /// of the speculative attempt made a finished sentence: that ended it
+    /// (see [`TurnPolicy::words`]).
+    Words,
 }
 
 impl TurnDecision {
@@ -374,6 +392,7 @@ impl TurnDecision {
             Self::Unsure => "unsure",
             Self::Unjudged => "unjudged",
             Self::Failed => "failed",
+            Self::Words => "words",
         }
     }
 }

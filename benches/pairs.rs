@@ -1,0 +1,246 @@
+//! Neither cut nor merge: the semantic end of turn with and without its
+//! second opinion from the words, on two corpora made at run time
+//! (`support/pauses.rs`):
+//!
+//! - **pauses**: sentences (real people from `audio-fixtures/human` or
+//!   `VOXLINE_SPEECH_DIR`, and the Piper voice) with a silence of 0.6–1.5 s
+//!   put in between two words; a clip is *cut* when a committed turn ends
+//!   more than 200 ms before the sentence does;
+//! - **pairs**: two complete sentences of the same kind said 1.0, 1.2 or
+//!   1.5 s apart; a sentence is *its own turn* when a committed turn holds
+//!   it and nothing of the other.
+//!
+//! And `multi_turn.wav`, the fixtures' three espeak-ng questions 1.5 s apart.
+//!
+//! The VAD stage runs with the end-of-turn model as the command line has
+//! it; whisper (the pipeline's model and settings) transcribes every
+//! attempt the stage sends, and its words reach the board a fixed stream
+//! time after the attempt was sent: 1 000 ms (what this 2-core CPU gives)
+//! and 400 ms (a faster machine). No LLM runs; stream time, so the host's
+//! speed moves no figure but whisper's words.
+//!
+//! `cargo bench --bench pairs` (optimised build; needs `voxline models
+//! fetch`; `VOXLINE_BENCH_ROWS=words` runs only the rows whose name holds
+//! it). Prints a Markdown table.
+
+#[path = "../tests/integration/util.rs"]
+#[allow(dead_code)] // the benches use some of the tests' helpers
+mod util;
+
+#[path = "support/pauses.rs"]
+#[allow(dead_code)] // shared with the other turn-taking benches
+mod pauses;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use voxline_audio::turn::{SharedTurnModel, TurnModel, TurnPolicy};
+use voxline_stt::{SttConfig, SttEngine};
+
+/// A policy as the table names it, and the words' delay (`None`: no words).
+struct Row {
+    name: &'static str,
+    hangover_ms: u32,
+    policy: Option<TurnPolicy>,
+    words_after_ms: Option<u32>,
+}
+
+fn rows() -> Vec<Row> {
+    let semantic = TurnPolicy::default();
+    let no_words = TurnPolicy {
+        words: false,
+        ..semantic
+    };
+    vec![
+        Row {
+            name: "silence 700 ms",
+            hangover_ms: 700,
+            policy: None,
+            words_after_ms: None,
+        },
+        Row {
+            name: "semantic, no words",
+            hangover_ms: 700,
+            policy: Some(no_words),
+            words_after_ms: None,
+        },
+        Row {
+            name: "semantic + words after 1 000 ms",
+            hangover_ms: 700,
+            policy: Some(semantic),
+            words_after_ms: Some(1_000),
+        },
+        Row {
+            name: "semantic + words after 400 ms",
+            hangover_ms: 700,
+            policy: Some(semantic),
+            words_after_ms: Some(400),
+        },
+    ]
+}
+
+/// whisper's transcript of each attempt's audio, kept: the same attempt
+/// comes back under every policy.
+struct Ear {
+    stt: SttEngine,
+    seen: HashMap<(usize, u64), String>,
+}
+
+impl Ear {
+    fn hear(&mut self, audio: &[f32]) -> String {
+        // an attempt's audio is known by its length and a checksum
+        let sum = audio
+            .iter()
+            .step_by(97)
+            .fold(0u64, |h, v| h.rotate_left(5) ^ u64::from(v.to_bits()));
+        let key = (audio.len(), sum);
+        if let Some(t) = self.seen.get(&key) {
+            return t.clone();
+        }
+        let t = self
+            .stt
+            .transcribe(audio)
+            .map(|t| t.text)
+            .unwrap_or_default();
+        self.seen.insert(key, t.clone());
+        t
+    }
+}
+
+fn turns(
+    audio: &[f32],
+    row: &Row,
+    model: &SharedTurnModel,
+    ear: &mut Ear,
+) -> (Vec<pauses::Turn>, usize) {
+    let mut hear = |a: &[f32]| ear.hear(a);
+    let hearing = row.words_after_ms.map(|ms| pauses::Hearing {
+        hear: &mut hear,
+        delay: u64::from(ms) * 16,
+    });
+    let (t, merged) = pauses::turns_heard(
+        audio,
+        row.hangover_ms,
+        row.policy.map(|p| (model, p)),
+        hearing,
+    );
+    (t, merged.len())
+}
+
+fn percentile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+/// 200 ms: a turn ending this much before a sentence's end cut it.
+const SLACK: u64 = 3_200;
+
+fn main() {
+    let dir = std::env::var_os("VOXLINE_SPEECH_DIR")
+        .map_or_else(|| util::fixture("human"), PathBuf::from);
+    let models = util::models_dir();
+    let model = SharedTurnModel::new(
+        TurnModel::load(
+            &models.join(voxline_models::registry::SMART_TURN.file),
+            &models.join(voxline_models::registry::ONNX_RUNTIME.file),
+            1,
+        )
+        .expect("the end-of-turn model (voxline models fetch)"),
+    );
+    let mut ear = Ear {
+        stt: SttEngine::load(SttConfig::new(util::whisper_model(), util::threads_each()))
+            .expect("the whisper model (voxline models fetch)"),
+        seen: HashMap::new(),
+    };
+    let mut sentences = pauses::human_sentences(&dir);
+    sentences.extend(pauses::piper_sentences(&models));
+    let corpus = pauses::corpus(&sentences);
+    let pairs = pauses::pairs(&sentences);
+    let multi = util::read_16k(&util::fixture("multi_turn.wav"));
+    println!(
+        "{} sentences ({} human, {} Piper): {} pause clips, {} pair clips (gaps {:?} ms).\n",
+        sentences.len(),
+        sentences.iter().filter(|s| s.kind == "human").count(),
+        sentences.iter().filter(|s| s.kind == "piper").count(),
+        corpus.len(),
+        pairs.len(),
+        pauses::PAIR_GAPS_MS
+    );
+    println!("| policy | kind | pause clips cut (of) | pause clips taken back | commit after a complete sentence p50 / p95 ms | pair sentences on their own (of) | pairs merged into one turn | multi_turn.wav turns (3 asked) |");
+    println!("|---|---|---|---|---|---|---|---|");
+    // VOXLINE_BENCH_ROWS: only the rows whose name holds it
+    let only = std::env::var("VOXLINE_BENCH_ROWS").unwrap_or_default();
+    for row in rows()
+        .into_iter()
+        .filter(|r| r.name.contains(only.as_str()))
+    {
+        let (multi_turns, _) = turns(&multi, &row, &model, &mut ear);
+        for kind in ["human", "piper"] {
+            let (mut cut, mut taken, mut n) = (0, 0, 0);
+            let mut delays = Vec::new();
+            let mut cut_names = Vec::new();
+            for c in corpus.iter().filter(|c| c.kind == kind) {
+                n += 1;
+                let (t, merged) = turns(&c.audio, &row, &model, &mut ear);
+                taken += usize::from(merged > 0);
+                let end = c.speech.1 as u64;
+                if t.iter().any(|x| x.end + SLACK < end) {
+                    cut += 1;
+                    cut_names.push(c.name.clone());
+                }
+                if c.pauses.is_empty() {
+                    if let Some(x) = t.iter().rfind(|x| x.end + SLACK >= end) {
+                        delays.push(voxline_core::Clock::samples_to_ms(
+                            x.closed.saturating_sub(end),
+                        ));
+                    }
+                }
+            }
+            let (mut own, mut of, mut merged_pairs) = (0, 0, 0);
+            let mut lost = Vec::new();
+            for p in pairs.iter().filter(|p| p.kind == kind) {
+                let (t, _) = turns(&p.audio, &row, &model, &mut ear);
+                let [(s1, e1), (s2, e2)] = p.speech.map(|(a, b)| (a as u64, b as u64));
+                // the first: a turn ending at its end, before the second starts
+                let first = t
+                    .iter()
+                    .any(|x| x.end + SLACK >= e1 && x.end < s2 && x.start <= s1 + SLACK);
+                // the second: a turn starting after the first ended, to its end
+                let second = t.iter().any(|x| x.start >= e1 && x.end + SLACK >= e2);
+                own += usize::from(first) + usize::from(second);
+                of += 2;
+                if t.iter()
+                    .any(|x| x.start <= s1 + SLACK && x.end + SLACK >= e2)
+                {
+                    merged_pairs += 1;
+                }
+                if !(first && second) {
+                    lost.push(p.name.clone());
+                }
+            }
+            println!(
+                "| {} | {kind} | {cut} ({n}) | {taken} | {:.0} / {:.0} | {own} ({of}) | {merged_pairs} | {} |",
+                row.name,
+                percentile(&mut delays, 0.5),
+                percentile(&mut delays, 0.95),
+                multi_turns.len(),
+            );
+            if std::env::var_os("VOXLINE_BENCH_VERBOSE").is_some() {
+                eprintln!(
+                    "{} / {kind}: cut {}; pairs not apart {}",
+                    row.name,
+                    cut_names.join(", "),
+                    lost.join(", ")
+                );
+            }
+        }
+    }
+    if std::env::var_os("VOXLINE_BENCH_VERBOSE").is_some() {
+        for (_, t) in &ear.seen {
+            eprintln!("heard: {t}");
+        }
+    }
+}

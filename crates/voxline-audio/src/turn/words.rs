@@ -1,0 +1,140 @@
+//! A second opinion from the words: whether a transcript reads as a
+//! finished sentence.
+//!
+//! The audio model hears how a pause sounds; it cannot read. A flat
+//! synthetic question, or a reader whose sentence ends keep a continuation
+//! pitch, sounds unfinished, and a pause after "ask not" sounds final. The
+//! speculative attempt's transcript exists within about a second of the
+//! pause on a 2-core CPU (sooner on a GPU), and whisper writes it with
+//! punctuation, so its last mark and last word say a good deal: a
+//! sentence ending in a full stop, a question mark or an exclamation mark
+//! whose last word can end a sentence is *complete*; one ending in a
+//! comma, a dash, an ellipsis, or on a word that cannot end one ("and",
+//! "the", "of", "um") is a *fragment*; anything else (no words, an
+//! annotation of a sound, no final mark) the words cannot tell.
+
+/// What the words of a transcript say about the end of the turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WordsVerdict {
+    /// A finished sentence.
+    Complete,
+    /// The words stop in the middle of something.
+    Fragment,
+    /// The words cannot tell (no words, a sound's annotation, no final mark).
+    Unknown,
+}
+
+/// Words after which no sentence ends, whatever mark whisper put after
+/// them: articles, conjunctions, possessives, fillers, and the
+/// prepositions and verbs that need what follows them even in a question.
+const NEVER_LAST: &[&str] = &[
+    "a", "an", "the", "and", "or", "but", "nor", "so", "because", "although", "though", "unless",
+    "until", "whereas", "whether", "if", "than", "my", "your", "our", "their", "his", "its", "um",
+    "uh", "er", "erm", "hmm", "uhm", "mm", "like", "very", "really", "just", "then", "also",
+    "plus", "versus",
+];
+
+/// Words after which a statement does not end but a question may ("Where
+/// are you from?", "What is the moon made of?", "Who did you talk to?").
+const NOT_LAST_IN_A_STATEMENT: &[&str] = &[
+    "of", "to", "in", "on", "at", "for", "with", "from", "by", "about", "into", "onto", "over",
+    "under", "between", "through", "after", "before", "during", "without", "within", "is", "are",
+    "was", "were", "be", "been", "am", "will", "would", "can", "could", "should", "shall", "must",
+    "might", "may", "have", "has", "had", "do", "does", "did", "that", "which", "who", "whose",
+    "when", "where", "while", "what", "how", "why", "i", "we", "you", "they", "he", "she",
+];
+
+/// Whether `text` (a transcript) reads as a finished sentence.
+#[must_use]
+pub fn sentence_end(text: &str) -> WordsVerdict {
+    let t = text
+        .trim()
+        .trim_end_matches(|c: char| matches!(c, '"' | '\'' | ')' | ']' | '»' | '”' | '’'))
+        .trim_end();
+    if t.is_empty() || voxline_core::non_speech(t) || t.starts_with('[') {
+        return WordsVerdict::Unknown;
+    }
+    if t.ends_with("...") || t.ends_with('…') {
+        return WordsVerdict::Fragment;
+    }
+    let Some(mark) = t.chars().last() else {
+        return WordsVerdict::Unknown;
+    };
+    if matches!(mark, ',' | ';' | ':' | '-' | '–' | '—') {
+        return WordsVerdict::Fragment;
+    }
+    let last = t
+        .split_whitespace()
+        .last()
+        .unwrap_or_default()
+        .trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
+        .to_lowercase();
+    if last.is_empty() {
+        return WordsVerdict::Unknown;
+    }
+    let question = mark == '?';
+    let never = NEVER_LAST.contains(&last.as_str())
+        || (!question && NOT_LAST_IN_A_STATEMENT.contains(&last.as_str()));
+    match mark {
+        '.' | '?' | '!' if never => WordsVerdict::Fragment,
+        '.' | '?' | '!' => WordsVerdict::Complete,
+        _ if NEVER_LAST.contains(&last.as_str()) => WordsVerdict::Fragment,
+        _ => WordsVerdict::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{sentence_end, WordsVerdict};
+
+    #[test]
+    fn finished_sentences_and_questions_are_complete() {
+        for t in [
+            "What is the capital of France?",
+            " What is the moon made of? ",
+            "Tell me a short story about a cat.",
+            "Okay.",
+            "Where are you from?",
+            "What is it for?",
+            "I need eggs, milk, bread, and a bag of rice.",
+            "Stop!",
+            "He said \"yes.\"",
+            "My number is 415-238-9901.",
+        ] {
+            assert_eq!(sentence_end(t), WordsVerdict::Complete, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn words_that_stop_midway_are_fragments() {
+        for t in [
+            "And so my fellow Americans,",
+            "I need eggs, milk, bread, and.",
+            "The code for the door is...",
+            "Set a timer for twenty minutes and then…",
+            "What is the capital of the?",
+            "I was thinking about.",
+            "My number is four one five -",
+            "Can you tell me um",
+            "The meeting is on Tuesday at.",
+            "I went to the.",
+        ] {
+            assert_eq!(sentence_end(t), WordsVerdict::Fragment, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn sounds_empty_text_and_no_final_mark_cannot_tell() {
+        for t in [
+            "",
+            "   ",
+            "(dramatic music)",
+            "[BLANK_AUDIO]",
+            "[noise: How far?]",
+            "what is the capital of France",
+            "?!",
+        ] {
+            assert_eq!(sentence_end(t), WordsVerdict::Unknown, "{t:?}");
+        }
+    }
+}
