@@ -239,7 +239,7 @@ fn main() {
         }
     }
     if std::env::var_os("VOXLINE_BENCH_VERBOSE").is_some() {
-        for (_, t) in &ear.seen {
+        for t in ear.seen.values() {
             eprintln!("heard: {t}");
         }
     }

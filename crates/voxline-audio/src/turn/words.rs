@@ -49,7 +49,7 @@ const NOT_LAST_IN_A_STATEMENT: &[&str] = &[
 pub fn sentence_end(text: &str) -> WordsVerdict {
     let t = text
         .trim()
-        .trim_end_matches(|c: char| matches!(c, '"' | '\'' | ')' | ']' | '»' | '”' | '’'))
+        .trim_end_matches(['"', '\'', ')', ']', '»', '”', '’'])
         .trim_end();
     if t.is_empty() || voxline_core::non_speech(t) || t.starts_with('[') {
         return WordsVerdict::Unknown;
