@@ -4,6 +4,7 @@
 # run again: it only does what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+setup_t0=$(date +%s)
 
 # cmake/clang/libclang: whisper.cpp and llama.cpp builds (bindgen);
 # libasound2-dev + pkg-config: the microphone (cpal's ALSA backend);
@@ -55,6 +56,7 @@ echo "== building voxline (optimised; the first build compiles whisper.cpp and l
 cargo build --release --locked --bin voxline
 echo "== models"
 ./target/release/voxline models fetch --dir models
+echo "   ($(( $(date +%s) - setup_t0 )) s: packages, build and models; the first answer can run)"
 # the real servers the remote-engine tests start on loopback: llama.cpp's
 # llama-server (built once from source, ~12 min on 2 cores) and a
 # faster-whisper server (a pinned venv on the tiny.en `models fetch` installed)

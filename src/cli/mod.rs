@@ -248,3 +248,57 @@ pub(crate) struct BenchArgs {
     #[command(flatten)]
     pub(crate) vad: VadArgs,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use voxline_pipeline::pipeline::{PipelineConfig, RunOptions};
+
+    /// The engine and endpointing options of each subcommand that runs a
+    /// pipeline, given no flags.
+    fn defaults() -> Vec<(&'static str, EngineArgs, VadArgs)> {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).unwrap().command;
+        let mut out = Vec::new();
+        for (name, args) in [
+            ("replay", &["voxline", "replay", "a.wav"][..]),
+            ("live", &["voxline", "live"][..]),
+            ("bench", &["voxline", "bench"][..]),
+            ("serve", &["voxline", "serve"][..]),
+        ] {
+            let (engine, vad) = match parse(args) {
+                Command::Replay(a) => (a.engine, a.vad),
+                Command::Live(a) => (a.engine, a.vad),
+                Command::Bench(a) => (a.engine, a.vad),
+                Command::Serve(a) => (a.engine, a.vad),
+                Command::Models { .. } | Command::Devices(_) => unreachable!(),
+            };
+            out.push((name, engine, vad));
+        }
+        out
+    }
+
+    #[test]
+    fn every_subcommand_runs_the_library_defaults_when_given_no_flags() {
+        let lib = PipelineConfig::default();
+        let run = RunOptions::default();
+        for (name, engine, vad) in defaults() {
+            assert_eq!(vad.config().unwrap(), lib.vad, "{name}: the VAD");
+            assert_eq!(run.vad, lib.vad, "{name}: RunOptions' VAD");
+            let spec = (!vad.no_speculation).then_some(vad.spec_silence_ms);
+            assert_eq!(spec, lib.spec_silence_ms, "{name}: speculation");
+            assert_eq!(
+                run.speculation.as_ref().map(|(_, ms)| *ms),
+                lib.speculation(),
+                "{name}: RunOptions' speculation"
+            );
+            assert_eq!(engine.cpu_share, lib.cpu_share, "{name}: --cpu-share");
+            assert_eq!(
+                run.cpu_share, lib.cpu_share,
+                "{name}: RunOptions' CPU share"
+            );
+            // the semantic end of turn is off unless asked for, in both
+            assert_eq!(vad.turn_policy().unwrap(), None, "{name}");
+            assert!(lib.semantic_turn.is_none() && run.semantic_turn.is_none());
+        }
+    }
+}

@@ -8,8 +8,8 @@ use voxline_audio::turn::{SharedTurnModel, TurnModel, TurnPolicy};
 use voxline_audio::VadConfig;
 use voxline_models::location::ModelsDir;
 use voxline_models::registry;
+use voxline_pipeline::pipeline::PipelineConfig;
 use voxline_pipeline::BadInput;
-use voxline_report::RunConfig;
 
 #[derive(Args, Clone)]
 pub(crate) struct VadArgs {
@@ -111,13 +111,6 @@ impl VadArgs {
         Ok(c)
     }
 
-    /// The silence after which turns are sent early, if speculation is on
-    /// (a silence as long as the hangover never fires, so it is off then too).
-    pub(crate) fn speculation(&self) -> Option<u32> {
-        (!self.no_speculation && self.spec_silence_ms < self.hangover_ms)
-            .then_some(self.spec_silence_ms)
-    }
-
     /// The semantic end of turn's policy, checked (`None`: off).
     ///
     /// # Errors
@@ -184,10 +177,25 @@ impl VadArgs {
         Ok(Some((SharedTurnModel::new(loaded), policy)))
     }
 
-    /// Records the endpointing choices in the report's configuration.
-    pub(crate) fn record(&self, config: &mut RunConfig) {
-        config.hangover_ms = self.hangover_ms;
-        config.spec_silence_ms = self.speculation();
-        config.semantic_turn = self.turn_policy().ok().flatten();
+    /// The pipeline's configuration from these options and the engines'
+    /// `settings` (how they share the cores), validated once, with the
+    /// semantic end of turn's model loaded.
+    ///
+    /// # Errors
+    /// [`BadInput`] for an option out of range, or an end-of-turn model that
+    /// is missing or damaged.
+    pub(crate) fn pipeline(
+        &self,
+        settings: &voxline_pipeline::settings::EngineSettings,
+        models_dir: &ModelsDir,
+    ) -> Result<PipelineConfig, BadInput> {
+        let config = PipelineConfig {
+            vad: self.config()?,
+            spec_silence_ms: (!self.no_speculation).then_some(self.spec_silence_ms),
+            semantic_turn: self.semantic_turn(models_dir, settings.threads.total)?,
+            cpu_share: settings.threads.share,
+        };
+        config.validate()?;
+        Ok(config)
     }
 }

@@ -104,8 +104,7 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
         sessions: args.sessions.clone(),
         stagger: std::time::Duration::from_millis(args.stagger_ms),
         think,
-        spec_silence_ms: session.speculation(),
-        semantic_turn: session.semantic_turn.clone(),
+        pipeline: session.pipeline.clone(),
     };
     let say = |m: &str| eprintln!("voxline: {m}");
     let report = match &args.via {
@@ -143,7 +142,6 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
             };
             capacity::run_with(
                 &session.settings,
-                &session.vad,
                 &script,
                 &files,
                 &opts,

@@ -54,10 +54,9 @@ pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
     };
     opts.check().map_err(BadInput)?;
     let (settings, warnings) = args.engine.settings()?;
-    let vad = args.vad.config()?;
-    let semantic_turn = args.vad.semantic_turn(
+    let pipeline = args.vad.pipeline(
+        &settings,
         &voxline_models::location::resolve_from_process(args.engine.models_dir.as_deref()),
-        settings.threads.total,
     )?;
     for w in &warnings {
         eprintln!("voxline: warning: {w}");
@@ -70,13 +69,7 @@ pub(crate) fn serve(args: &ServeArgs) -> anyhow::Result<Outcome> {
     }
     // a remote engine's server is checked before anything listens: one line, exit 2
     voxline_pipeline::engines::connect(&settings)?;
-    let hub = Hub::start(
-        &settings,
-        vad,
-        args.vad.speculation(),
-        semantic_turn,
-        args.max_sessions,
-    )?;
+    let hub = Hub::start(&settings, pipeline, args.max_sessions)?;
     let hub = match voice {
         // each conversation speaks with its own voice
         Some(v) => hub

@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Context as _;
-use voxline_audio::VadConfig;
 use voxline_core::ShutdownHandle;
 use voxline_pipeline::fault::Fault;
 use voxline_pipeline::output::{self, Output};
+use voxline_pipeline::pipeline::PipelineConfig;
 use voxline_pipeline::pipeline::{self, EventHook, Pace, RunOptions, RunResult, Source};
 use voxline_pipeline::settings::EngineSettings;
 use voxline_pipeline::BadInput;
@@ -31,12 +31,9 @@ pub(crate) struct Session {
     pub(crate) settings: EngineSettings,
     /// Warnings about the settings, shown once every input is known good.
     pub(crate) warnings: Vec<String>,
-    /// The VAD's configuration.
-    pub(crate) vad: VadConfig,
-    /// The endpointing options as given (speculation, the report's record).
-    endpointing: VadArgs,
-    /// The semantic end of turn, loaded (`None`: without --semantic-turn).
-    pub(crate) semantic_turn: Option<pipeline::SemanticTurn>,
+    /// What the pipeline runs with (the semantic end of turn's model
+    /// loaded), validated once; the report records it.
+    pub(crate) pipeline: PipelineConfig,
     /// The budget the session is held to, if any.
     pub(crate) budget: Option<Budget>,
     /// Where the budget was read from (an input no output may overwrite).
@@ -103,10 +100,9 @@ impl Session {
     ) -> anyhow::Result<Self> {
         let (settings, warnings) = engine.settings()?;
         let voice = engine.voice_choice(voice)?;
-        let config = vad.config()?;
         let models_dir =
             voxline_models::location::resolve_from_process(engine.models_dir.as_deref());
-        let semantic_turn = vad.semantic_turn(&models_dir, settings.threads.total)?;
+        let pipeline = vad.pipeline(&settings, &models_dir)?;
         let loaded = budget.map(Budget::load).transpose()?;
         if let (Some(b), Some(path)) = (&loaded, budget) {
             // the CLI's pipeline is the standard one
@@ -120,9 +116,7 @@ impl Session {
         Ok(Self {
             settings,
             warnings,
-            vad: config,
-            endpointing: vad.clone(),
-            semantic_turn,
+            pipeline,
             budget: loaded,
             budget_path: budget.map(Path::to_path_buf),
             voice,
@@ -138,11 +132,6 @@ impl Session {
             install_signal_handler(h.clone());
             h
         })
-    }
-
-    /// The silence after which turns are sent early, if speculation is on.
-    pub(crate) fn speculation(&self) -> Option<u32> {
-        self.endpointing.speculation()
     }
 
     /// Plans the outputs (`(flag, path)`; `None` = not given) against each
@@ -190,25 +179,20 @@ impl Session {
         if shutdown.is_requested() {
             return Ok(None);
         }
-        let board = voxline_core::SpecBoard::new();
         // a live session's report is tallied as it goes (nothing is kept)
         let tally = matches!(run.source, Source::Live(_) | Source::Pushed(_))
             .then(|| Arc::new(Mutex::new(Tally::for_session(run.warmup))));
         let opts = RunOptions {
             pace: run.pace,
-            vad: self.vad,
             events: run.events,
             console: run.console,
             on_event: run.on_event,
-            cpu_share: self.settings.threads.share,
-            speculation: self.endpointing.speculation().map(|ms| (board.clone(), ms)),
-            semantic_turn: self.semantic_turn.clone(),
             cancel_on_stop: run.cancel_on_stop,
             barge_in: run.barge_in,
             observer: tally.clone().map(|t| t as pipeline::SharedObserver),
             gap_ms: run.gap_ms.unwrap_or(RunOptions::default().gap_ms),
             fault: run.fault,
-            ..RunOptions::default()
+            ..self.pipeline.run_options()
         };
         let gap_ms = matches!(run.source, Source::Replay(_)).then(|| opts.recording_gap_ms());
         let (stt, llm) = engine_stages(stt, llm, &self.settings.threads);
@@ -226,7 +210,7 @@ impl Session {
         let mut config = RunConfig::from_settings(&self.settings, pace, run.files, run.warmup);
         config.voice = self.voice.as_ref().map(|v| v.name().to_owned());
         config.gap_ms = gap_ms;
-        self.endpointing.record(&mut config);
+        config.record_pipeline(&self.pipeline);
         let load_ms = model_load_ms + result.outcome.startup.as_secs_f64() * 1000.0;
         let mut report = match tally {
             Some(t) => {

@@ -47,6 +47,10 @@ fn screenshot_path() -> PathBuf {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn the_page_in_a_real_browser_shows_the_transcript_and_a_streamed_answer() {
     let exe = chromium();
     assert!(

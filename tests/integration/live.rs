@@ -57,6 +57,10 @@ fn devices_lists_the_alsa_test_device() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn live_session_through_alsa_transcribes_every_turn() {
     let _g = util::engine_lock();
     let home = alsa_home("multi_turn.wav");
@@ -133,6 +137,10 @@ fn live_session_through_alsa_transcribes_every_turn() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn ctrl_c_ends_a_live_session_cleanly_with_a_report() {
     let _g = util::engine_lock();
     let home = alsa_home("multi_turn.wav");
@@ -421,6 +429,10 @@ fn stamped_reader<R: std::io::Read + Send + 'static>(
 /// the capture clock: the report's response latency must agree with the
 /// stopwatch within 5 % or 100 ms, whichever is larger, for all three turns.
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn live_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
     use std::time::{Duration, Instant};
     let _g = util::engine_lock();
@@ -794,6 +806,10 @@ fn speaking_live(
 /// timestamps) must agree with that stopwatch within 5 % or 150 ms, with
 /// the endpointer's lag taken out as in the response-latency test.
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn live_voice_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
     use std::time::Duration;
     let _g = util::engine_lock();
@@ -892,6 +908,10 @@ fn live_reader<R: std::io::Read + Send + 'static>(
 /// says what was heard of the first answer (less than it said) and how fast
 /// it stopped; the second question is answered.
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
     use std::time::{Duration, Instant};
     let _g = util::engine_lock();

@@ -10,6 +10,10 @@ mod driver;
 use crate::util;
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn live_rss_stays_flat_over_hours_of_accelerated_audio() {
     let _g = util::engine_lock();
     let out = driver::run(&driver::Soak {

@@ -21,6 +21,10 @@ const MONOLOGUE_S: f64 = 60.0;
 const MAX_UTTERANCE_MS: u32 = 10_000;
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn a_long_monologue_is_transcribed_as_well_as_its_sentences() {
     let _g = util::engine_lock();
     let sentences = monologue::sentences(&util::root().join("audio-fixtures"));

@@ -123,7 +123,7 @@ fn a_system_prompt_too_long_for_the_context_exits_2_before_the_run() {
 }
 
 #[test]
-fn temperature_and_seed_are_recorded_in_the_report() {
+fn temperature_seed_and_the_default_endpointing_are_recorded_in_the_report() {
     let _g = util::engine_lock();
     let tmp = tempfile::tempdir().unwrap();
     let report = tmp.path().join("report.json");
@@ -137,6 +137,25 @@ fn temperature_and_seed_are_recorded_in_the_report() {
     assert_eq!(r["config"]["temperature"], 0.7, "{}", r["config"]);
     assert_eq!(r["config"]["seed"], 7);
     assert!(r["turns"][0]["response"].is_string(), "{}", r["turns"][0]);
+    // no endpointing flag: the report records the library's defaults,
+    // which the server's hub and a library run are built on too
+    let lib = voxline_pipeline::pipeline::PipelineConfig::default();
+    let c = &r["config"];
+    assert_eq!(c["hangover_ms"], lib.vad.hangover_ms, "{c}");
+    assert_eq!(c["spec_silence_ms"], lib.speculation().unwrap(), "{c}");
+    assert_eq!(c["cpu_share"], lib.cpu_share.name(), "{c}");
+    assert!(c["semantic_turn"].is_null(), "{c}");
+    let hub = voxline_pipeline::sessions::Hub::start(&util::settings(4), lib.clone(), 1).unwrap();
+    let h = hub.config();
+    assert_eq!(
+        (&h.vad, h.speculation(), h.cpu_share),
+        (&lib.vad, lib.speculation(), lib.cpu_share)
+    );
+    let run = voxline_pipeline::pipeline::RunOptions::default();
+    assert_eq!(
+        (&run.vad, run.speculation.map(|(_, ms)| ms), run.cpu_share),
+        (&lib.vad, lib.speculation(), lib.cpu_share)
+    );
 }
 
 /// A sidecar whose end of speech lies far past the audio (as one that was

@@ -82,6 +82,10 @@ fn control(
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn a_server_killed_mid_answer_is_a_turn_error_and_the_next_turn_is_answered() {
     let _cpu = util::engine_lock();
     let server = Server::llama(&[]);
@@ -118,6 +122,10 @@ fn a_server_killed_mid_answer_is_a_turn_error_and_the_next_turn_is_answered() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn a_stalled_stream_times_out_as_a_turn_error_and_the_next_turn_is_answered() {
     let _cpu = util::engine_lock();
     let server = Server::llama(&[]);
@@ -164,6 +172,10 @@ fn a_stalled_stream_times_out_as_a_turn_error_and_the_next_turn_is_answered() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn a_cancelled_answer_closes_the_stream_and_the_server_stops_generating() {
     use voxline_llm::ChatBackend;
     let _cpu = util::engine_lock();
@@ -233,6 +245,10 @@ fn replay_report(out: &Path, extra: &[&str]) -> serde_json::Value {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn both_engines_remote_give_the_local_transcripts_and_answer_every_turn() {
     let _cpu = util::engine_lock();
     let dir = tempfile::tempdir().unwrap();
@@ -351,6 +367,10 @@ fn fixtures(dir: &Path, names: &[&str]) -> PathBuf {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn the_api_key_is_sent_and_never_shows() {
     let _cpu = util::engine_lock();
     const KEY: &str = "vx-test-key-6f1c0e9a";
@@ -404,6 +424,10 @@ fn the_api_key_is_sent_and_never_shows() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn an_http_error_from_the_server_is_a_turn_error_and_the_session_goes_on() {
     let _cpu = util::engine_lock();
     // a real server that refuses transcriptions: llama-server has no audio model
@@ -433,6 +457,10 @@ fn an_http_error_from_the_server_is_a_turn_error_and_the_session_goes_on() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn the_capacity_bench_runs_on_remote_engines() {
     let _cpu = util::engine_lock();
     let (llm, stt) = (Server::llama(&[]), Server::whisper());

@@ -422,6 +422,10 @@ fn a_missing_model_or_a_bad_option_is_one_line_and_exit_2() {
 /// is done, about 1.3 s after a question here when idle; how the gap and
 /// whisper's speed trade off is `cargo bench --bench pairs`).
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn three_questions_asked_apart_are_three_answered_turns_with_the_words_and_one_without() {
     let _g = util::engine_lock();
     let dir = tempfile::tempdir().unwrap();

@@ -181,6 +181,10 @@ pub(crate) fn send_all(client: &mut WsClient, samples: &[f32]) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn a_fixture_streamed_in_real_time_gives_what_replay_gives() {
     let _g = util::engine_lock();
     let tmp = tempfile::tempdir().unwrap();
@@ -257,6 +261,10 @@ fn a_fixture_streamed_in_real_time_gives_what_replay_gives() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn eight_clients_have_their_own_conversations_and_bad_ones_close_alone() {
     let _g = util::engine_lock();
     let server = Server::start(&["--max-sessions", "8"]);
@@ -594,6 +602,10 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn a_client_that_stops_reading_does_not_delay_the_others() {
     let _g = util::engine_lock();
     let server = Server::start(&[
@@ -646,6 +658,10 @@ fn a_client_that_stops_reading_does_not_delay_the_others() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn bench_via_the_socket_agrees_with_the_servers_metrics() {
     let _g = util::engine_lock();
     let server = Server::start(&["--max-sessions", "2"]);

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use voxline_audio::VadConfig;
 use voxline_capacity::{play, Conversation, Local, Script};
+use voxline_pipeline::pipeline::PipelineConfig;
 use voxline_pipeline::sessions::{Hub, HubError, Session};
 use voxline_serve::protocol::ServerEvent;
 
@@ -14,18 +14,8 @@ fn hub(sessions: usize, max_tokens: u32) -> Hub {
     let mut s = util::settings(max_tokens);
     s.llama_mut().expect("llama.cpp settings").n_ctx = 1024;
     s.threads = voxline_pipeline::settings::ThreadBudget::priority(Some(2)).unwrap();
-    let vad = VadConfig {
-        hangover_ms: voxline_pipeline::settings::DEFAULT_HANGOVER_MS,
-        ..VadConfig::default()
-    };
-    Hub::start(
-        &s,
-        vad,
-        Some(voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS),
-        None,
-        sessions,
-    )
-    .unwrap()
+    // the command line's defaults
+    Hub::start(&s, PipelineConfig::default(), sessions).unwrap()
 }
 
 fn script(names: &[&str]) -> Script {
@@ -263,6 +253,10 @@ fn a_hundred_joins_and_leaves_keep_memory_flat() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn real_time_play_measures_latency_from_the_labelled_end_of_speech() {
     let _g = util::engine_lock();
     let hub = hub(1, 8);

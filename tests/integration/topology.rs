@@ -119,18 +119,19 @@ fn with_upper() -> voxline_pipeline::pipeline::Extras {
     voxline_pipeline::pipeline::Extras::default().after_stt(Upper)
 }
 
+/// The settings and, without speculation, the command line's defaults.
 fn hub_settings() -> (
     voxline_pipeline::settings::EngineSettings,
-    voxline_audio::VadConfig,
+    voxline_pipeline::pipeline::PipelineConfig,
 ) {
     let mut s = util::settings(8);
     s.llama_mut().expect("llama.cpp settings").n_ctx = 1024;
     s.threads = voxline_pipeline::settings::ThreadBudget::priority(Some(2)).unwrap();
-    let vad = voxline_audio::VadConfig {
-        hangover_ms: voxline_pipeline::settings::DEFAULT_HANGOVER_MS,
-        ..voxline_audio::VadConfig::default()
+    let pipeline = voxline_pipeline::pipeline::PipelineConfig {
+        spec_silence_ms: None,
+        ..Default::default()
     };
-    (s, vad)
+    (s, pipeline)
 }
 
 #[test]
@@ -140,8 +141,8 @@ fn the_added_stage_runs_in_serve_and_its_client_hears_what_it_made() {
     use voxline_serve::metrics::{parse_exposition, sample};
     use voxline_serve::protocol::{Hello, ServerEvent};
     let _g = util::engine_lock();
-    let (s, vad) = hub_settings();
-    let hub = voxline_pipeline::sessions::Hub::start(&s, vad, None, None, 1)
+    let (s, pipeline) = hub_settings();
+    let hub = voxline_pipeline::sessions::Hub::start(&s, pipeline, 1)
         .unwrap()
         .with_stages(with_upper)
         .unwrap();
@@ -201,22 +202,24 @@ fn the_added_stage_runs_in_serve_and_its_client_hears_what_it_made() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn the_added_stage_runs_in_bench_sessions_and_has_its_share_of_the_run() {
     use std::time::Duration;
     let _g = util::engine_lock();
-    let (s, vad) = hub_settings();
+    let (s, pipeline) = hub_settings();
     let fixtures = vec![util::fixture("multi_turn.wav")];
     let script = voxline_capacity::Script::load(&fixtures, Duration::from_millis(500)).unwrap();
     let opts = voxline_capacity::CapacityOptions {
         sessions: vec![1],
         stagger: Duration::ZERO,
         think: Duration::from_millis(500),
-        spec_silence_ms: None,
-        semantic_turn: None,
+        pipeline,
     };
     let report = voxline_capacity::run_with(
         &s,
-        &vad,
         &script,
         &fixtures,
         &opts,

@@ -83,14 +83,15 @@ pub fn engine_lock() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Engine settings for tests: the default models, the machine's cores split in two, short answers.
+/// Engine settings for tests: the default models, the command line's CPU
+/// share (the engines take turns on every core), short answers.
 pub fn settings(max_tokens: u32) -> voxline_pipeline::settings::EngineSettings {
     voxline_pipeline::settings::EngineSettings {
         max_tokens,
         ..voxline_pipeline::settings::EngineSettings::local(
             whisper_model(),
             llm_model(),
-            voxline_pipeline::settings::ThreadBudget::split(None, None).unwrap(),
+            voxline_pipeline::settings::ThreadBudget::priority(None).unwrap(),
         )
     }
 }

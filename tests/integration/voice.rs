@@ -58,6 +58,10 @@ fn rms(x: &[f32]) -> f32 {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
 fn the_spoken_answer_transcribes_back_to_the_streamed_answer_with_both_voices() {
     let _g = util::engine_lock();
     let dir = tempfile::tempdir().unwrap();

@@ -88,10 +88,13 @@ fn assert_matches_truth(name: &str, segments: &[(u64, Segment)], audio: &[f32]) 
             audio[seg.start_sample as usize..seg.end_sample as usize],
             "{name}: samples"
         );
-        // Emitted once the 500 ms hangover has passed, within a frame plus the push chunk.
+        // Emitted once the default hangover has passed, within a frame (the
+        // hangover is counted in whole 256-sample frames from the last
+        // speech frame, the end is sample-accurate) plus the push chunk.
         let delay = emitted_at - seg.end_sample;
+        let hangover = u64::from(voxline_audio::vad::DEFAULT_HANGOVER_MS) * 16;
         assert!(
-            (8_000..8_000 + 256 + 1_000).contains(&delay),
+            (hangover - 256..hangover + 256 + 1_000).contains(&delay),
             "{name}: endpoint delay {delay} samples"
         );
     }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use voxline_audio::{VadConfig, WavSource};
+use voxline_audio::WavSource;
 
 use voxline_pipeline::sessions::{Hub, HubError, HubTotals, Session};
 use voxline_pipeline::settings::EngineSettings;
@@ -41,10 +41,8 @@ pub struct CapacityOptions {
     pub stagger: Duration,
     /// Silence between one recording and the next (the user thinking).
     pub think: Duration,
-    /// Speculative turn-taking's silence, ms (`None`: off).
-    pub spec_silence_ms: Option<u32>,
-    /// The semantic end of turn (`None`: off).
-    pub semantic_turn: Option<voxline_pipeline::pipeline::SemanticTurn>,
+    /// What each user's conversation runs with (the command line's).
+    pub pipeline: voxline_pipeline::pipeline::PipelineConfig,
 }
 
 /// One user's script: the fixtures back to back with think time between.
@@ -185,14 +183,13 @@ pub enum CapacityError {
 /// [`CapacityError::Hub`] when the engines cannot load or a session cannot join.
 pub fn run(
     engine: &EngineSettings,
-    vad: &VadConfig,
     script: &Script,
     fixtures: &[PathBuf],
     opts: &CapacityOptions,
     budget: Option<&Budget>,
     progress: &dyn Fn(&str),
 ) -> Result<CapacityReport, CapacityError> {
-    run_with(engine, vad, script, fixtures, opts, budget, None, progress)
+    run_with(engine, script, fixtures, opts, budget, None, progress)
 }
 
 /// Makes the stages each session adds to the standard pipeline.
@@ -205,7 +202,6 @@ pub type StagesFn = std::sync::Arc<dyn Fn() -> voxline_pipeline::pipeline::Extra
 #[allow(clippy::too_many_arguments)]
 pub fn run_with(
     engine: &EngineSettings,
-    vad: &VadConfig,
     script: &Script,
     fixtures: &[PathBuf],
     opts: &CapacityOptions,
@@ -215,13 +211,7 @@ pub fn run_with(
 ) -> Result<CapacityReport, CapacityError> {
     measure(fixtures, opts, budget, None, |n| {
         progress(&format!("{n} session(s): loading"));
-        let hub = Hub::start(
-            engine,
-            vad.clone(),
-            opts.spec_silence_ms,
-            opts.semantic_turn.clone(),
-            n,
-        )?;
+        let hub = Hub::start(engine, opts.pipeline.clone(), n)?;
         let hub = match stages.clone() {
             Some(s) => hub.with_stages(move || s())?,
             None => hub,

@@ -7,23 +7,9 @@ use voxline_stt::{AudioCtx, SttConfig};
 
 use crate::BadInput;
 
-/// The default silence after the last confident speech frame (see
-/// `VadConfig::spec_threshold`) after which a turn is sent early
-/// (speculative turn-taking), ms: three detector frames. Chosen by
-/// measurement (see docs/turn-taking.md): an attempt that
-/// speech interrupts is aborted within milliseconds and costs only idle CPU,
-/// so a short wait buys latency (the attempt starts ~95 ms after the true
-/// end of speech, against ~150 ms with 64 ms after the last speech frame)
-/// for more cancelled attempts.
-pub const DEFAULT_SPEC_SILENCE_MS: u32 = 48;
-
-/// The default silence that ends a turn, ms. With speculation a hangover
-/// costs no latency while it is shorter than STT plus the first token
-/// (~950 ms on 2 cores), and a longer one cuts fewer sentences at a breath
-/// pause: on the nine real recordings in `audio-fixtures/human` 500 ms splits a
-/// counted list in three, 600 ms and more keep every recording whole
-/// (`cargo bench --bench hangover`). 700 ms leaves a margin.
-pub const DEFAULT_HANGOVER_MS: u32 = 700;
+/// The VAD's defaults, which are the CLI's (`--spec-silence-ms`,
+/// `--hangover-ms`); see [`voxline_audio::vad`].
+pub use voxline_audio::vad::{DEFAULT_HANGOVER_MS, DEFAULT_SPEC_SILENCE_MS};
 
 /// How the engines share the CPU threads: one type from the command line
 /// (`--cpu-share`) through the settings, the run and the report to the

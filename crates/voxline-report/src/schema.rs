@@ -447,6 +447,14 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// Records what the pipeline ran with: the hangover, the speculative
+    /// silence that took effect and the semantic end of turn's policy.
+    pub fn record_pipeline(&mut self, pipeline: &voxline_pipeline::pipeline::PipelineConfig) {
+        self.hangover_ms = pipeline.vad.hangover_ms;
+        self.spec_silence_ms = pipeline.speculation();
+        self.semantic_turn = pipeline.semantic_turn.as_ref().map(|(_, p)| *p);
+    }
+
     /// The configuration of a run with these engine settings.
     #[must_use]
     pub fn from_settings(

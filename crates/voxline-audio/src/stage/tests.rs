@@ -57,10 +57,11 @@ fn numbers_utterances_and_places_them_on_the_stream_clock() {
     for u in &out {
         assert!(u.start_sample >= offset && u.end_sample > u.start_sample);
         assert_eq!(u.samples.len() as u64, u.end_sample - u.start_sample);
-        // closed once the 500 ms hangover passed, within a frame or two
+        // closed once the default hangover passed, within a frame or two
         let delay = u.closed_sample - u.end_sample;
+        let hangover = u64::from(crate::vad::DEFAULT_HANGOVER_MS) * 16;
         assert!(
-            (8_000..=8_000 + 2 * 320 + 256).contains(&delay),
+            (hangover - 256..=hangover + 2 * 320 + 256).contains(&delay),
             "closed {delay} samples after the end of speech"
         );
         // the end's wall time is the instant that sample was due

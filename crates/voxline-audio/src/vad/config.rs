@@ -22,7 +22,8 @@ pub struct VadConfig {
     pub spec_threshold: f32,
     /// Shortest speech span kept, in ms; shorter utterances are discarded. Default 250.
     pub min_speech_ms: u32,
-    /// Non-speech that must follow the last speech frame before an utterance closes, in ms. Default 500.
+    /// Non-speech that must follow the last speech frame before an utterance
+    /// closes, in ms. Default [`DEFAULT_HANGOVER_MS`] (700), the CLI's.
     pub hangover_ms: u32,
     /// Audio kept before the first speech frame, in ms. Default 200.
     pub pre_roll_ms: u32,
@@ -38,13 +39,32 @@ pub struct VadConfig {
     pub split_overlap_ms: u32,
 }
 
+/// The default silence that ends a turn, ms (the CLI's `--hangover-ms` and
+/// [`VadConfig::default`]). With speculation a hangover costs no latency
+/// while it is shorter than STT plus the first token (~950 ms on 2 cores),
+/// and a longer one cuts fewer sentences at a breath pause: on the nine
+/// real recordings in `audio-fixtures/human` 500 ms splits a counted list
+/// in three, 600 ms and more keep every recording whole (`cargo bench
+/// --bench hangover`). 700 ms leaves a margin.
+pub const DEFAULT_HANGOVER_MS: u32 = 700;
+
+/// The default silence after the last confident speech frame (see
+/// [`VadConfig::spec_threshold`]) after which a turn is sent early
+/// (speculative turn-taking), ms: three detector frames. Chosen by
+/// measurement (see docs/turn-taking.md): an attempt that speech
+/// interrupts is aborted within milliseconds and costs only idle CPU, so a
+/// short wait buys latency (the attempt starts ~95 ms after the true end of
+/// speech, against ~150 ms with 64 ms after the last speech frame) for more
+/// cancelled attempts.
+pub const DEFAULT_SPEC_SILENCE_MS: u32 = 48;
+
 impl Default for VadConfig {
     fn default() -> Self {
         VadConfig {
             threshold: 0.5,
             spec_threshold: 0.6,
             min_speech_ms: 250,
-            hangover_ms: 500,
+            hangover_ms: DEFAULT_HANGOVER_MS,
             pre_roll_ms: 200,
             max_utterance_ms: 20_000,
             split_search_ms: 2_500,

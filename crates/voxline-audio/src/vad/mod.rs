@@ -60,7 +60,7 @@ mod endpointer;
 mod split;
 mod tracker;
 
-pub use config::VadConfig;
+pub use config::{VadConfig, DEFAULT_HANGOVER_MS, DEFAULT_SPEC_SILENCE_MS};
 pub use endpointer::Endpointer;
 pub use tracker::{OpenUtterance, Segment, SegmentTracker, VadStats};
 

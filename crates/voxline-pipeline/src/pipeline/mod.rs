@@ -11,6 +11,7 @@
 //! itself and its result in `run`.
 
 mod assembly;
+mod config;
 mod input;
 mod live;
 mod options;
@@ -19,6 +20,7 @@ mod sink;
 mod speaker;
 
 pub use assembly::{Extras, TranscriptStage};
+pub use config::PipelineConfig;
 pub use input::{
     open_inputs, open_inputs_until, Input, InputSpan, Pace, Pushed, PushedAudio, Source,
 };

@@ -134,7 +134,17 @@ impl std::fmt::Debug for RunOptions {
 }
 
 impl Default for RunOptions {
+    /// The command line's defaults ([`super::PipelineConfig::default`]).
     fn default() -> Self {
+        super::PipelineConfig::default().run_options()
+    }
+}
+
+impl RunOptions {
+    /// Every option at its default and the configuration's own (VAD,
+    /// speculation, semantic end of turn, CPU share) bare: the base that
+    /// [`super::PipelineConfig::run_options`] fills in.
+    pub(crate) fn bare() -> Self {
         Self {
             pace: Pace::Fast,
             vad: VadConfig::default(),
@@ -145,7 +155,7 @@ impl Default for RunOptions {
             on_event: None,
             on_span: None,
             observer: None,
-            cpu_share: crate::settings::CpuShare::Split,
+            cpu_share: crate::settings::CpuShare::Priority,
             speculation: None,
             lease: None,
             meter: voxline_core::ThreadMeter::new(),

@@ -33,7 +33,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
-use voxline_audio::{AudioError, VadConfig};
+use voxline_audio::AudioError;
 use voxline_core::{Clock, CpuLease, ShutdownHandle, Span, SpanKind, ThreadMeter, TimedEvent};
 use voxline_llm::serving::{BatchServer, ServingOptions, ServingTotals};
 use voxline_llm::LlmError;
@@ -77,9 +77,12 @@ pub enum HubError {
     /// The language model failed to load or start.
     #[error(transparent)]
     Llm(#[from] LlmError),
-    /// The VAD settings are invalid.
+    /// An audio stage failed to start.
     #[error(transparent)]
     Audio(#[from] AudioError),
+    /// The pipeline's configuration has a value out of range.
+    #[error("{0}")]
+    Config(String),
     /// The operating system would not start a session's thread.
     #[error("cannot start a thread: {0}")]
     Thread(#[source] std::io::Error),
@@ -202,11 +205,8 @@ impl Drop for Slot {
 pub struct Hub {
     stt: HubStt,
     llm: HubLlm,
-    vad: VadConfig,
-    /// Speculative turn-taking's silence, ms (`None`: off).
-    spec_silence_ms: Option<u32>,
-    /// The semantic end of turn (`None`: off).
-    semantic_turn: Option<crate::pipeline::SemanticTurn>,
+    /// What every conversation runs with.
+    config: crate::pipeline::PipelineConfig,
     lease: CpuLease,
     meter: ThreadMeter,
     threads: usize,
@@ -234,21 +234,23 @@ impl Hub {
     /// for the system prompt). Every engine call gets the budget's
     /// `threads.total` threads.
     ///
+    /// Every conversation runs `config` (the command line's, validated
+    /// once), except that they always take turns on the hub's one CPU
+    /// lease whatever its `cpu_share`.
+    ///
     /// # Errors
-    /// [`HubError::NoSessions`] for 0 sessions; [`HubError::Audio`] for a bad
-    /// VAD configuration; [`HubError::Stt`] or [`HubError::Llm`] when a model
-    /// cannot be loaded.
+    /// [`HubError::NoSessions`] for 0 sessions; [`HubError::Config`] for a
+    /// configuration out of range; [`HubError::Stt`] or [`HubError::Llm`]
+    /// when a model cannot be loaded.
     pub fn start(
         engine: &EngineSettings,
-        vad: VadConfig,
-        spec_silence_ms: Option<u32>,
-        semantic_turn: Option<crate::pipeline::SemanticTurn>,
+        config: crate::pipeline::PipelineConfig,
         max_sessions: usize,
     ) -> Result<Self, HubError> {
         if max_sessions == 0 {
             return Err(HubError::NoSessions);
         }
-        vad.validate()?;
+        config.validate().map_err(|e| HubError::Config(e.0))?;
         let threads = engine.threads.total.max(1);
         let remotes = crate::engines::connect(engine)?;
         let stt = match (remotes.stt(), engine.stt_config()) {
@@ -286,9 +288,7 @@ impl Hub {
         Ok(Hub {
             stt,
             llm,
-            vad,
-            spec_silence_ms,
-            semantic_turn,
+            config,
             lease,
             meter,
             threads,
@@ -373,7 +373,6 @@ impl Hub {
         let load = Arc::clone(&self.load);
         let opts = RunOptions {
             pace: Pace::Realtime,
-            vad: self.vad.clone(),
             gap_ms: 0,
             on_event: Some(Arc::new(move |ev: &TimedEvent| {
                 reader.send(Observed::Event(ev.clone()));
@@ -386,14 +385,10 @@ impl Hub {
             })),
             cpu_share: crate::settings::CpuShare::Priority,
             lease: Some(self.lease.clone()),
-            speculation: self
-                .spec_silence_ms
-                .map(|ms| (voxline_core::SpecBoard::new(), ms)),
             meter: self.meter.clone(),
-            semantic_turn: self.semantic_turn.clone(),
             cancel_on_stop: true,
             drain: Some(draining.clone()),
-            ..RunOptions::default()
+            ..self.config.run_options()
         };
         let extras = (self.stages)();
         let stop = leaving.clone();
@@ -517,6 +512,12 @@ impl Hub {
     #[must_use]
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// What every conversation runs with.
+    #[must_use]
+    pub fn config(&self) -> &crate::pipeline::PipelineConfig {
+        &self.config
     }
 }
 

@@ -2,6 +2,16 @@
 
 use super::*;
 
+/// The configuration the frame counts below are written for: the
+/// defaults with a 500 ms hangover (31.25 frames of 16 ms), whatever the
+/// default hangover is.
+fn base() -> VadConfig {
+    VadConfig {
+        hangover_ms: 500,
+        ..VadConfig::default()
+    }
+}
+
 const F: u64 = FRAME_SAMPLES as u64;
 
 /// Frame `k` holds the value `k` in every sample, so segment contents are checkable.
@@ -43,7 +53,7 @@ fn confident_end_follows_only_frames_above_the_spec_threshold() {
     // not confident), then silence.
     let mut t = tracker(VadConfig {
         pre_roll_ms: 0,
-        ..VadConfig::default()
+        ..base()
     });
     let probs = [0.1, 0.9, 0.9, 0.58, 0.52, 0.2, 0.2];
     for (k, &p) in probs.iter().enumerate() {
@@ -62,14 +72,14 @@ fn confident_end_follows_only_frames_above_the_spec_threshold() {
     let mut t = tracker(VadConfig {
         spec_threshold: 0.3,
         pre_roll_ms: 0,
-        ..VadConfig::default()
+        ..base()
     });
     for (k, &p) in probs.iter().enumerate() {
         t.push_frame(&frame(k), p);
     }
     assert_eq!(t.open_utterance().unwrap().confident_end, Some(5 * F));
     // An utterance that opens on a tail-level frame has no confident speech yet.
-    let mut t = tracker(VadConfig::default());
+    let mut t = tracker(base());
     t.push_frame(&frame(0), 0.55);
     assert_eq!(t.open_utterance().unwrap().confident_end, None);
     t.push_frame(&frame(1), 0.8);
@@ -83,7 +93,7 @@ fn exact_split(max_utterance_ms: u32) -> VadConfig {
         max_utterance_ms,
         split_search_ms: 0,
         split_overlap_ms: 0,
-        ..VadConfig::default()
+        ..base()
     }
 }
 
@@ -116,7 +126,7 @@ fn forced_split_cuts_after_the_quietest_frame_before_the_limit() {
     // samples: frames ending at 11 872 or later, i.e. frames 46..=61.
     let config = VadConfig {
         max_utterance_ms: 1000,
-        ..VadConfig::default()
+        ..base()
     };
     let mut frames = vec![(0.9, 0.5); 70];
     frames[20] = (0.9, 0.0); // quieter, but outside the window
@@ -142,7 +152,7 @@ fn forced_split_cuts_after_the_quietest_frame_before_the_limit() {
 fn a_non_speech_frame_is_a_better_cut_than_quiet_speech() {
     let config = VadConfig {
         max_utterance_ms: 1000,
-        ..VadConfig::default()
+        ..base()
     };
     let mut frames = vec![(0.9, 0.5); 65];
     frames[52] = (0.2, 0.3);
@@ -159,7 +169,7 @@ fn a_non_speech_frame_is_a_better_cut_than_quiet_speech() {
 fn a_pause_is_cut_in_its_middle() {
     let config = VadConfig {
         max_utterance_ms: 1000,
-        ..VadConfig::default()
+        ..base()
     };
     // frames 50..=54 are digital silence (shorter than the hangover)
     let mut frames = vec![(0.9, 0.5); 65];
@@ -181,7 +191,7 @@ fn the_lead_in_alone_is_not_a_continuation() {
     // speech, but no speech follows the cut, so it is dropped.
     let config = VadConfig {
         max_utterance_ms: 1000,
-        ..VadConfig::default()
+        ..base()
     };
     let mut frames = vec![(0.9, 0.5); 56];
     frames.extend([(0.1, 0.0); 60]);
@@ -198,7 +208,7 @@ fn the_lead_in_alone_is_not_a_continuation() {
 fn a_long_monologue_is_cut_into_overlapping_chunks_of_at_most_the_limit() {
     let config = VadConfig {
         max_utterance_ms: 2000,
-        ..VadConfig::default()
+        ..base()
     };
     // speech with a quiet stretch of 6 frames (96 ms, a gap between
     // words) every 20 frames, and a single quiet frame (a soft consonant)
@@ -239,7 +249,7 @@ fn a_long_monologue_is_cut_into_overlapping_chunks_of_at_most_the_limit() {
 
 #[test]
 fn segment_bounds_pre_roll_and_contents() {
-    let mut t = tracker(VadConfig::default());
+    let mut t = tracker(base());
     let out = run(&mut t, &pattern(40, 30, 40));
     assert_eq!(out.len(), 1);
     let (_, seg) = &out[0];
@@ -265,14 +275,14 @@ fn segment_bounds_pre_roll_and_contents() {
 
 #[test]
 fn pre_roll_is_clamped_at_stream_start() {
-    let mut t = tracker(VadConfig::default());
+    let mut t = tracker(base());
     let out = run(&mut t, &pattern(3, 30, 40));
     let (_, seg) = &out[0];
     assert_eq!(seg.start_sample, 0);
     assert_eq!(seg.end_sample, 33 * F);
     assert_eq!(seg.samples, expected_audio(0, 33 * F));
 
-    let mut t = tracker(VadConfig::default());
+    let mut t = tracker(base());
     let out = run(&mut t, &pattern(0, 30, 40));
     assert_eq!(out[0].1.start_sample, 0);
 }
@@ -280,7 +290,7 @@ fn pre_roll_is_clamped_at_stream_start() {
 #[test]
 fn emitted_exactly_when_hangover_has_elapsed() {
     // 500 ms = 8000 samples = 31.25 frames: the 32nd silent frame closes it.
-    let mut t = tracker(VadConfig::default());
+    let mut t = tracker(base());
     let out = run(&mut t, &pattern(20, 30, 31));
     assert!(out.is_empty(), "closed before the hangover elapsed");
     assert!(t.in_utterance());
@@ -296,7 +306,7 @@ fn emitted_exactly_when_hangover_has_elapsed() {
 fn zero_hangover_closes_on_first_silent_frame() {
     let mut t = tracker(VadConfig {
         hangover_ms: 0,
-        ..VadConfig::default()
+        ..base()
     });
     let out = run(&mut t, &pattern(20, 30, 5));
     assert_eq!(out.len(), 1);
@@ -308,7 +318,7 @@ fn zero_hangover_closes_on_first_silent_frame() {
 fn pauses_shorter_than_hangover_are_bridged() {
     let mut decisions = pattern(20, 20, 25);
     decisions.extend(pattern(0, 20, 40));
-    let mut t = tracker(VadConfig::default());
+    let mut t = tracker(base());
     let out = run(&mut t, &decisions);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].1.end_sample, 85 * F);
@@ -321,12 +331,12 @@ fn pauses_shorter_than_hangover_are_bridged() {
 #[test]
 fn utterances_shorter_than_min_speech_are_discarded() {
     // 250 ms = 4000 samples = 15.6 frames.
-    let mut t = tracker(VadConfig::default());
+    let mut t = tracker(base());
     assert!(run(&mut t, &pattern(20, 15, 40)).is_empty());
     assert_eq!(t.stats().discarded_short, 1);
     assert_eq!(t.stats().segments, 0);
 
-    let mut t = tracker(VadConfig::default());
+    let mut t = tracker(base());
     let out = run(&mut t, &pattern(20, 16, 40));
     assert_eq!(out.len(), 1);
     assert_eq!(t.stats().discarded_short, 0);
@@ -337,7 +347,7 @@ fn speech_span_counts_not_voiced_frames() {
     // Two 5-frame blips 10 frames apart: span 20 frames (320 ms) >= 250 ms.
     let mut decisions = pattern(20, 5, 10);
     decisions.extend(pattern(0, 5, 40));
-    let mut t = tracker(VadConfig::default());
+    let mut t = tracker(base());
     let out = run(&mut t, &decisions);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].1.end_sample, 40 * F);
@@ -348,7 +358,7 @@ fn next_pre_roll_never_reaches_into_the_previous_segment() {
     let config = VadConfig {
         hangover_ms: 100,
         pre_roll_ms: 500,
-        ..VadConfig::default()
+        ..base()
     };
     let mut decisions = pattern(40, 20, 8);
     decisions.extend(pattern(0, 20, 40));
@@ -416,7 +426,7 @@ fn split_exactly_at_speech_end_leaves_nothing_behind() {
 
 #[test]
 fn finish_closes_open_utterance_and_restarts_positions() {
-    let mut t = tracker(VadConfig::default());
+    let mut t = tracker(base());
     assert!(run(&mut t, &pattern(20, 30, 5)).is_empty());
     let seg = t.finish().expect("open utterance is closed");
     assert_eq!(seg.end_sample, 50 * F);
@@ -434,7 +444,7 @@ fn finish_closes_open_utterance_and_restarts_positions() {
 fn zero_pre_roll_starts_at_first_speech_frame() {
     let mut t = tracker(VadConfig {
         pre_roll_ms: 0,
-        ..VadConfig::default()
+        ..base()
     });
     let out = run(&mut t, &pattern(40, 30, 40));
     assert_eq!(out[0].1.start_sample, 40 * F);
@@ -444,7 +454,7 @@ fn zero_pre_roll_starts_at_first_speech_frame() {
 fn threshold_is_inclusive() {
     let mut t = tracker(VadConfig {
         threshold: 0.7,
-        ..VadConfig::default()
+        ..base()
     });
     for k in 0..20 {
         assert!(t.push_frame(&frame(k), 0.7).is_none());
