@@ -409,6 +409,30 @@ fn a_missing_model_or_a_bad_option_is_one_line_and_exit_2() {
         err.contains(voxline_models::registry::SMART_TURN.file),
         "{err}"
     );
+    // a runtime library cut short that no manifest lists: refused before it
+    // is mapped (it was a SIGBUS), one line, exit 2
+    std::fs::remove_file(models.join(voxline_models::fetch::MANIFEST)).unwrap();
+    std::fs::remove_file(&turn).unwrap();
+    std::os::unix::fs::symlink(
+        util::models_dir().join(voxline_models::registry::SMART_TURN.file),
+        &turn,
+    )
+    .unwrap();
+    let runtime = models.join(voxline_models::registry::ONNX_RUNTIME.file);
+    let whole = std::fs::read(&runtime).unwrap();
+    std::fs::remove_file(&runtime).unwrap();
+    std::fs::write(&runtime, &whole[..whole.len() / 3]).unwrap();
+    let out = util::voxline_bin()
+        .args(["replay", "--semantic-turn", "--pace", "fast"])
+        .arg(&fixture)
+        .arg("--models-dir")
+        .arg(&models)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("cut short"), "{err}");
 }
 
 /// The fixtures' three espeak-ng questions, replayed at the pace a person

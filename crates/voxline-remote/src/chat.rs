@@ -133,6 +133,8 @@ impl RemoteChat {
         on_token: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Response, RemoteError> {
         let (body, dropped_turns) = self.request(user);
+        let started = std::time::Instant::now();
+        let request_bytes = body.len();
         let reply = self.client.post_json(PATH, &body)?;
         let mut events = Events::new(BufReader::new(reply.into_body().into_reader()));
         let mut text = String::new();
@@ -204,7 +206,22 @@ impl RemoteChat {
             });
         }
         let stop = stop.unwrap_or(Stop::EndOfGeneration);
-        let usage = usage.unwrap_or_default();
+        let (usage, timings, dropped) = sse::plausible(
+            usage.unwrap_or_default(),
+            timings,
+            sse::Seen {
+                max_tokens: self.options.max_tokens,
+                request_bytes,
+                elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+            },
+        );
+        if !dropped.is_empty() {
+            tracing::warn!(
+                server = self.client.endpoint().server(),
+                figures = dropped.join(", "),
+                "the server's figures cannot be true; voxline's own count stands in"
+            );
+        }
         let (tokens_from, completion) = match usage.completion_tokens {
             Some(n) => (TokenSource::Usage, n),
             None => (TokenSource::Chunks, chunks),

@@ -119,6 +119,85 @@ pub(crate) struct Chunk {
     pub(crate) timings: Option<Timings>,
 }
 
+/// What a reply's figures must fit: what voxline asked for and saw.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seen {
+    /// The request's `max_tokens`.
+    pub(crate) max_tokens: u32,
+    /// The request body's size: a prompt cannot hold more tokens than its
+    /// text has bytes.
+    pub(crate) request_bytes: usize,
+    /// The exchange's wall time as voxline measured it, ms: the server
+    /// cannot have spent longer on it.
+    pub(crate) elapsed_ms: f64,
+}
+
+/// The server's `usage` and `timings` where they can be true; a figure
+/// that cannot (more completion tokens than `max_tokens`, a prompt longer
+/// than the request, more cached tokens than the prompt, a time that is
+/// negative, not finite or longer than the exchange) is dropped, and what
+/// voxline counted itself stands in. The second value names what was
+/// dropped, for one warning.
+pub(crate) fn plausible(
+    usage: Usage,
+    timings: Option<Timings>,
+    seen: Seen,
+) -> (Usage, Option<Timings>, Vec<&'static str>) {
+    let mut dropped = Vec::new();
+    let mut keep = |v: Option<u32>, max: u64, name: &'static str| {
+        v.filter(|&n| {
+            let ok = u64::from(n) <= max;
+            if !ok {
+                dropped.push(name);
+            }
+            ok
+        })
+    };
+    let request = u64::try_from(seen.request_bytes).unwrap_or(u64::MAX);
+    let prompt_tokens = keep(usage.prompt_tokens, request, "usage.prompt_tokens");
+    let completion_tokens = keep(
+        usage.completion_tokens,
+        u64::from(seen.max_tokens),
+        "usage.completion_tokens",
+    );
+    let prompt_cap = prompt_tokens.map_or(request, u64::from);
+    let cached_tokens = keep(usage.cached_tokens, prompt_cap, "usage.cached_tokens");
+    let timings = timings.map(|t| {
+        // the server's clock against voxline's: a millisecond of slack
+        let mut ms = |v: Option<f64>, name: &'static str| {
+            v.filter(|&x| {
+                let ok = x.is_finite() && x >= 0.0 && x <= seen.elapsed_ms + 1.0;
+                if !ok {
+                    dropped.push(name);
+                }
+                ok
+            })
+        };
+        let prompt_ms = ms(t.prompt_ms, "timings.prompt_ms");
+        let decode_ms = ms(t.decode_ms, "timings.predicted_ms");
+        Timings {
+            prompt_ms,
+            decode_ms,
+            cached_tokens: t.cached_tokens.filter(|&n| {
+                let ok = u64::from(n) <= prompt_cap;
+                if !ok {
+                    dropped.push("timings.cache_n");
+                }
+                ok
+            }),
+        }
+    });
+    (
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens,
+        },
+        timings,
+        dropped,
+    )
+}
+
 fn count(v: &serde_json::Value) -> Option<u32> {
     v.as_u64().and_then(|n| u32::try_from(n).ok())
 }
@@ -179,6 +258,65 @@ mod tests {
             out.push(d);
         }
         out
+    }
+
+    #[test]
+    fn figures_a_server_cannot_have_measured_are_dropped() {
+        let seen = Seen {
+            max_tokens: 64,
+            request_bytes: 500,
+            elapsed_ms: 200.0,
+        };
+        let honest = Usage {
+            prompt_tokens: Some(40),
+            completion_tokens: Some(64),
+            cached_tokens: Some(30),
+        };
+        let times = Timings {
+            prompt_ms: Some(12.5),
+            decode_ms: Some(150.0),
+            cached_tokens: Some(30),
+        };
+        assert_eq!(
+            plausible(honest, Some(times), seen),
+            (honest, Some(times), vec![])
+        );
+        let lying = Usage {
+            prompt_tokens: Some(501),
+            completion_tokens: Some(u32::MAX),
+            // more than the request has bytes (the prompt's own figure is dropped)
+            cached_tokens: Some(600),
+        };
+        let bad_times = Timings {
+            prompt_ms: Some(-3.0),
+            decode_ms: Some(f64::NAN),
+            cached_tokens: Some(501),
+        };
+        let (u, t, dropped) = plausible(lying, Some(bad_times), seen);
+        assert_eq!(u, Usage::default());
+        assert_eq!(t, Some(Timings::default()));
+        assert_eq!(dropped.len(), 6, "{dropped:?}");
+        // a cache larger than the prompt the server itself reported
+        let (u, _, dropped) = plausible(
+            Usage {
+                cached_tokens: Some(41),
+                ..honest
+            },
+            None,
+            seen,
+        );
+        assert_eq!((u.prompt_tokens, u.cached_tokens), (Some(40), None));
+        assert_eq!(dropped, ["usage.cached_tokens"]);
+        // longer than the exchange took
+        let (_, t, _) = plausible(
+            honest,
+            Some(Timings {
+                decode_ms: Some(5_000.0),
+                ..times
+            }),
+            seen,
+        );
+        assert_eq!(t.unwrap().decode_ms, None);
     }
 
     #[test]

@@ -231,11 +231,12 @@ pub fn to_markdown(r: &Report) -> String {
             "| {}{} | {} | {} | {} |",
             t.id,
             if t.warmup { " (warm-up)" } else { "" },
-            t.transcript
-                .as_deref()
-                .or(t.error.as_deref())
-                .unwrap_or("")
-                .replace('|', "/"),
+            // what a server or model said: no control character, one line,
+            // bounded (the JSON report keeps the exact text)
+            voxline_core::shown::one_line(
+                t.transcript.as_deref().or(t.error.as_deref()).unwrap_or("")
+            )
+            .replace('|', "/"),
             f(t.wer),
             f(t.endpoint_delay_ms),
         );
@@ -306,7 +307,7 @@ mod tests {
         r.turns.push(TurnReport {
             id: 1,
             warmup: true,
-            transcript: Some("either | or".into()),
+            transcript: Some("either | or\u{1b}[2J\n".into()),
             wer: Some(0.0),
             endpoint_delay_ms: Some(700.0),
             terms_ms: [("stt".to_string(), 540.0)].into(),
@@ -355,7 +356,7 @@ mod tests {
         assert!(lines.contains(&"| turn | transcript | WER | endpoint delay | endpoint | stt queue | stt | llm queue | llm first token | commit wait | response latency | decode tok/s |"), "{md}");
         assert!(
             lines.contains(
-                &"| 1 (warm-up) | either / or | 0.0 | 700.0 | – | – | 540.0 | – | – | – | 1680.3 | – |"
+                &"| 1 (warm-up) | either / or\\u{1b}[2J\\u{a} | 0.0 | 700.0 | – | – | 540.0 | – | – | – | 1680.3 | – |"
             ),
             "{md}"
         );

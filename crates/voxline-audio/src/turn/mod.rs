@@ -113,12 +113,9 @@ impl TurnModel {
             threads: threads.max(1),
         };
         for all in [false, true] {
-            let p = this
-                .probability_on(&vec![0.0; voxline_core::SAMPLE_RATE as usize], all)
+            // (a value that is not a probability is an error)
+            this.probability_on(&vec![0.0; voxline_core::SAMPLE_RATE as usize], all)
                 .map_err(|e| unusable(e.to_string()))?;
-            if !(0.0..=1.0).contains(&p) {
-                return Err(unusable(format!("it gave {p}, not a probability")));
-            }
         }
         Ok(this)
     }
@@ -156,9 +153,24 @@ impl TurnModel {
             .run(ort::inputs!["input_features" => input])
             .map_err(fail)?;
         let (_, p) = outputs[0].try_extract_tensor::<f32>().map_err(fail)?;
-        p.first()
+        let p = p
+            .first()
             .copied()
-            .ok_or_else(|| TurnModelError::Inference("it gave no output".into()))
+            .ok_or_else(|| TurnModelError::Inference("it gave no output".into()))?;
+        a_probability(p)
+    }
+}
+
+/// `p` when it is a probability: a model that gives anything else (a
+/// foreign model gave 1.9e30 on speech after passing the load check on
+/// silence) fails the pause, which the hangover then ends.
+fn a_probability(p: f32) -> Result<f32, TurnModelError> {
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(TurnModelError::Inference(format!(
+            "it gave {p}, not a probability"
+        )))
     }
 }
 
@@ -430,5 +442,21 @@ impl voxline_core::EngineEvent for EndOfTurn {
             "cost_ms": self.cost_ms,
             "silence_ms": self.silence_ms,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_probability_is_taken_from_the_model() {
+        for p in [0.0, 0.42, 1.0] {
+            assert_eq!(a_probability(p).unwrap(), p);
+        }
+        for p in [1.9e30, -0.1, 1.000_001, f32::NAN, f32::INFINITY] {
+            let e = a_probability(p).unwrap_err().to_string();
+            assert!(e.contains("not a probability"), "{e}");
+        }
     }
 }
