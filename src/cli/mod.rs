@@ -296,8 +296,13 @@ mod tests {
                 run.cpu_share, lib.cpu_share,
                 "{name}: RunOptions' CPU share"
             );
-            // the semantic end of turn is off unless asked for, in both
-            assert_eq!(vad.turn_policy().unwrap(), None, "{name}");
+            // the semantic end of turn is on, with the library's policy (the
+            // library has no model to load by default: the CLI loads it)
+            assert_eq!(
+                vad.turn_policy().unwrap(),
+                Some(voxline_audio::turn::TurnPolicy::default()),
+                "{name}"
+            );
             assert!(lib.semantic_turn.is_none() && run.semantic_turn.is_none());
         }
     }

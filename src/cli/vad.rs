@@ -40,14 +40,16 @@ pub(crate) struct VadArgs {
     /// Wait for the hangover before any work starts (no speculative turns).
     #[arg(long)]
     pub(crate) no_speculation: bool,
-    /// The semantic end of turn: the end-of-turn model (smart-turn) judges
-    /// each pause; one it finds complete ends the turn after
-    /// --turn-complete-ms, one it finds incomplete waits up to
-    /// --turn-incomplete-ms, and an unsure one --hangover-ms.
+    /// The semantic end of turn (the default wherever its model is
+    /// installed; with this flag, an error where it is not): the end-of-turn
+    /// model (smart-turn) judges each pause; one it finds complete ends the
+    /// turn after --turn-complete-ms, one it finds incomplete waits up to
+    /// --turn-incomplete-ms, and an unsure one --hangover-ms, unless the
+    /// words of the pause's speculative transcript make a finished sentence.
     #[arg(long, overrides_with = "no_semantic_turn")]
     pub(crate) semantic_turn: bool,
     /// End a turn on silence alone (--hangover-ms), without the end-of-turn
-    /// model (the default).
+    /// model.
     #[arg(long, overrides_with = "semantic_turn")]
     pub(crate) no_semantic_turn: bool,
     /// The end-of-turn model's probability above which a pause ends the turn.
@@ -111,12 +113,13 @@ impl VadArgs {
         Ok(c)
     }
 
-    /// The semantic end of turn's policy, checked (`None`: off).
+    /// The semantic end of turn's policy, checked (`None`: turned off by
+    /// --no-semantic-turn; on by default, where its model is installed).
     ///
     /// # Errors
     /// [`BadInput`] naming the option out of range.
     pub(crate) fn turn_policy(&self) -> Result<Option<TurnPolicy>, BadInput> {
-        if !self.semantic_turn {
+        if self.no_semantic_turn {
             return Ok(None);
         }
         let policy = TurnPolicy {
@@ -137,13 +140,16 @@ impl VadArgs {
         Ok(Some(policy))
     }
 
-    /// Loads the end-of-turn model with --semantic-turn: to run on the VAD
-    /// stage's thread beside the engines, and on the pipeline's `threads`
-    /// while the engines' cores are free.
+    /// Loads the end-of-turn model unless --no-semantic-turn: to run on the
+    /// VAD stage's thread beside the engines, and on the pipeline's
+    /// `threads` while the engines' cores are free. When neither flag asks
+    /// for it and the model or its runtime is not installed, turns end on
+    /// silence alone (and a line says so).
     ///
     /// # Errors
-    /// [`BadInput`] for an option out of range, or a model or runtime that
-    /// is missing, damaged or not what it should be.
+    /// [`BadInput`] for an option out of range, a model or runtime that is
+    /// missing when a flag asks for it, or one that is damaged or not what
+    /// it should be.
     pub(crate) fn semantic_turn(
         &self,
         models_dir: &ModelsDir,
@@ -158,6 +164,14 @@ impl VadArgs {
             .clone()
             .unwrap_or_else(|| models_dir.path.join(registry::SMART_TURN.file));
         let fetch = crate::cmd::models::fetch_command(models_dir);
+        let asked = self.semantic_turn || self.turn_model.is_some();
+        if !(asked || model.is_file() && runtime.is_file()) {
+            tracing::info!(
+                "the semantic end of turn is off: its model is not installed (run {fetch}); \
+                 turns end on silence alone"
+            );
+            return Ok(None);
+        }
         for (path, given) in [(&model, self.turn_model.is_some()), (&runtime, false)] {
             if !path.is_file() {
                 let hint = if given {
@@ -166,7 +180,7 @@ impl VadArgs {
                     format!("run {fetch}")
                 };
                 return Err(BadInput(format!(
-                    "{}: not installed — {hint}, or run without --semantic-turn",
+                    "{}: not installed — {hint}, or run with --no-semantic-turn",
                     path.display()
                 )));
             }

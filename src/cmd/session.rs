@@ -194,7 +194,7 @@ impl Session {
             fault: run.fault,
             ..self.pipeline.run_options()
         };
-        let gap_ms = matches!(run.source, Source::Replay(_)).then(|| opts.recording_gap_ms());
+        let gap_ms = matches!(run.source, Source::Replay(_)).then_some(opts.gap_ms);
         let (stt, llm) = engine_stages(stt, llm, &self.settings.threads);
         (run.after_load)();
         let pace = match run.source {

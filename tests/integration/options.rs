@@ -144,7 +144,15 @@ fn temperature_seed_and_the_default_endpointing_are_recorded_in_the_report() {
     assert_eq!(c["hangover_ms"], lib.vad.hangover_ms, "{c}");
     assert_eq!(c["spec_silence_ms"], lib.speculation().unwrap(), "{c}");
     assert_eq!(c["cpu_share"], lib.cpu_share.name(), "{c}");
-    assert!(c["semantic_turn"].is_null(), "{c}");
+    // the semantic end of turn is on by default (its model is installed),
+    // with the library's policy
+    let policy = voxline_audio::turn::TurnPolicy::default();
+    assert_eq!(c["semantic_turn"]["threshold"], policy.threshold, "{c}");
+    assert_eq!(
+        c["semantic_turn"]["incomplete_ms"], policy.incomplete_ms,
+        "{c}"
+    );
+    assert_eq!(c["semantic_turn"]["words"], policy.words, "{c}");
     let hub = voxline_pipeline::sessions::Hub::start(&util::settings(4), lib.clone(), 1).unwrap();
     let h = hub.config();
     assert_eq!(

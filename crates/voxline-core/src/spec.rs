@@ -29,7 +29,8 @@
 //! attempt still produces afterwards).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::event::{PipelineEvent, TimedEvent};
 use crate::message::UtteranceId;
@@ -57,15 +58,29 @@ const REMEMBERED: usize = 1024;
 #[derive(Debug, Default)]
 struct Board {
     states: HashMap<UtteranceId, SpecState>,
-    /// The transcript of each attempt the board knows, once there is one.
-    words: HashMap<UtteranceId, String>,
+    /// When work on each attempt started (the first stage's call).
+    started: HashMap<UtteranceId, Instant>,
+    /// The transcript of each attempt the board knows, once there is one,
+    /// and how long after work on it started it came.
+    words: HashMap<UtteranceId, (String, Duration)>,
+    /// Attempts the recogniser is done with, words or not.
+    done: std::collections::HashSet<UtteranceId>,
+    /// A stage downstream is gone: no words are waited for any more.
+    waits_ended: bool,
     order: VecDeque<UtteranceId>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    board: Mutex<Board>,
+    /// Signalled on every change, for [`SpecBoard::wait_words`].
+    changed: Condvar,
 }
 
 /// The shared record of speculative attempts, written by the endpointer and
 /// read by the stages downstream. Cheap to clone.
 #[derive(Debug, Clone, Default)]
-pub struct SpecBoard(Arc<Mutex<Board>>);
+pub struct SpecBoard(Arc<Shared>);
 
 impl SpecBoard {
     /// An empty board.
@@ -74,17 +89,25 @@ impl SpecBoard {
         Self::default()
     }
 
+    fn lock(&self) -> MutexGuard<'_, Board> {
+        self.0.board.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn set(&self, id: UtteranceId, state: SpecState) {
-        let mut b = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut b = self.lock();
         if b.states.insert(id, state).is_none() {
             b.order.push_back(id);
             while b.order.len() > REMEMBERED {
                 if let Some(old) = b.order.pop_front() {
                     b.states.remove(&old);
+                    b.started.remove(&old);
                     b.words.remove(&old);
+                    b.done.remove(&old);
                 }
             }
         }
+        drop(b);
+        self.0.changed.notify_all();
     }
 
     /// Registers `id` as a pending attempt (before it is sent downstream).
@@ -112,9 +135,7 @@ impl SpecBoard {
     /// The state of `id` ([`SpecState::Final`] for an ordinary utterance).
     #[must_use]
     pub fn state(&self, id: UtteranceId) -> SpecState {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.lock()
             .states
             .get(&id)
             .copied()
@@ -125,21 +146,85 @@ impl SpecBoard {
     /// an id the board does not know (an ordinary utterance). The runtime
     /// notes every transcript a stage emits for an attempt.
     pub fn note_words(&self, id: UtteranceId, text: &str) {
-        let mut b = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut b = self.lock();
         if b.states.contains_key(&id) {
-            b.words.insert(id, text.to_owned());
+            let took = b.started.get(&id).map_or(Duration::ZERO, Instant::elapsed);
+            b.words.insert(id, (text.to_owned(), took));
+            drop(b);
+            self.0.changed.notify_all();
         }
+    }
+
+    /// Notes that a stage starts its call on attempt `id` (the runtime
+    /// notes it before every call; the first one counts): the words' time
+    /// is counted from here.
+    pub fn note_working(&self, id: UtteranceId) {
+        let mut b = self.lock();
+        if b.states.contains_key(&id) {
+            b.started.entry(id).or_insert_with(Instant::now);
+        }
+    }
+
+    /// Notes that the recogniser is done with attempt `id`, whether or not
+    /// it heard words in it (it failed, or found nothing to say): nobody
+    /// waits for its words any more. The runtime notes it for every
+    /// attempt a stage took.
+    pub fn note_done(&self, id: UtteranceId) {
+        let mut b = self.lock();
+        if b.states.contains_key(&id) && b.done.insert(id) {
+            drop(b);
+            self.0.changed.notify_all();
+        }
+    }
+
+    /// Ends every wait for words, now and later ([`SpecBoard::wait_words`]
+    /// returns at once): a stage that would hear them is gone. The runtime
+    /// calls it when a stage thread ends.
+    pub fn end_waits(&self) {
+        self.lock().waits_ended = true;
+        self.0.changed.notify_all();
     }
 
     /// What was heard in attempt `id`, once its transcript exists.
     #[must_use]
     pub fn words(&self, id: UtteranceId) -> Option<String> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .words
-            .get(&id)
-            .cloned()
+        self.lock().words.get(&id).map(|(w, _)| w.clone())
+    }
+
+    /// Waits up to `limit` for the words of attempt `id`: its transcript,
+    /// and how long the recogniser's call took to hear it (from
+    /// [`SpecBoard::note_working`]), or `None` once the attempt is
+    /// cancelled, its recogniser is done with no words, a stage is gone
+    /// ([`SpecBoard::end_waits`]), the board does not know it, or `limit`
+    /// has passed.
+    ///
+    /// A replay faster than real time uses it to place the words where
+    /// they would have come in real time: its audio runs ahead of the
+    /// recogniser, so the words would otherwise always come too late.
+    #[must_use]
+    pub fn wait_words(&self, id: UtteranceId, limit: Duration) -> Option<(String, Duration)> {
+        let until = Instant::now() + limit;
+        let mut b = self.lock();
+        loop {
+            if let Some(w) = b.words.get(&id) {
+                return Some(w.clone());
+            }
+            let over = matches!(
+                b.states.get(&id),
+                None | Some(SpecState::Cancelled | SpecState::Final)
+            ) || b.done.contains(&id)
+                || b.waits_ended;
+            let left = until.saturating_duration_since(Instant::now());
+            if over || left.is_zero() {
+                return None;
+            }
+            b = self
+                .0
+                .changed
+                .wait_timeout(b, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
     }
 
     /// Whether `id` was cancelled (its work should stop now).

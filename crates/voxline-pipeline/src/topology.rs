@@ -85,13 +85,20 @@ pub fn edge_into(stage: &StageId) -> EdgeId {
     EdgeId::owned(format!("to_{stage}"))
 }
 
-/// The stages whose falling behind real time a live session warns about
-/// (the engines and any added stage: not the VAD, not the sink), each with
-/// the edge it reads.
+/// The stages whose falling behind real time a live session warns about,
+/// each with the edge it reads: those that take whole turns (utterances,
+/// transcripts), from after the VAD up to the LLM, added stages among them.
+/// Not the stages after the LLM (the voice, the sink): an answer's tokens
+/// wait on their edge by design while a chunk is spoken, so its depth says
+/// nothing of real time, and it counts tokens, not turns.
 #[must_use]
 pub fn watched(topology: &Topology) -> Vec<(StageId, EdgeId)> {
-    topology
-        .stages()
+    let stages = topology.stages();
+    let upto = stages
+        .iter()
+        .position(|s| s.id == LLM)
+        .map_or(stages.len(), |i| i + 1);
+    stages[..upto]
         .iter()
         .filter(|s| s.id != VAD && !s.is_sink())
         .map(|s| (s.id.clone(), s.input.clone()))
@@ -140,7 +147,8 @@ mod tests {
         assert_eq!(t.output_of("tts"), Some(&RESPONSES));
         assert_eq!(t.latency_terms(), plain.latency_terms());
         let w: Vec<String> = watched(&t).iter().map(|(s, _)| s.to_string()).collect();
-        assert_eq!(w, ["stt", "llm", "tts"]);
+        // the voice's edge holds an answer's tokens: not turns falling behind
+        assert_eq!(w, ["stt", "llm"]);
     }
 
     #[test]

@@ -269,11 +269,14 @@ fn long_input_streams_in_bounded_memory() {
     // ≥ 90 s of speech and pauses: the fixtures, 16 kHz mono, 1 s of silence between
     let mut samples: Vec<f32> = Vec::new();
     let mut utterances = 0usize;
+    let mut said = Vec::new();
     while samples.len() < 16_000 * 90 {
         for name in ["multi_turn.wav", "long_10s.wav", "q_moon.wav", "q_tea.wav"] {
             samples.extend(util::read_16k(&util::fixture(name)));
             samples.extend(std::iter::repeat_n(0.0, 16_000));
-            utterances += util::expected_texts(name).len();
+            let texts = util::expected_texts(name);
+            utterances += texts.len();
+            said.extend(texts);
         }
     }
     let audio_s = samples.len() as f64 / 16_000.0;
@@ -290,8 +293,6 @@ fn long_input_streams_in_bounded_memory() {
             os("fast"),
             os("--max-tokens"),
             os("4"),
-            os("--audio-ctx"),
-            os("auto"),
             os("--report-json"),
             os(&report),
             os("--models-dir"),
@@ -327,9 +328,19 @@ fn long_input_streams_in_bounded_memory() {
     );
     let rep = util::read_json(&report);
     let turns = rep["summary"]["turns"].as_u64().unwrap() as usize;
-    // every utterance of the concatenated fixtures is found (allowing a split or merge or two)
+    // every utterance of the concatenated fixtures is heard: all their
+    // words, in turns of their own or (where the recogniser was late with
+    // a sentence's words, as on a busy machine) two joined in one
+    let heard: Vec<&str> = rep["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["transcript"].as_str())
+        .collect();
+    let wer = voxline_stt::word_error_rate(&said.join(" "), &heard.join(" "));
+    assert!(wer <= 0.1, "WER {wer:.3} over the whole input: {heard:?}");
     assert!(
-        turns + 2 >= utterances && turns <= utterances + 2,
+        turns * 4 >= utterances * 3 && turns <= utterances + 2,
         "{turns} turns for {utterances} spoken utterances"
     );
     eprintln!(

@@ -3,6 +3,11 @@
 
 use voxline_core::{Emitter, PipelineEvent, Utterance, UtteranceId, SAMPLE_RATE};
 
+/// The longest a faster-than-real-time stream waits for an attempt's
+/// words (the recogniser may first finish another turn's work, or the
+/// answer before it may hold the cores).
+const WORDS_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 use super::VadStage;
 use crate::turn::{sentence_end, WordsVerdict};
 
@@ -11,6 +16,8 @@ use crate::turn::{sentence_end, WordsVerdict};
 #[derive(Debug)]
 pub(super) struct Released {
     pub id: UtteranceId,
+    /// The stream position it was sent at.
+    pub sent_at: u64,
     /// Its first sample (stream position; a merged turn's lead-in included).
     pub start: u64,
     /// The stream audio from `start` to now.
@@ -20,6 +27,9 @@ pub(super) struct Released {
     /// What it continues, and its lead-in (see [`Utterance::continues`]).
     pub continues: Option<UtteranceId>,
     pub overlap_samples: u64,
+    /// Speech that resumed within the window before the turn's words were
+    /// in (its start and first speech): merged or not once they are.
+    pub held: Option<(u64, u64)>,
 }
 
 /// The audio of a taken-back turn, which goes before the utterance the
@@ -78,7 +88,9 @@ impl VadStage {
         let words = self
             .released
             .as_ref()
-            .and_then(|r| self.words_verdict(r.id));
+            .map(|r| (r.id, r.sent_at))
+            .and_then(|(id, sent_at)| self.words_verdict(id, sent_at, pos));
+        let words_on = self.words_on();
         let Some(r) = self.released.as_mut() else {
             return;
         };
@@ -106,13 +118,48 @@ impl VadStage {
                 let lead = start - r.start;
                 if lead > max_lead || lead > r.audio.len() as u64 {
                     self.commit_released();
+                } else if keepable && words.is_none() && words_on {
+                    // Its words are not in yet: the new speech waits for
+                    // them (until it ends) before taking the turn back.
+                    r.held = Some((start, first));
                 } else if keepable {
                     self.merge(start, first, out);
                 }
                 // else: speech too short yet to be kept; a blip is dropped
             }
             _ if pos >= r.until => self.commit_released(),
-            _ => {}
+            _ => r.held = None,
+        }
+    }
+
+    /// Before the utterance starting at `start` closes (any, with `None`):
+    /// speech held while the released turn's words were awaited is
+    /// decided now. A finished sentence stays its own turn; otherwise, or
+    /// with no words yet, the turn is taken back.
+    pub(super) fn settle_held(
+        &mut self,
+        start: Option<u64>,
+        pos: u64,
+        out: &mut Emitter<'_, Utterance>,
+    ) {
+        let Some((id, sent_at, (held_start, first))) = self
+            .released
+            .as_ref()
+            .and_then(|r| Some((r.id, r.sent_at, r.held?)))
+        else {
+            return;
+        };
+        if start.is_some_and(|s| s != held_start) {
+            return;
+        }
+        if self.words_verdict(id, sent_at, pos) == Some(WordsVerdict::Complete) {
+            tracing::debug!(
+                turn = id,
+                "its words make a finished sentence: the turn is final"
+            );
+            self.commit_released();
+        } else {
+            self.merge(held_start, first, out);
         }
     }
 
@@ -164,11 +211,37 @@ impl VadStage {
         self.spec.is_some() && self.turn.as_ref().is_some_and(|j| j.policy().words)
     }
 
-    /// What the words of attempt `id` say, once its transcript exists and
-    /// when they are a second opinion.
-    pub(super) fn words_verdict(&self, id: UtteranceId) -> Option<WordsVerdict> {
+    /// What the words of attempt `id` (sent at stream position `sent_at`)
+    /// say at `pos`, once its transcript exists and when they are a second
+    /// opinion. The verdict is reached once per attempt. Faster than real
+    /// time, the words are waited for and count from where they would have
+    /// come (see [`VadStage::with_words_in_stream_time`]).
+    pub(super) fn words_verdict(
+        &mut self,
+        id: UtteranceId,
+        sent_at: u64,
+        pos: u64,
+    ) -> Option<WordsVerdict> {
         let (board, _) = self.spec.as_ref().filter(|_| self.words_on())?;
-        board.words(id).map(|w| sentence_end(&w))
+        if !matches!(self.words, Some((seen, _)) if seen == id) {
+            let heard = if self.words_in_stream_time {
+                board.wait_words(id, WORDS_WAIT_LIMIT).map(|(w, took)| {
+                    let late = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+                    (
+                        w,
+                        sent_at.saturating_add(late * u64::from(SAMPLE_RATE) / 1000),
+                    )
+                })
+            } else {
+                // in real time: in when they are in (asked again until then)
+                Some((board.words(id)?, 0))
+            };
+            self.words = Some((id, heard.map(|(w, from)| (sentence_end(&w), from))));
+        }
+        match self.words {
+            Some((_, Some((verdict, from)))) if pos >= from => Some(verdict),
+            _ => None,
+        }
     }
 
     /// The released turn, if any, is final.

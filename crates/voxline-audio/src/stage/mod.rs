@@ -72,6 +72,12 @@ pub struct VadStage {
     released: Option<merge::Released>,
     /// A taken-back turn's audio, to go before the open utterance.
     lead_in: Option<merge::LeadIn>,
+    /// Whether the audio comes faster than real time (see
+    /// [`VadStage::with_words_in_stream_time`]).
+    words_in_stream_time: bool,
+    /// The words of the latest attempt asked about, once in: its id, and
+    /// their verdict with the stream position from which it counts.
+    words: Option<(UtteranceId, Option<(crate::turn::WordsVerdict, u64)>)>,
 }
 
 impl std::fmt::Debug for VadStage {
@@ -102,7 +108,22 @@ impl VadStage {
             turn: None,
             released: None,
             lead_in: None,
+            words_in_stream_time: false,
+            words: None,
         })
+    }
+
+    /// For audio that comes faster than real time (a fast replay): the
+    /// words of an attempt, when the semantic end of turn asks for them
+    /// (see [`TurnPolicy::words`]), are waited for, then counted from the
+    /// stream position at which they would have come in real time: the
+    /// attempt's position plus the time the recogniser's call took (from
+    /// when it held the cores). Without it the stream runs ahead of the
+    /// recogniser, and the words come too late to count.
+    #[must_use]
+    pub fn with_words_in_stream_time(mut self) -> Self {
+        self.words_in_stream_time = true;
+        self
     }
 
     /// The semantic end of turn: each pause of an utterance is judged by
@@ -156,15 +177,17 @@ impl VadStage {
                 confident_end: o.confident_end.map(|c| c + origin),
                 keepable: o.keepable,
                 samples_to_now: o.samples_to_now,
+                // a taken-back turn, or one whose words are awaited
+                // before it is (see `settle_held`): judged as one
                 lead_in: lead_in
                     .filter(|l| l.at == start)
-                    .map_or(&[], |l| &l.samples),
+                    .map_or_else(|| held_lead(self.released.as_ref(), start), |l| &l.samples),
             }
         });
         let mut ends = judge.after_frame(open, pos, out);
         let merge_ms = judge.policy().merge_ms;
         if !ends {
-            ends = self.words_end_turn(origin);
+            ends = self.words_end_turn(origin, pos);
         }
         if !ends {
             return;
@@ -190,7 +213,7 @@ impl VadStage {
     /// turn's pause incomplete or was unsure, and the transcript of the
     /// attempt sent on that pause (still its whole audio) is a finished
     /// sentence (see [`TurnPolicy::words`]).
-    fn words_end_turn(&mut self, origin: u64) -> bool {
+    fn words_end_turn(&mut self, origin: u64, pos: u64) -> bool {
         let Some(p) = self.pending else {
             return false;
         };
@@ -205,7 +228,7 @@ impl VadStage {
             Some(TurnDecision::Incomplete | TurnDecision::Unsure)
         );
         if !(current && waiting)
-            || self.words_verdict(p.id) != Some(crate::turn::WordsVerdict::Complete)
+            || self.words_verdict(p.id, p.sent_at, pos) != Some(crate::turn::WordsVerdict::Complete)
         {
             return false;
         }
@@ -299,6 +322,8 @@ impl VadStage {
     /// audio), or cancels a stale attempt and sends the segment as an
     /// ordinary utterance.
     fn close(&mut self, seg: Segment, closed: u64, out: &mut Emitter<'_, Utterance>) {
+        let start = seg.start_sample + self.origin.unwrap_or(0);
+        self.settle_held(Some(start), closed, out);
         self.close_as(seg, closed, false, out);
     }
 
@@ -315,6 +340,7 @@ impl VadStage {
     ) {
         let origin = self.origin.unwrap_or(0);
         let own_start = seg.start_sample + origin;
+        self.settle_held(Some(own_start), closed, out);
         // peeked, not taken: the utterance sent takes it
         let head = merge::Head {
             start: own_start,
@@ -326,27 +352,30 @@ impl VadStage {
         let until = Self::merge_until(seg.end_sample + origin, merge_ms);
         // a turn still revocable (its words awaited) is final before another
         self.commit_released();
-        let id = self.close_as(seg, closed, true, out);
-        self.released = id.map(|id| merge::Released {
+        let sent = self.close_as(seg, closed, true, out);
+        self.released = sent.map(|(id, sent_at)| merge::Released {
             id,
+            sent_at,
             start: head.start,
             audio: head.samples,
             until,
             continues: head.continues,
             overlap_samples: head.overlap_samples,
+            held: None,
         });
     }
 
     /// Commits the attempt that sent `seg` or sends `seg` as an utterance;
     /// with `revocable`, releases it instead of committing it (see
-    /// [`SpecBoard::release`]). Returns the turn's id when it is revocable.
+    /// [`SpecBoard::release`]). Returns the turn's id, and the position it
+    /// was sent at, when it is revocable.
     fn close_as(
         &mut self,
         seg: Segment,
         closed: u64,
         revocable: bool,
         out: &mut Emitter<'_, Utterance>,
-    ) -> Option<UtteranceId> {
+    ) -> Option<(UtteranceId, u64)> {
         let origin = self.origin.unwrap_or(0);
         if let Some(p) = self.pending.take() {
             let same = !seg.forced_split
@@ -368,7 +397,7 @@ impl VadStage {
                         sample: closed,
                     });
                     self.lead_in_for(p.start);
-                    return revocable.then_some(p.id);
+                    return revocable.then_some((p.id, p.sent_at));
                 }
                 board.cancel(p.id);
                 out.publish(PipelineEvent::SpecCancel {
@@ -390,7 +419,7 @@ impl VadStage {
         }
         self.account(id, &seg, closed, out);
         self.emit(seg, closed, out);
-        board.map(|_| id)
+        board.map(|_| (id, closed))
     }
 
     /// After each detector frame: cancels an attempt whose utterance went on
@@ -528,6 +557,15 @@ impl VadStage {
     }
 }
 
+/// The audio of `released` before `start`, when speech starting there is
+/// held for its words (see [`merge::Released::held`]).
+fn held_lead(released: Option<&merge::Released>, start: u64) -> &[f32] {
+    released
+        .filter(|r| r.held.is_some_and(|(s, _)| s == start))
+        .and_then(|r| r.audio.get(..usize::try_from(start - r.start).ok()?))
+        .unwrap_or(&[])
+}
+
 /// The VAD stage's name in the pipeline.
 pub const VAD_STAGE_NAME: &str = "vad";
 
@@ -627,6 +665,7 @@ impl Stage for VadStage {
     fn finish(&mut self, out: &mut Emitter<'_, Utterance>) -> Result<(), StageError> {
         let closed = self.endpointer.position() + self.origin.unwrap_or(0);
         self.watch_released(&[], closed, out);
+        self.settle_held(None, closed, out);
         self.commit_released();
         if let Some(seg) = self.endpointer.finish() {
             self.close(seg, closed, out);

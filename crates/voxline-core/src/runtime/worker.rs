@@ -147,6 +147,16 @@ impl Unsettled {
     }
 }
 
+/// Ends the waits for words on a board when dropped (see
+/// [`SpecBoard::end_waits`]).
+struct EndsWaits(SpecBoard);
+
+impl Drop for EndsWaits {
+    fn drop(&mut self) {
+        self.0.end_waits();
+    }
+}
+
 /// The loop of one stage thread. Returning drops nothing here; the caller's
 /// closure drops the input receiver and output sender when it ends.
 ///
@@ -162,6 +172,9 @@ pub(super) fn run_stage<S: Stage>(
     output: &EdgeSender<S::Out>,
     ctx: &StageContext,
 ) {
+    // whoever waits for an attempt's words stops waiting once this stage
+    // is gone, however it ends (a panic, a stop, the end of input)
+    let _ends_waits = ctx.board.clone().map(EndsWaits);
     let bus = ctx.bus_for_messages();
     let gated = ctx.board.is_some() && stage.committed_only();
     let mut unsettled = Unsettled::default();
@@ -219,6 +232,9 @@ pub(super) fn run_stage<S: Stage>(
                 .is_some_and(ShutdownHandle::is_requested)
         {
             if let Some(id) = id {
+                if let Some(board) = &ctx.board {
+                    board.note_done(id);
+                }
                 ctx.bus.post(PipelineEvent::TurnError(TurnError {
                     id,
                     stage: ctx.name.clone(),
@@ -254,6 +270,10 @@ pub(super) fn run_stage<S: Stage>(
             None => {}
         }
         let mut out = out.with_meter(&ctx.meter, threads);
+        if let (true, Some(id), Some(board)) = (revocable, id, &ctx.board) {
+            // the lease is held: the call's own time starts
+            board.note_working(id);
+        }
         let started = Instant::now();
         report_drops(&ctx.bus, &input.stats());
         let result = catch_unwind(AssertUnwindSafe(|| match &ctx.fault {
@@ -283,6 +303,10 @@ pub(super) fn run_stage<S: Stage>(
             Ok(Err(e)) if cancelled && !e.fatal => Ok(Ok(())),
             other => other,
         };
+        if let (true, Some(id), Some(board)) = (revocable, id, &ctx.board) {
+            // whatever it emitted (its words are noted as they go out)
+            board.note_done(id);
+        }
         if ctx.settle(result, id) == Flow::Stop {
             return;
         }

@@ -88,7 +88,8 @@ pub struct RunOptions {
 }
 
 /// Silence beyond the semantic end of turn's longest wait that separates
-/// two recordings (replayed files, a capacity user's script), ms.
+/// two recordings of a capacity user's script, ms (a replay keeps its
+/// [`RunOptions::gap_ms`] whatever the policy).
 pub const SEMANTIC_GAP_MARGIN_MS: u32 = 500;
 
 /// The semantic end of turn a run's VAD consults: the model (shared by
@@ -97,19 +98,6 @@ pub type SemanticTurn = (
     voxline_audio::turn::SharedTurnModel,
     voxline_audio::turn::TurnPolicy,
 );
-
-impl RunOptions {
-    /// The silence a replay puts between two recordings, ms: [`Self::gap_ms`],
-    /// raised with the semantic end of turn to its wait after an incomplete
-    /// pause plus [`SEMANTIC_GAP_MARGIN_MS`] (else a recording judged
-    /// incomplete runs into the next).
-    #[must_use]
-    pub fn recording_gap_ms(&self) -> u32 {
-        self.semantic_turn.as_ref().map_or(self.gap_ms, |(_, p)| {
-            self.gap_ms.max(p.incomplete_ms + SEMANTIC_GAP_MARGIN_MS)
-        })
-    }
-}
 
 impl std::fmt::Debug for RunOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -191,6 +191,11 @@ where
             .with_turn_model(model.clone(), *policy)
             .map_err(BadInput::from_display)?;
     }
+    if opts.pace == Pace::Fast && matches!(source, Source::Replay(_)) {
+        // the audio runs ahead of the recogniser: its words are placed
+        // where they would have come in real time
+        vad = vad.with_words_in_stream_time();
+    }
     let clock = Clock::start();
     let audio = match &source {
         // pushed audio was queued (and any loss counted) by whoever pushed it
@@ -436,7 +441,7 @@ where
             .is_ok()
     };
     // the gap lets the endpointer close the last utterance of a file
-    let gap = u64::from(opts.recording_gap_ms()) * 16;
+    let gap = u64::from(opts.gap_ms) * 16;
     'files: for (i, mut input) in inputs.into_iter().enumerate() {
         if i > 0 {
             let mut left = gap;
