@@ -418,11 +418,48 @@ pub fn turns_heard(
         stage = stage.with_turn_model(m.clone(), p).unwrap();
     }
     let clock = Clock::start();
+    // transcripts on their way: (due at, id, words)
+    let heard: std::sync::Mutex<Vec<(u64, u64, String)>> = std::sync::Mutex::new(Vec::new());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // The recogniser's words are noted when the stream reaches their
+        // time; a stage that blocks for an attempt's words (the stream
+        // cannot move on meanwhile) has them at once, or none without
+        // `hearing`.
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(id) = board.awaited() {
+                    let mut h = lock(&heard);
+                    if let Some(i) = h.iter().position(|e| e.1 == id) {
+                        let (_, id, words) = h.remove(i);
+                        board.note_words(id, &words);
+                    } else {
+                        // nothing is heard (no recogniser): done without words
+                        board.note_done(id);
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        });
+        let r = stage_turns(audio, &mut stage, &board, &clock, &heard, &mut hearing);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    })
+}
+
+/// The loop of [`turns_heard`]: the audio through `stage`, and what it
+/// sent followed on `board`.
+fn stage_turns(
+    audio: &[f32],
+    stage: &mut VadStage,
+    board: &SpecBoard,
+    clock: &Clock,
+    heard: &std::sync::Mutex<Vec<(u64, u64, String)>>,
+    hearing: &mut Option<Hearing<'_>>,
+) -> (Vec<Turn>, Turns) {
     let mut padded = audio.to_vec();
     padded.extend(std::iter::repeat_n(0.0, 48_000));
     let (mut sent, mut out, mut pending) = (Vec::new(), Vec::new(), Vec::new());
-    // transcripts on their way: (due at, id, words)
-    let mut heard: Vec<(u64, u64, String)> = Vec::new();
     // released turns, by id: (end, released at)
     let mut shown = std::collections::BTreeMap::new();
     let mut merged = Vec::new();
@@ -457,13 +494,14 @@ pub fn turns_heard(
                 }),
                 _ => {
                     if let Some(h) = hearing.as_mut() {
-                        heard.push((pos + h.delay, u.id, (h.hear)(&u.samples)));
+                        let words = (h.hear)(&u.samples);
+                        lock(heard).push((pos + h.delay, u.id, words));
                     }
                     pending.push((u.id, u.start_sample, u.end_sample));
                 }
             }
         }
-        heard.retain(|(due, id, words)| {
+        lock(heard).retain(|(due, id, words)| {
             if *due <= pos {
                 board.note_words(*id, words);
             }
@@ -472,7 +510,7 @@ pub fn turns_heard(
     };
     for (i, c) in padded.chunks(320).enumerate() {
         let start = (i * 320) as u64;
-        let frame = replay_frame(i, 320, c, &clock);
+        let frame = replay_frame(i, 320, c, clock);
         stage
             .process(frame, &mut Emitter::to_vec(&mut sent))
             .unwrap();
@@ -486,6 +524,10 @@ pub fn turns_heard(
     decide(&mut pending, end, &mut out);
     out.sort_unstable();
     (out, merged)
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The gaps between the two sentences of a pair, ms.

@@ -607,3 +607,61 @@ fn the_words_of_a_finished_sentence_keep_the_next_one_a_turn_of_its_own() {
     .0;
     assert_eq!(no_words.len(), 1, "{no_words:?}");
 }
+
+#[test]
+fn words_that_come_after_the_speaker_went_on_still_end_a_pause_judged_incomplete() {
+    // Three questions 1.5 s apart, whose pauses the model judges incomplete
+    // (these voices end questions flatly): without the words they are one
+    // turn. A busy recogniser gives a pause's words only after the next
+    // question has begun; the new speech is held for them.
+    let model = model();
+    let audio = util::read_16k(&util::fixture("multi_turn.wav"));
+    let truth = util::sidecar("multi_turn.wav");
+    let said: Vec<(u64, u64)> = truth["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["start_sample"].as_u64().unwrap(),
+                t["end_sample"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let heard = |words: &str, delay: u64| {
+        let mut hear = |_: &[f32]| words.to_owned();
+        pauses::turns_heard(
+            &audio,
+            HANGOVER_MS,
+            Some((&model, TurnPolicy::default())),
+            Some(pauses::Hearing {
+                hear: &mut hear,
+                delay,
+            }),
+        )
+        .0
+    };
+    // 2.5 s after each attempt: 1 s into the next question
+    let late = 40_000;
+    let turns = heard("What time is it now?", late);
+    assert_eq!(turns.len(), 3, "{turns:?}");
+    for (t, (start, end)) in turns.iter().zip(&said) {
+        assert!(
+            t.start + 3_200 >= *start && t.start <= start + 3_200 && t.end.abs_diff(*end) <= 3_200,
+            "each question its own turn: {turns:?} against {said:?}"
+        );
+    }
+    // the next turn's commit is not held up past its own end by much: the
+    // words of the one before were in before it ended
+    assert!(turns[1].closed < said[1].1 + 2 * 16_000, "{turns:?}");
+    // a fragment's words keep it one turn
+    let one = heard("What time is it", late);
+    assert_eq!(one.len(), 1, "{one:?}");
+    // words that come within the pause end it there, as before
+    let soon = heard("What time is it now?", 8_000);
+    assert_eq!(soon.len(), 3, "{soon:?}");
+    assert!(
+        soon[0].closed < said[1].0,
+        "committed before the next question: {soon:?}"
+    );
+}

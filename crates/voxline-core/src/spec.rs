@@ -67,6 +67,8 @@ struct Board {
     done: std::collections::HashSet<UtteranceId>,
     /// A stage downstream is gone: no words are waited for any more.
     waits_ended: bool,
+    /// The attempt whose words a stage is waiting for, if one is.
+    awaited: Option<UtteranceId>,
     order: VecDeque<UtteranceId>,
 }
 
@@ -207,7 +209,9 @@ impl SpecBoard {
         let mut b = self.lock();
         loop {
             if let Some(w) = b.words.get(&id) {
-                return Some(w.clone());
+                let w = w.clone();
+                b.awaited = None;
+                return Some(w);
             }
             let over = matches!(
                 b.states.get(&id),
@@ -216,8 +220,10 @@ impl SpecBoard {
                 || b.waits_ended;
             let left = until.saturating_duration_since(Instant::now());
             if over || left.is_zero() {
+                b.awaited = None;
                 return None;
             }
+            b.awaited = Some(id);
             b = self
                 .0
                 .changed
@@ -225,6 +231,15 @@ impl SpecBoard {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+
+    /// The attempt whose words a stage is blocked waiting for
+    /// ([`SpecBoard::wait_words`]), if one is: a harness that plays the
+    /// recogniser in stream time delivers them then, as the stream cannot
+    /// move on until it does.
+    #[must_use]
+    pub fn awaited(&self) -> Option<UtteranceId> {
+        self.lock().awaited
     }
 
     /// Whether `id` was cancelled (its work should stop now).

@@ -3,9 +3,10 @@
 
 use voxline_core::{Emitter, PipelineEvent, Utterance, UtteranceId, SAMPLE_RATE};
 
-/// The longest a faster-than-real-time stream waits for an attempt's
-/// words (the recogniser may first finish another turn's work, or the
-/// answer before it may hold the cores).
+/// The longest the stage waits for an attempt's words: faster than real
+/// time, or in real time once speech held for them closes (the recogniser
+/// may first finish other turns' work, or the answer before it may hold
+/// the cores; the audio meanwhile waits in the stage's queue).
 const WORDS_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 use super::VadStage;
@@ -152,7 +153,11 @@ impl VadStage {
         if start.is_some_and(|s| s != held_start) {
             return;
         }
-        if self.words_verdict(id, sent_at, pos) == Some(WordsVerdict::Complete) {
+        if self
+            .words_verdict(id, sent_at, pos)
+            .or_else(|| self.await_words(id, sent_at))
+            == Some(WordsVerdict::Complete)
+        {
             tracing::debug!(
                 turn = id,
                 "its words make a finished sentence: the turn is final"
@@ -242,6 +247,24 @@ impl VadStage {
             Some((_, Some((verdict, from)))) if pos >= from => Some(verdict),
             _ => None,
         }
+    }
+
+    /// The verdict of attempt `id`'s words once held speech closes before
+    /// they are in: in real time they are waited for (up to
+    /// [`WORDS_WAIT_LIMIT`]), since the recogniser is busy (other work
+    /// holds the cores) and the next turn could not be heard before this
+    /// one anyway, so waiting costs its answer next to nothing, where
+    /// deciding without its words would make two sentences one turn.
+    /// Faster than real time, the words already waited for count now.
+    pub(super) fn await_words(&mut self, id: UtteranceId, sent_at: u64) -> Option<WordsVerdict> {
+        if self.words_in_stream_time {
+            return self.words_verdict(id, sent_at, u64::MAX);
+        }
+        let (board, _) = self.spec.as_ref().filter(|_| self.words_on())?;
+        let words = board.wait_words(id, WORDS_WAIT_LIMIT)?.0;
+        let verdict = sentence_end(&words);
+        self.words = Some((id, Some((verdict, 0))));
+        Some(verdict)
     }
 
     /// The released turn, if any, is final.

@@ -23,6 +23,8 @@ struct Pending {
     /// The end of the last confident speech frame when it was sent.
     confident_end: Option<u64>,
     sent_at: u64,
+    /// The model's decision on the pause it was sent on, if judged.
+    judged: Option<TurnDecision>,
 }
 
 /// Frames whose capture instants [`VadStage`] keeps for placing utterance
@@ -70,6 +72,8 @@ pub struct VadStage {
     turn: Option<TurnJudge>,
     /// The turn released last, while the speaker may still go on.
     released: Option<merge::Released>,
+    /// The pending attempt kept while resumed speech waits for its words.
+    split_hold: Option<split::SplitHold>,
     /// A taken-back turn's audio, to go before the open utterance.
     lead_in: Option<merge::LeadIn>,
     /// Whether the audio comes faster than real time (see
@@ -107,6 +111,7 @@ impl VadStage {
             barge: None,
             turn: None,
             released: None,
+            split_hold: None,
             lead_in: None,
             words_in_stream_time: false,
             words: None,
@@ -242,8 +247,24 @@ impl VadStage {
         true
     }
 
-    /// Publishes the account of turn `id` (sent from `seg`) when a model judges.
+    /// Publishes the account of turn `id` (its first sample `start` and
+    /// its speech's end `end`, stream positions) when a model judges.
     fn account(
+        &mut self,
+        id: UtteranceId,
+        start: u64,
+        end: u64,
+        closed: u64,
+        out: &mut Emitter<'_, Utterance>,
+    ) {
+        if let Some(judge) = self.turn.as_mut() {
+            let e = judge.outcome(id, start, end, closed);
+            out.publish(PipelineEvent::engine_event(e));
+        }
+    }
+
+    /// Publishes the account of the turn `id` sent from `seg`.
+    fn account_seg(
         &mut self,
         id: UtteranceId,
         seg: &Segment,
@@ -251,15 +272,13 @@ impl VadStage {
         out: &mut Emitter<'_, Utterance>,
     ) {
         let origin = self.origin.unwrap_or(0);
-        if let Some(judge) = self.turn.as_mut() {
-            let e = judge.outcome(
-                id,
-                seg.start_sample + origin,
-                seg.end_sample + origin,
-                closed,
-            );
-            out.publish(PipelineEvent::engine_event(e));
-        }
+        self.account(
+            id,
+            seg.start_sample + origin,
+            seg.end_sample + origin,
+            closed,
+            out,
+        );
     }
 
     /// Barge-in: while an answer plays ([`voxline_core::BargeIn::playing`])
@@ -321,9 +340,10 @@ impl VadStage {
     /// start; its speech ending within [`TAIL_GRACE`] of the attempt's
     /// audio), or cancels a stale attempt and sends the segment as an
     /// ordinary utterance.
-    fn close(&mut self, seg: Segment, closed: u64, out: &mut Emitter<'_, Utterance>) {
+    fn close(&mut self, mut seg: Segment, closed: u64, out: &mut Emitter<'_, Utterance>) {
         let start = seg.start_sample + self.origin.unwrap_or(0);
         self.settle_held(Some(start), closed, out);
+        self.settle_split(&mut seg, closed, out);
         self.close_as(seg, closed, false, out);
     }
 
@@ -332,15 +352,17 @@ impl VadStage {
     /// `audio` (its audio up to `closed`) is kept for the merge.
     fn close_revocable(
         &mut self,
-        seg: Segment,
+        mut seg: Segment,
         closed: u64,
-        audio: Vec<f32>,
+        mut audio: Vec<f32>,
         merge_ms: u32,
         out: &mut Emitter<'_, Utterance>,
     ) {
         let origin = self.origin.unwrap_or(0);
+        self.settle_held(Some(seg.start_sample + origin), closed, out);
+        let cut = self.settle_split(&mut seg, closed, out);
+        audio.drain(..cut.min(audio.len()));
         let own_start = seg.start_sample + origin;
-        self.settle_held(Some(own_start), closed, out);
         // peeked, not taken: the utterance sent takes it
         let head = merge::Head {
             start: own_start,
@@ -382,7 +404,7 @@ impl VadStage {
                 && p.start == seg.start_sample + origin
                 && seg.end_sample + origin <= p.end + TAIL_GRACE;
             if same && self.spec.is_some() {
-                self.account(p.id, &seg, closed, out);
+                self.account_seg(p.id, &seg, closed, out);
             }
             if let Some((board, _)) = &self.spec {
                 if same {
@@ -417,7 +439,7 @@ impl VadStage {
             b.start(id);
             b.release(id);
         }
-        self.account(id, &seg, closed, out);
+        self.account_seg(id, &seg, closed, out);
         self.emit(seg, closed, out);
         board.map(|_| (id, closed))
     }
@@ -446,7 +468,11 @@ impl VadStage {
             let went_on = open.is_none_or(|(start, end, confident, ..)| {
                 start != p.start || confident > p.confident_end || end > p.end + TAIL_GRACE
             });
-            if went_on {
+            let held = went_on
+                && open.is_some_and(|(start, end, ..)| {
+                    start == p.start && self.hold_for_words(p, end, pos)
+                });
+            if went_on && !held {
                 // Speech went on softly (no new confident frame): until the
                 // next confident frame, wait for silence after the last
                 // speech frame instead, so a long soft tail is not chased
@@ -500,6 +526,7 @@ impl VadStage {
             end,
             confident_end,
             sent_at: pos,
+            judged: self.turn.as_ref().and_then(|j| j.decision(start)),
         });
         out.emit(Utterance {
             id,
@@ -647,6 +674,8 @@ impl Stage for VadStage {
                     self.close(seg, pos, out);
                 }
                 self.watch_released(part, pos, out);
+                self.watch_split(pos, out);
+                self.settle_split_at_pause(pos, out);
                 self.judge_turn(pos, out);
                 self.speculate(pos, out);
             }
@@ -682,5 +711,6 @@ impl Stage for VadStage {
 }
 
 mod merge;
+mod split;
 #[cfg(test)]
 mod tests;

@@ -71,6 +71,11 @@ impl TurnJudge {
         }
     }
 
+    /// The silence-only hangover, in samples.
+    pub(crate) fn fallback_samples(&self) -> u64 {
+        self.fallback
+    }
+
     /// The policy it applies.
     pub(crate) fn policy(&self) -> &TurnPolicy {
         &self.policy

@@ -85,6 +85,12 @@ impl Endpointer {
         self.tracker.end_utterance()
     }
 
+    /// Cuts the open utterance's head off before `at` (see
+    /// [`SegmentTracker::split_open`]).
+    pub fn split_open(&mut self, at: u64, first_speech: u64) {
+        self.tracker.split_open(at, first_speech);
+    }
+
     /// Counters since creation.
     pub fn stats(&self) -> VadStats {
         self.tracker.stats()

@@ -83,6 +83,6 @@ pub const MAX_UTTERANCE_LIMIT_MS: u32 = 600_000;
 pub const MAX_PAD_MS: u32 = 10_000;
 
 /// `ms` milliseconds in samples at 16 kHz.
-fn ms_to_samples(ms: u32) -> u64 {
+pub(crate) fn ms_to_samples(ms: u32) -> u64 {
     u64::from(ms) * u64::from(TARGET_RATE) / 1000
 }

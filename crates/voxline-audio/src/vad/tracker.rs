@@ -265,6 +265,29 @@ impl SegmentTracker {
         }
     }
 
+    /// Cuts the open utterance's head off before position `at`: what came
+    /// before it was decided to be a turn of its own (see the VAD stage's
+    /// split at a pause). `first_speech` is the first speech frame after
+    /// the cut. Nothing happens when no utterance is open or `at` is not
+    /// inside it.
+    pub fn split_open(&mut self, at: u64, first_speech: u64) {
+        let Some(open) = self.open.as_mut() else {
+            return;
+        };
+        if at <= open.start || at > open.speech_end {
+            return;
+        }
+        let cut = usize::try_from(at - open.start)
+            .unwrap_or(usize::MAX)
+            .min(open.samples.len());
+        open.samples.drain(..cut);
+        open.start += cut as u64;
+        open.first_speech = Some(first_speech.max(open.start));
+        open.confident_end = open.confident_end.filter(|&c| c > open.start);
+        open.continuation = false;
+        open.overlap = 0;
+    }
+
     /// Ends the stream: closes an open utterance at the end of its last speech
     /// frame (no hangover wait), applying the usual minimum-length rule. The
     /// tracker then starts a new stream at position 0; stats are kept.

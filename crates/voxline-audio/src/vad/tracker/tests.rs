@@ -470,3 +470,39 @@ fn threshold_is_inclusive() {
     assert_eq!(emitted, vec![(51, 20 * F)]);
     assert_eq!(t.stats().speech_frames, 20);
 }
+
+#[test]
+fn an_open_utterance_split_at_a_pause_keeps_only_what_follows() {
+    // 10 frames of speech, 20 of silence, 30 of speech: still one open
+    // utterance under the 500 ms hangover; cut where the second speech's
+    // pre-roll begins, it closes as the second speech alone.
+    let mut t = tracker(VadConfig {
+        pre_roll_ms: 0,
+        ..base()
+    });
+    let decisions = pattern(2, 10, 20);
+    let mut k = 0;
+    for &d in &decisions {
+        assert!(t.push_frame(&frame(k), if d { 0.9 } else { 0.1 }).is_none());
+        k += 1;
+    }
+    for _ in 0..30 {
+        assert!(t.push_frame(&frame(k), 0.9).is_none());
+        k += 1;
+    }
+    let resume = 32 * F;
+    // outside the utterance or after its speech: nothing happens
+    t.split_open(0, resume);
+    t.split_open(63 * F, resume);
+    assert_eq!(t.open_utterance().unwrap().start_sample, 2 * F);
+    t.split_open(resume - F, resume);
+    let open = t.open_utterance().unwrap();
+    assert_eq!(open.start_sample, resume - F);
+    assert_eq!(open.first_speech, resume);
+    assert!(open.confident_end.is_some_and(|c| c == 62 * F));
+    assert_eq!(open.samples_to_now, &expected_audio(resume - F, 62 * F)[..]);
+    let seg = t.end_utterance().unwrap();
+    assert_eq!((seg.start_sample, seg.end_sample), (resume - F, 62 * F));
+    assert_eq!(seg.samples, expected_audio(resume - F, 62 * F));
+    assert!(!seg.continues_previous);
+}
