@@ -10,11 +10,22 @@ use crate::util;
 /// A server that answers every request with `reply` and keeps the head of
 /// each request it was sent; its `http://host:port`.
 fn hostile(reply: impl AsRef<[u8]> + Send + 'static) -> (String, Arc<Mutex<Vec<String>>>) {
+    serve_hostile(reply, false)
+}
+
+/// As [`hostile`]; with `hold`, each connection stays open after the reply,
+/// with nothing more sent on it (a stalled server), and a GET (the model
+/// list) is a 404.
+fn serve_hostile(
+    reply: impl AsRef<[u8]> + Send + 'static,
+    hold: bool,
+) -> (String, Arc<Mutex<Vec<String>>>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let kept = Arc::clone(&seen);
     std::thread::spawn(move || {
+        let mut held = Vec::new();
         for s in l.incoming() {
             let Ok(mut s) = s else { return };
             let mut r = BufReader::new(s.try_clone().unwrap());
@@ -33,8 +44,18 @@ fn hostile(reply: impl AsRef<[u8]> + Send + 'static) -> (String, Arc<Mutex<Vec<S
                 }
             }
             let _ = r.read_exact(&mut vec![0; len]);
+            let get = head.starts_with("GET ");
             kept.lock().unwrap().push(head);
+            if hold && get {
+                let _ = s.write_all(
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                continue;
+            }
             let _ = s.write_all(reply.as_ref());
+            if hold {
+                held.push(s);
+            }
         }
     });
     (url, seen)
@@ -124,4 +145,101 @@ fn control_characters_from_a_server_never_reach_the_console() {
         "{err:?}"
     );
     assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn sigterm_ends_a_stalled_answer_within_seconds() {
+    let _g = util::engine_lock();
+    // one piece of an answer, then nothing more, the connection held open
+    let (url, _) = serve_hostile(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n\
+         data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Paris\"}}]}\n\n",
+        true,
+    );
+    let mut child = replay_against(&url)
+        .args(["--remote-timeout-s", "60", "--llm-model", "m"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while let Ok(n @ 1..) = stdout.read(&mut buf) {
+            if tx.send(buf[..n].to_vec()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("Paris") {
+        match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(b) => seen.extend(b),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("the piece never showed: {}", String::from_utf8_lossy(&seen));
+            }
+        }
+    }
+    // the server now sends nothing; the read would wait 60 s
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    sigterm_ends_it_within_5_s(&mut child);
+}
+
+#[test]
+fn sigterm_ends_a_stalled_transcription_within_seconds() {
+    let _g = util::engine_lock();
+    // a transcription server that takes the request and never answers
+    let (url, seen) = serve_hostile("", true);
+    let mut child = util::voxline_bin()
+        .arg("replay")
+        .arg(util::fixture("q_capital.wav"))
+        .args(["--pace", "fast", "--stt-url", &url, "--stt-model", "w"])
+        .args(["--remote-timeout-s", "60", "--max-tokens", "4"])
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !seen.lock().unwrap().iter().any(|h| h.starts_with("POST")) {
+        if t.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("no transcription was asked for");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    sigterm_ends_it_within_5_s(&mut child);
+}
+
+/// Sends SIGTERM to `child` and checks that it ends within 5 s with 143.
+fn sigterm_ends_it_within_5_s(child: &mut std::process::Child) {
+    let t = std::time::Instant::now();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        if t.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("still running 20 s after SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let took = t.elapsed();
+    let mut err = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "SIGTERM took {took:?}: {err}"
+    );
+    assert_eq!(code, Some(143), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }

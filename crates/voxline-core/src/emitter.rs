@@ -41,6 +41,10 @@ pub struct Emitter<'a, T> {
     probe: CancelProbe,
 }
 
+/// How long a stopping run still waits on a call to something outside the
+/// process (a remote server) to finish the turn in flight.
+const OUTSIDE_WAIT_AFTER_STOP: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Asks whether the input a call is working on was cancelled: its
 /// speculative attempt was thrown away, or the run is being stopped and
 /// calls in flight are cancelled. Cheap to clone; can be polled from an
@@ -51,6 +55,8 @@ pub struct CancelProbe {
     id: Option<UtteranceId>,
     stop: Option<ShutdownHandle>,
     barge: Option<crate::BargeIn>,
+    /// The run's stop, whether or not it cancels calls in flight.
+    stopping: Option<ShutdownHandle>,
 }
 
 impl CancelProbe {
@@ -67,7 +73,29 @@ impl CancelProbe {
             id,
             stop,
             barge: None,
+            stopping: None,
         }
+    }
+
+    /// The probe also tells when `stopping` was requested (see
+    /// [`CancelProbe::outside_wait_over`]).
+    #[must_use]
+    pub fn with_stopping(mut self, stopping: Option<ShutdownHandle>) -> Self {
+        self.stopping = stopping;
+        self
+    }
+
+    /// Whether the run has been stopping for longer than a call that waits
+    /// on something outside the process (a remote server) is still given:
+    /// an orderly stop finishes the turn in flight, but not by waiting
+    /// out a stalled server's timeouts (2 s more).
+    #[must_use]
+    pub fn outside_wait_over(&self) -> bool {
+        self.stopping
+            .as_ref()
+            .or(self.stop.as_ref())
+            .and_then(ShutdownHandle::requested_at)
+            .is_some_and(|at| at.elapsed() >= OUTSIDE_WAIT_AFTER_STOP)
     }
 
     /// The probe also reads cancelled once the user barged in on the

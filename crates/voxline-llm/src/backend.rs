@@ -29,6 +29,24 @@ pub trait ChatBackend: 'static {
         on_token: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Response, LlmError>;
 
+    /// As [`ChatBackend::respond`], for a backend that may wait on something
+    /// outside the process (a server that stalls): `stop` is asked every
+    /// few hundred milliseconds while no text comes, and once it says so
+    /// the answer ends as cancelled. Default: [`ChatBackend::respond`],
+    /// for a backend that produces every piece itself.
+    ///
+    /// # Errors
+    /// As [`ChatBackend::respond`].
+    fn respond_until(
+        &mut self,
+        user: &str,
+        on_token: &mut dyn FnMut(&str) -> bool,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Response, LlmError> {
+        let _ = stop;
+        self.respond(user, on_token)
+    }
+
     /// Whether the backend can return its conversation to a checkpoint. A
     /// backend that cannot answers committed turns only (the stage then
     /// takes committed input only, and a speculative attempt never reaches

@@ -217,17 +217,25 @@ impl<B: ChatBackend> Stage for RunningLlmStage<B> {
             return Ok(());
         }
         let mut index = 0u32;
-        let r = self.backend.respond(&t.text, &mut |piece| {
-            out.emit(LlmOut::Token(Token {
-                id,
-                index,
-                text: piece.to_string(),
-            }));
-            index += 1;
-            // the answer streams: more urgent work (a committed turn's STT) goes first
-            out.yield_cpu();
-            !out.is_closed() && !out.input_cancelled()
-        });
+        // a stalled server is waited on only until the run stops: at once
+        // where calls in flight are cancelled, else after a short grace
+        let probe = out.cancel_probe();
+        let stopped = || probe.is_cancelled() || probe.outside_wait_over();
+        let r = self.backend.respond_until(
+            &t.text,
+            &mut |piece| {
+                out.emit(LlmOut::Token(Token {
+                    id,
+                    index,
+                    text: piece.to_string(),
+                }));
+                index += 1;
+                // the answer streams: more urgent work (a committed turn's STT) goes first
+                out.yield_cpu();
+                !out.is_closed() && !out.input_cancelled()
+            },
+            &stopped,
+        );
         if out.cancel_probe().spec_state() == voxline_core::SpecState::Cancelled {
             // what it produced is never shown; the runtime rolls the conversation back
             return Ok(());

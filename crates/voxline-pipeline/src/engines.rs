@@ -136,6 +136,18 @@ impl ChatBackend for Chat {
         }
     }
 
+    fn respond_until(
+        &mut self,
+        user: &str,
+        on_token: &mut dyn FnMut(&str) -> bool,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Response, LlmError> {
+        match self {
+            Self::Remote(e) => e.respond_until(user, on_token, stop),
+            _ => self.respond(user, on_token),
+        }
+    }
+
     fn can_roll_back(&self) -> bool {
         match self {
             Self::Llama(e) => ChatBackend::can_roll_back(e),

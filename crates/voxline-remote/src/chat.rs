@@ -131,17 +131,25 @@ impl RemoteChat {
         &mut self,
         user: &str,
         on_token: &mut dyn FnMut(&str) -> bool,
+        stopped: &dyn Fn() -> bool,
     ) -> Result<Response, RemoteError> {
         let (body, dropped_turns) = self.request(user);
         let started = std::time::Instant::now();
         let request_bytes = body.len();
         let reply = self.client.post_json(PATH, &body)?;
-        let mut events = Events::new(BufReader::new(reply.into_body().into_reader()));
+        let events = Events::new(BufReader::new(reply.into_body().into_reader()));
+        let events =
+            sse::EventReader::spawn(events).map_err(|e| self.client.read_error(PATH, &e))?;
         let mut text = String::new();
         let (mut chunks, mut stop, mut finished, mut done) = (0u32, None, false, false);
         let (mut usage, mut timings) = (None, None);
         loop {
-            let data = match events.next_event() {
+            let Some(next) = events.next_until(stopped) else {
+                // the run stops: a stalled server is not waited for
+                stop = Some(Stop::Cancelled);
+                break;
+            };
+            let data = match next {
                 Ok(Some(d)) => d,
                 Ok(None) => break,
                 Err(EventError::Io(e)) => return Err(self.client.read_error(PATH, &e)),
@@ -281,10 +289,23 @@ impl ChatBackend for RemoteChat {
         user: &str,
         on_token: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Response, LlmError> {
+        self.respond_until(user, on_token, &|| false)
+    }
+
+    /// As [`ChatBackend::respond`]; while the server sends nothing, `stop`
+    /// is asked every 100 ms, and ends the answer as cancelled (the
+    /// stream is read on a thread of its own, so a stalled read never
+    /// holds up the run's end).
+    fn respond_until(
+        &mut self,
+        user: &str,
+        on_token: &mut dyn FnMut(&str) -> bool,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Response, LlmError> {
         let mut wait = std::time::Duration::from_millis(100);
         let mut tries = 0;
         loop {
-            match self.stream(user, on_token) {
+            match self.stream(user, on_token, stop) {
                 Err(e @ RemoteError::Connect { .. }) if tries < 2 => {
                     tracing::warn!(error = %e, "connecting to the language model's server again");
                     std::thread::sleep(wait);
@@ -409,10 +430,14 @@ mod tests {
         let mut c = chat_at(&url, 64);
         let mut seen = 0u32;
         let r = c
-            .stream("sing", &mut |_| {
-                seen += 1;
-                true
-            })
+            .stream(
+                "sing",
+                &mut |_| {
+                    seen += 1;
+                    true
+                },
+                &|| false,
+            )
             .unwrap();
         assert_eq!((seen, r.n_streamed), (64, 64));
         assert_eq!(r.stop, Stop::MaxTokens);
@@ -428,7 +453,10 @@ mod tests {
             s.write_all(piece(&"x".repeat(40_000)).as_bytes())?;
         });
         let mut c = chat_at(&url, 64);
-        let e = c.stream("hi", &mut |_| true).unwrap_err().to_string();
+        let e = c
+            .stream("hi", &mut |_| true, &|| false)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("passed 4096 bytes"), "{e}");
         h.join().unwrap();
     }
@@ -444,7 +472,10 @@ mod tests {
             }
         });
         let mut c = chat_at(&url, 64);
-        let e = c.stream("hi", &mut |_| true).unwrap_err().to_string();
+        let e = c
+            .stream("hi", &mut |_| true, &|| false)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line of the stream is over 65536 bytes"), "{e}");
         h.join().unwrap();
     }

@@ -30,6 +30,58 @@ pub(crate) enum EventError {
     TooLong(String),
 }
 
+/// What the reading thread passes on: the next event, the end, or why not.
+type Next = Result<Option<String>, EventError>;
+
+/// How often a wait for the next event asks whether to stop.
+const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Events read on a thread of their own (see [`EventReader::spawn`]), so
+/// that whoever waits for them can stop waiting: a blocking read of a
+/// stalled connection cannot be interrupted, and would hold a run's end up
+/// for as long as the server's timeouts allow.
+pub(crate) struct EventReader {
+    events: crossbeam_channel::Receiver<Next>,
+}
+
+impl EventReader {
+    /// Starts reading `events` on a new thread. At most a few events wait
+    /// read ahead; the thread ends at the end of the stream, at an error,
+    /// or at its next event once this reader is dropped.
+    ///
+    /// # Errors
+    /// The thread could not be started.
+    pub(crate) fn spawn<R: BufRead + Send + 'static>(
+        mut events: Events<R>,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = crossbeam_channel::bounded(4);
+        std::thread::Builder::new()
+            .name("remote-stream".into())
+            .spawn(move || loop {
+                let next = events.next_event();
+                let last = !matches!(next, Ok(Some(_)));
+                if tx.send(next).is_err() || last {
+                    return;
+                }
+            })?;
+        Ok(Self { events: rx })
+    }
+
+    /// The next event's data (see [`Events::next_event`]), or `None` once
+    /// `stop` says so while waiting for it (asked every 100 ms).
+    pub(crate) fn next_until(&self, stop: &dyn Fn() -> bool) -> Option<Next> {
+        loop {
+            match self.events.recv_timeout(STOP_POLL) {
+                Ok(next) => return Some(next),
+                // the thread ends only after passing on the end or an error
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Some(Ok(None)),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) if stop() => return None,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+}
+
 impl<R: BufRead> Events<R> {
     pub(crate) fn new(inner: R) -> Self {
         Self {

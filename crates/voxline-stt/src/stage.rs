@@ -84,9 +84,11 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
     ) -> Result<(), voxline_core::StageError> {
         let probe = out.cancel_probe();
         let chunk = u.forced_split || u.continues.is_some();
-        let result = self
-            .engine
-            .transcribe(&u.samples, chunk, &|| probe.is_cancelled());
+        // a server's reply is waited on only briefly once the run stops
+        let outside = !self.engine.computes_here();
+        let result = self.engine.transcribe(&u.samples, chunk, &|| {
+            probe.is_cancelled() || (outside && probe.outside_wait_over())
+        });
         let t = match result {
             Ok(t) => t,
             Err(SttError::Aborted) => return Ok(()),

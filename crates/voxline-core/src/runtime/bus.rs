@@ -1,6 +1,5 @@
 //! Where events are published, and the flag that stops the source.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -42,7 +41,7 @@ impl EventBus {
 
 /// A flag the source polls to stop early (Ctrl-C, or a failed stage).
 #[derive(Debug, Clone, Default)]
-pub struct ShutdownHandle(Arc<AtomicBool>);
+pub struct ShutdownHandle(Arc<std::sync::OnceLock<std::time::Instant>>);
 
 impl ShutdownHandle {
     /// A new, lowered flag.
@@ -51,15 +50,21 @@ impl ShutdownHandle {
         Self::default()
     }
 
-    /// Asks the source to stop.
+    /// Asks the source to stop (the first request's moment counts).
     pub fn request(&self) {
-        self.0.store(true, Ordering::Release);
+        let _ = self.0.set(std::time::Instant::now());
     }
 
     /// Whether a stop was asked for.
     #[must_use]
     pub fn is_requested(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.0.get().is_some()
+    }
+
+    /// When the stop was asked for, if it was.
+    #[must_use]
+    pub fn requested_at(&self) -> Option<std::time::Instant> {
+        self.0.get().copied()
     }
 }
 

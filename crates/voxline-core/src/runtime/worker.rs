@@ -253,7 +253,8 @@ pub(super) fn run_stage<S: Stage>(
         let depth = input.len();
         let threads = stage.threads();
         let probe = CancelProbe::new(ctx.board.clone(), id, ctx.cancel_calls.clone())
-            .with_barge_in(ctx.barge.clone());
+            .with_barge_in(ctx.barge.clone())
+            .with_stopping(ctx.cancel_queued.clone());
         let mut out = Emitter::to_edge(output, bus).with_probe(probe);
         match ctx.lease.as_ref() {
             Some(lease) if stage.leased() => {
