@@ -232,8 +232,9 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 700)]
     pub(crate) stagger_ms: u64,
     /// Silence between one recording and the next (the user thinking), ms: default 1000, or
-    /// 1500 with --sessions; with the semantic end of turn, at least --turn-incomplete-ms + 500
-    /// (give the same to an A/B without it, so both replay the same audio)
+    /// 1500 with --sessions, where with the semantic end of turn it is at least
+    /// --turn-incomplete-ms + 500 (give the same to an A/B without it, so both replay the
+    /// same audio)
     #[arg(long)]
     pub(crate) think_ms: Option<u32>,
     /// With --sessions: talk to a running `voxline serve` at ws://HOST:PORT over the network
