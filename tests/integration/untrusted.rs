@@ -243,3 +243,138 @@ fn sigterm_ends_it_within_5_s(child: &mut std::process::Child) {
     assert_eq!(code, Some(143), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// A server that answers a GET (the model list) with a 404, and a POST with
+/// `head`, then `piece` over and over until the client hangs up (at most
+/// 1 GiB; an empty `piece`: `head` alone, then the connection closes); its
+/// `http://host:port`.
+fn flooding(head: &'static str, piece: String) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let (mut first, mut len) = (String::new(), 0usize);
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                if first.is_empty() {
+                    first.clone_from(&line);
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let _ = r.read_exact(&mut vec![0; len]);
+            if first.starts_with("GET ") {
+                let _ = s.write_all(
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                continue;
+            }
+            let piece = piece.clone();
+            std::thread::spawn(move || {
+                let _ = s.write_all(head.as_bytes());
+                let mut sent = 0usize;
+                while !piece.is_empty() && sent < 1 << 30 && s.write_all(piece.as_bytes()).is_ok() {
+                    sent += piece.len();
+                }
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn a_flooding_server_is_cut_off_at_its_limits_and_memory_stays_bounded() {
+    // the whole process, engines loaded (284 MB measured for each case);
+    // what the stream itself may add is held to 32 MB below
+    const MAX_RSS_MB: u64 = 350;
+    let _g = util::engine_lock();
+    let sse = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
+    let piece = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"la \"}}]}\n\n";
+    // a well-behaved answer (what the engines take anyway), a line that
+    // never ends, pieces far past --max-tokens
+    let cases = [
+        (
+            "a well-behaved answer",
+            flooding(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n\
+                 data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Paris\"},\"finish_reason\":\"stop\"}]}\n\n\
+                 data: [DONE]\n\n",
+                String::new(),
+            ),
+        ),
+        (
+            "a line without an end",
+            flooding(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: ",
+                "x".repeat(8192),
+            ),
+        ),
+        ("pieces past max_tokens", flooding(sse, piece.to_owned())),
+    ];
+    let mut baseline_mb = 0;
+    for (what, url) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let report = tmp.path().join("report.json");
+        let mut child = replay_against(&url)
+            .args(["--llm-model", "m", "--max-tokens", "64", "--quiet"])
+            .arg("--report-json")
+            .arg(&report)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = String::new();
+        let mut stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let _ = stderr.read_to_string(&mut err);
+            err
+        });
+        let (code, peak_mb) = util::wait_with_peak_mb(&mut child);
+        let err = reader.join().unwrap();
+        assert!(peak_mb > 0, "{what}: no VmHWM read");
+        eprintln!("{what}: peak RSS {peak_mb} MB");
+        assert!(
+            peak_mb < MAX_RSS_MB,
+            "{what}: peak RSS {peak_mb} MB (limit {MAX_RSS_MB} MB): {err}"
+        );
+        let r = util::read_json(&report);
+        let turn = &r["turns"][0];
+        if what == "a well-behaved answer" {
+            assert_eq!(code, Some(0), "{what}: {err}");
+            assert_eq!(turn["response"], "Paris", "{what}: {turn}");
+            baseline_mb = peak_mb;
+            continue;
+        }
+        // the stream itself holds next to nothing
+        assert!(
+            peak_mb <= baseline_mb + 32,
+            "{what}: peak RSS {peak_mb} MB against {baseline_mb} MB for a well-behaved answer"
+        );
+        if what == "pieces past max_tokens" {
+            assert_eq!(code, Some(0), "{what}: {err}");
+            assert_eq!(turn["stop"], "max_tokens", "{what}: {turn}");
+            assert_eq!(
+                turn["response"].as_str().unwrap(),
+                "la ".repeat(64),
+                "{what}"
+            );
+        } else {
+            assert!(
+                turn["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("line of the stream is over 65536 bytes")),
+                "{what}: {turn} {err}"
+            );
+        }
+        assert!(!err.contains("panicked"), "{what}: {err}");
+    }
+}

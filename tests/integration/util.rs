@@ -156,3 +156,30 @@ pub const QUESTIONS: &[&str] = &[
     "What do cows drink?",
     "Name a fruit that is yellow.",
 ];
+
+/// The peak resident set (VmHWM) of a running process, in kB.
+pub fn vm_hwm_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Waits for `child` to end, reading its peak resident set meanwhile:
+/// its exit code and the peak, in MB.
+pub fn wait_with_peak_mb(child: &mut std::process::Child) -> (Option<i32>, u64) {
+    let mut peak_kb = 0;
+    loop {
+        if let Some(kb) = vm_hwm_kb(child.id()) {
+            peak_kb = peak_kb.max(kb);
+        }
+        if let Some(s) = child.try_wait().unwrap() {
+            return (s.code(), peak_kb / 1024);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

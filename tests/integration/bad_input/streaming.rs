@@ -249,18 +249,6 @@ fn full_scale_square_wave_runs_cleanly() {
 
 // ---------------------------------------------------------------- long input, bounded memory
 
-/// The peak resident set (VmHWM) of a running process, in kB.
-fn vm_hwm_kb(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 #[test]
 fn long_input_streams_in_bounded_memory() {
     const MAX_RSS_MB: u64 = 600;
@@ -306,7 +294,7 @@ fn long_input_streams_in_bounded_memory() {
     let pid = child.id();
     let mut peak_kb = 0;
     let status = loop {
-        if let Some(kb) = vm_hwm_kb(pid) {
+        if let Some(kb) = util::vm_hwm_kb(pid) {
             peak_kb = peak_kb.max(kb);
         }
         if let Some(s) = child.try_wait().unwrap() {
