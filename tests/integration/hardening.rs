@@ -507,23 +507,7 @@ fn wait_line(rx: &std::sync::mpsc::Receiver<String>, what: &str, within: Duratio
 
 /// Sends SIGINT to `child` and waits for its exit: its code and how long it took.
 fn interrupt(child: &mut std::process::Child) -> (Option<i32>, Duration) {
-    let t = Instant::now();
-    let pid = child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .unwrap()
-        .success());
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return (s.code(), t.elapsed());
-        }
-        if t.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("still running 20 s after SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    util::signal_and_wait(child, "-INT")
 }
 
 #[test]

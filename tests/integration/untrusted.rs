@@ -28,22 +28,7 @@ fn serve_hostile(
         let mut held = Vec::new();
         for s in l.incoming() {
             let Ok(mut s) = s else { return };
-            let mut r = BufReader::new(s.try_clone().unwrap());
-            let (mut head, mut len) = (String::new(), 0usize);
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-                head.push_str(&line);
-                if line == "\r\n" {
-                    break;
-                }
-            }
-            let _ = r.read_exact(&mut vec![0; len]);
+            let head = read_request(&s);
             let get = head.starts_with("GET ");
             kept.lock().unwrap().push(head);
             if hold && get {
@@ -59,6 +44,27 @@ fn serve_hostile(
         }
     });
     (url, seen)
+}
+
+/// Reads one request from `s`: its head is returned, its body read past.
+fn read_request(s: &std::net::TcpStream) -> String {
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let (mut head, mut len) = (String::new(), 0usize);
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let _ = r.read_exact(&mut vec![0; len]);
+    head
 }
 
 /// `voxline replay q_capital.wav` against a language model at `url`.
@@ -217,23 +223,7 @@ fn sigterm_ends_a_stalled_transcription_within_seconds() {
 
 /// Sends SIGTERM to `child` and checks that it ends within 5 s with 143.
 fn sigterm_ends_it_within_5_s(child: &mut std::process::Child) {
-    let t = std::time::Instant::now();
-    assert!(std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    let code = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s.code();
-        }
-        if t.elapsed() > std::time::Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("still running 20 s after SIGTERM");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let took = t.elapsed();
+    let (code, took) = util::signal_and_wait(child, "-TERM");
     let mut err = String::new();
     let _ = child.stderr.take().unwrap().read_to_string(&mut err);
     assert!(
@@ -254,25 +244,7 @@ fn flooding(head: &'static str, piece: String) -> String {
     std::thread::spawn(move || {
         for s in l.incoming() {
             let Ok(mut s) = s else { return };
-            let mut r = BufReader::new(s.try_clone().unwrap());
-            let (mut first, mut len) = (String::new(), 0usize);
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                if first.is_empty() {
-                    first.clone_from(&line);
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-                if line == "\r\n" {
-                    break;
-                }
-            }
-            let _ = r.read_exact(&mut vec![0; len]);
-            if first.starts_with("GET ") {
+            if read_request(&s).starts_with("GET ") {
                 let _ = s.write_all(
                     b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
                 );

@@ -183,3 +183,28 @@ pub fn wait_with_peak_mb(child: &mut std::process::Child) -> (Option<i32>, u64) 
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Sends `signal` (`"-INT"`, `"-TERM"`) to `child` and waits for it to end
+/// (20 s at most, then it is killed and this panics): its exit code and how
+/// long it took.
+pub fn signal_and_wait(
+    child: &mut std::process::Child,
+    signal: &str,
+) -> (Option<i32>, std::time::Duration) {
+    let t = std::time::Instant::now();
+    assert!(std::process::Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return (s.code(), t.elapsed());
+        }
+        if t.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("still running 20 s after kill {signal}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
