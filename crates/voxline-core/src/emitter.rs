@@ -226,6 +226,19 @@ impl<'a, T: Message> Emitter<'a, T> {
         }
     }
 
+    /// Runs `wait`, a wait on other stages' work (a stage that needs a
+    /// result from downstream before it decides): its time counts as
+    /// blocked, as a blocked send's does, not as this stage's busy time,
+    /// and no engine threads are counted meanwhile.
+    pub fn waiting<R>(&mut self, wait: impl FnOnce() -> R) -> R {
+        self.pause_meter();
+        let at = Instant::now();
+        let r = wait();
+        self.blocked += at.elapsed();
+        self.resume_meter();
+        r
+    }
+
     /// Counts the call's engine threads again (it computes).
     fn resume_meter(&mut self) {
         if let Some((meter, threads, guard)) = &mut self.meter {

@@ -40,7 +40,8 @@ pub struct Span {
     pub first_emit: Option<Instant>,
     /// When the last output was emitted.
     pub last_emit: Option<Instant>,
-    /// Time spent waiting for room on a full blocking output edge.
+    /// Time spent waiting for room on a full blocking output edge, or on
+    /// other stages' work ([`crate::Emitter::waiting`]).
     pub emit_blocked: Duration,
     /// Items still queued on the input edge when the stage began.
     pub queue_depth_at_start: usize,
@@ -60,7 +61,8 @@ impl Span {
     }
 
     /// Time the stage was working: [`Span::elapsed`] less the time it waited
-    /// on a full output edge (back-pressure is not work). Sum it over a
+    /// on a full output edge or on other stages' work (back-pressure and
+    /// waiting are not work). Sum it over a
     /// session for the stage's utilisation.
     #[must_use]
     pub fn busy(&self) -> Duration {
@@ -121,7 +123,8 @@ pub struct SpanRecord {
     pub first_emit_ms: Option<f64>,
     /// Last emit, ms since the origin.
     pub last_emit_ms: Option<f64>,
-    /// Time blocked on a full output edge, in ms.
+    /// Time blocked on a full output edge or waiting on other stages'
+    /// work, in ms.
     pub emit_blocked_ms: f64,
     /// Items still queued on the input edge at the start.
     pub queue_depth_at_start: usize,

@@ -90,7 +90,7 @@ impl VadStage {
             .released
             .as_ref()
             .map(|r| (r.id, r.sent_at))
-            .and_then(|(id, sent_at)| self.words_verdict(id, sent_at, pos));
+            .and_then(|(id, sent_at)| self.words_verdict(id, sent_at, pos, out));
         let words_on = self.words_on();
         let Some(r) = self.released.as_mut() else {
             return;
@@ -154,8 +154,8 @@ impl VadStage {
             return;
         }
         if self
-            .words_verdict(id, sent_at, pos)
-            .or_else(|| self.await_words(id, sent_at))
+            .words_verdict(id, sent_at, pos, out)
+            .or_else(|| self.await_words(id, sent_at, out))
             == Some(WordsVerdict::Complete)
         {
             tracing::debug!(
@@ -226,11 +226,14 @@ impl VadStage {
         id: UtteranceId,
         sent_at: u64,
         pos: u64,
+        out: &mut Emitter<'_, Utterance>,
     ) -> Option<WordsVerdict> {
         let (board, _) = self.spec.as_ref().filter(|_| self.words_on())?;
         if !matches!(self.words, Some((seen, _)) if seen == id) {
             let heard = if self.words_in_stream_time {
-                board.wait_words(id, WORDS_WAIT_LIMIT).map(|(w, took)| {
+                // a wait on the recogniser's work, not this stage's
+                let heard = out.waiting(|| board.wait_words(id, WORDS_WAIT_LIMIT));
+                heard.map(|(w, took)| {
                     let late = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
                     (
                         w,
@@ -256,12 +259,17 @@ impl VadStage {
     /// one anyway, so waiting costs its answer next to nothing, where
     /// deciding without its words would make two sentences one turn.
     /// Faster than real time, the words already waited for count now.
-    pub(super) fn await_words(&mut self, id: UtteranceId, sent_at: u64) -> Option<WordsVerdict> {
+    pub(super) fn await_words(
+        &mut self,
+        id: UtteranceId,
+        sent_at: u64,
+        out: &mut Emitter<'_, Utterance>,
+    ) -> Option<WordsVerdict> {
         if self.words_in_stream_time {
-            return self.words_verdict(id, sent_at, u64::MAX);
+            return self.words_verdict(id, sent_at, u64::MAX, out);
         }
         let (board, _) = self.spec.as_ref().filter(|_| self.words_on())?;
-        let words = board.wait_words(id, WORDS_WAIT_LIMIT)?.0;
+        let words = out.waiting(|| board.wait_words(id, WORDS_WAIT_LIMIT))?.0;
         let verdict = sentence_end(&words);
         self.words = Some((id, Some((verdict, 0))));
         Some(verdict)

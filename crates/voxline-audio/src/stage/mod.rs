@@ -192,7 +192,7 @@ impl VadStage {
         let mut ends = judge.after_frame(open, pos, out);
         let merge_ms = judge.policy().merge_ms;
         if !ends {
-            ends = self.words_end_turn(origin, pos);
+            ends = self.words_end_turn(origin, pos, out);
         }
         if !ends {
             return;
@@ -218,7 +218,7 @@ impl VadStage {
     /// turn's pause incomplete or was unsure, and the transcript of the
     /// attempt sent on that pause (still its whole audio) is a finished
     /// sentence (see [`TurnPolicy::words`]).
-    fn words_end_turn(&mut self, origin: u64, pos: u64) -> bool {
+    fn words_end_turn(&mut self, origin: u64, pos: u64, out: &mut Emitter<'_, Utterance>) -> bool {
         let Some(p) = self.pending else {
             return false;
         };
@@ -233,7 +233,8 @@ impl VadStage {
             Some(TurnDecision::Incomplete | TurnDecision::Unsure)
         );
         if !(current && waiting)
-            || self.words_verdict(p.id, p.sent_at, pos) != Some(crate::turn::WordsVerdict::Complete)
+            || self.words_verdict(p.id, p.sent_at, pos, out)
+                != Some(crate::turn::WordsVerdict::Complete)
         {
             return false;
         }
@@ -470,7 +471,7 @@ impl VadStage {
             });
             let held = went_on
                 && open.is_some_and(|(start, end, ..)| {
-                    start == p.start && self.hold_for_words(p, end, pos)
+                    start == p.start && self.hold_for_words(p, end, pos, out)
                 });
             if went_on && !held {
                 // Speech went on softly (no new confident frame): until the

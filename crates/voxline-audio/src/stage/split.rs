@@ -26,7 +26,13 @@ impl VadStage {
     /// the pause was one silence alone would have ended (the hangover
     /// long), no released turn waits on this speech, and the words are not
     /// in yet.
-    pub(super) fn hold_for_words(&mut self, p: Pending, speech_end: u64, pos: u64) -> bool {
+    pub(super) fn hold_for_words(
+        &mut self,
+        p: Pending,
+        speech_end: u64,
+        pos: u64,
+        out: &mut Emitter<'_, Utterance>,
+    ) -> bool {
         if self.split_hold.is_some_and(|h| h.id == p.id) {
             return true;
         }
@@ -43,7 +49,7 @@ impl VadStage {
             || paused < fallback
             || self.released.is_some()
             || !self.words_on()
-            || self.words_verdict(p.id, p.sent_at, pos).is_some()
+            || self.words_verdict(p.id, p.sent_at, pos, out).is_some()
         {
             return false;
         }
@@ -66,7 +72,7 @@ impl VadStage {
             self.split_hold = None;
             return;
         };
-        match self.words_verdict(p.id, p.sent_at, pos) {
+        match self.words_verdict(p.id, p.sent_at, pos, out) {
             Some(WordsVerdict::Complete) => self.split_open_at(p, h, pos, out),
             Some(_) => self.unhold(pos, out),
             None => {}
@@ -98,8 +104,8 @@ impl VadStage {
             return;
         };
         let verdict = self
-            .words_verdict(p.id, p.sent_at, pos)
-            .or_else(|| self.await_words(p.id, p.sent_at));
+            .words_verdict(p.id, p.sent_at, pos, out)
+            .or_else(|| self.await_words(p.id, p.sent_at, out));
         if verdict == Some(WordsVerdict::Complete) {
             self.split_open_at(p, h, pos, out);
         } else {
@@ -129,8 +135,8 @@ impl VadStage {
             return 0;
         };
         let verdict = self
-            .words_verdict(p.id, p.sent_at, closed)
-            .or_else(|| self.await_words(p.id, p.sent_at));
+            .words_verdict(p.id, p.sent_at, closed, out)
+            .or_else(|| self.await_words(p.id, p.sent_at, out));
         if verdict != Some(WordsVerdict::Complete) {
             // the attempt, no longer the segment's, is cancelled on close
             self.split_hold = None;
