@@ -445,103 +445,6 @@ impl VadStage {
         board.map(|_| (id, closed))
     }
 
-    /// After each detector frame: cancels an attempt whose utterance went on
-    /// (a confident speech frame after it, or the detector's tail running more
-    /// than [`TAIL_GRACE`] past its audio), and starts one, with the audio
-    /// up to now, when the silence after the last confident speech frame is
-    /// long enough.
-    fn speculate(&mut self, pos: u64, out: &mut Emitter<'_, Utterance>) {
-        let Some((board, silence)) = self.spec.clone() else {
-            return;
-        };
-        let origin = self.origin.unwrap_or(0);
-        let open = self.endpointer.open_utterance().map(|o| {
-            (
-                o.start_sample + origin,
-                o.end_sample + origin,
-                o.confident_end.map(|c| c + origin),
-                o.keepable,
-                o.continues_previous,
-                o.overlap_samples,
-            )
-        });
-        if let Some(p) = self.pending {
-            let went_on = open.is_none_or(|(start, end, confident, ..)| {
-                start != p.start || confident > p.confident_end || end > p.end + TAIL_GRACE
-            });
-            let held = went_on
-                && open.is_some_and(|(start, end, ..)| {
-                    start == p.start && self.hold_for_words(p, end, pos, out)
-                });
-            if went_on && !held {
-                // Speech went on softly (no new confident frame): until the
-                // next confident frame, wait for silence after the last
-                // speech frame instead, so a long soft tail is not chased
-                // with an attempt every few frames.
-                self.soft_tail = open
-                    .filter(|&(start, _, confident, ..)| {
-                        start == p.start && confident == p.confident_end
-                    })
-                    .and_then(|(_, _, confident, ..)| confident);
-                board.cancel(p.id);
-                out.publish(PipelineEvent::SpecCancel {
-                    id: p.id,
-                    sample: pos,
-                });
-                self.pending = None;
-            }
-        }
-        let Some((start, speech_end, confident_end, keepable, continues_previous, overlap_samples)) =
-            open
-        else {
-            return;
-        };
-        // After the last confident frame; after the last speech frame when
-        // there is none, or its soft tail already cancelled an attempt.
-        let after = confident_end
-            .filter(|c| self.soft_tail != Some(*c))
-            .unwrap_or(speech_end);
-        if self.pending.is_some() || !keepable || pos < after + silence {
-            return;
-        }
-        let own = self
-            .endpointer
-            .open_utterance()
-            .map(|o| o.samples_to_now.to_vec())
-            .unwrap_or_default();
-        let end = start + own.len() as u64;
-        let head = merge::Head {
-            start,
-            samples: own,
-            continues: self.last_forced.filter(|_| continues_previous),
-            overlap_samples,
-        }
-        .after(self.lead_in.as_ref().filter(|l| l.at == start));
-        let id = self.next_id;
-        self.next_id += 1;
-        board.start(id);
-        out.publish(PipelineEvent::SpecStart { id, sample: pos });
-        self.pending = Some(Pending {
-            id,
-            start,
-            end,
-            confident_end,
-            sent_at: pos,
-            judged: self.turn.as_ref().and_then(|j| j.decision(start)),
-        });
-        out.emit(Utterance {
-            id,
-            start_sample: head.start,
-            end_sample: end,
-            end_wall: self.wall_of(end),
-            samples: head.samples,
-            forced_split: false,
-            closed_sample: pos,
-            continues: head.continues,
-            overlap_samples: head.overlap_samples,
-        });
-    }
-
     fn wall_of(&self, sample: u64) -> Instant {
         let i = self.recent.partition_point(|&(pos, _)| pos <= sample);
         match (
@@ -712,6 +615,7 @@ impl Stage for VadStage {
 }
 
 mod merge;
+mod speculate;
 mod split;
 #[cfg(test)]
 mod tests;
