@@ -169,7 +169,10 @@ impl Session {
         let probe = (run.probe_host || self.budget.as_ref().is_some_and(|b| b.host.is_some()))
             .then(|| report::host::HostProbe::before(self.settings.threads.total));
         (run.before_load)();
-        let (stt, llm, mut model_load_ms) = load_engines(&mut self.settings)?;
+        let Some((stt, llm, mut model_load_ms)) = load_engines(&mut self.settings, &shutdown)?
+        else {
+            return Ok(None);
+        };
         let t0 = Instant::now();
         let voice = match &self.voice {
             Some(v) => Some(v.load(self.settings.threads.total)?),
@@ -241,13 +244,27 @@ enum LlmLoaded {
 /// server is checked instead, before anything loads (one line and exit 2
 /// when it does not answer). The language model loads first: its system
 /// prompt is checked against the context before anything else is spent.
+/// `None` when a stop came during the servers' check.
 fn load_engines(
     settings: &mut EngineSettings,
-) -> anyhow::Result<(voxline_pipeline::engines::Stt, LlmLoaded, f64)> {
+    shutdown: &ShutdownHandle,
+) -> anyhow::Result<Option<(voxline_pipeline::engines::Stt, LlmLoaded, f64)>> {
     use voxline_pipeline::engines::Stt;
     use voxline_pipeline::settings::{LlmBackend, SttBackend};
     let t0 = Instant::now();
-    let remotes = voxline_pipeline::engines::connect(settings)?;
+    let remotes = if settings.stt.remote().is_some() || settings.llm.remote().is_some() {
+        // a server that stalls the check holds the first Ctrl-C up no
+        // longer than the stop's poll: the check runs beside this thread
+        let checked = settings.clone();
+        let Some(remotes) = until_stopped(shutdown, move || {
+            voxline_pipeline::engines::connect(&checked)
+        }) else {
+            return Ok(None);
+        };
+        remotes?
+    } else {
+        voxline_pipeline::engines::Remotes::default()
+    };
     // the report names the models the servers serve
     if let (SttBackend::Remote(r), Some((_, model))) = (&mut settings.stt, &remotes.stt) {
         r.model = Some(model.clone());
@@ -270,7 +287,32 @@ fn load_engines(
         }
         (None, None) => anyhow::bail!("speech to text has neither a model nor a server"),
     };
-    Ok((stt, llm, t0.elapsed().as_secs_f64() * 1000.0))
+    Ok(Some((stt, llm, t0.elapsed().as_secs_f64() * 1000.0)))
+}
+
+/// Runs `f` on a thread of its own and waits for it or for a stop,
+/// whichever comes first (`None`: the stop; the thread is left to end with
+/// the process).
+fn until_stopped<T: Send + 'static>(
+    shutdown: &ShutdownHandle,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let spawned = std::thread::Builder::new()
+        .name("server-check".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        });
+    if spawned.is_err() {
+        return None;
+    }
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(100)) {
+            Ok(v) => return Some(v),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !shutdown.is_requested() => {}
+            Err(_) => return None,
+        }
+    }
 }
 
 /// The engine stages as the session runs them, their threads following

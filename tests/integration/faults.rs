@@ -228,7 +228,7 @@ fn ctrl_c_in_a_fast_replay_stops_feeding_cancels_the_queue_and_marks_the_report(
     assert!(lines
         .by_ref()
         .map_while(Result::ok)
-        .any(|l| l.starts_with("[1] you:")));
+        .any(|l| util::is_transcript_line(&l)));
     interrupt(&child);
     for _ in lines {}
     let out = child.wait_with_output().unwrap();
@@ -265,14 +265,14 @@ fn a_second_ctrl_c_aborts_and_leaves_no_partial_file() {
         .arg("--events")
         .arg(&events)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     assert!(lines
         .by_ref()
         .map_while(Result::ok)
-        .any(|l| l.starts_with("[1] you:")));
+        .any(|l| util::is_transcript_line(&l)));
     assert!(
         !partials(dir.path()).is_empty(),
         "the event log is being written"
@@ -281,8 +281,13 @@ fn a_second_ctrl_c_aborts_and_leaves_no_partial_file() {
     std::thread::sleep(std::time::Duration::from_millis(50));
     interrupt(&child);
     for _ in lines {}
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         partials(dir.path()).is_empty(),
         "{:?}",
@@ -320,7 +325,7 @@ fn sigint_during_a_turn_finishes_it_and_writes_the_report() {
     assert!(lines
         .by_ref()
         .map_while(Result::ok)
-        .any(|l| l.starts_with("[1] you:")));
+        .any(|l| util::is_transcript_line(&l)));
     interrupt(&child);
     for _ in lines {}
     let out = child.wait_with_output().unwrap();

@@ -175,7 +175,7 @@ fn ctrl_c_ends_a_live_session_cleanly_with_a_report() {
     let first = lines
         .by_ref()
         .map_while(Result::ok)
-        .find(|l| l.starts_with("[1] you:"));
+        .find(|l| util::is_transcript_line(l));
     assert!(first.is_some(), "no transcript before the stream ended");
     let status = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -458,6 +458,12 @@ fn live_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
     let mut vox = util::voxline_bin();
     pulse
         .client(&mut vox)
+        // the turn-taking decisions in the failure message (where a pause
+        // was judged, held for its words, split or merged)
+        .env(
+            "VOXLINE_LOG",
+            "warn,voxline_audio=debug,llama-cpp-2=off,whisper_rs=off,symphonia=off",
+        )
         .args([
             "live",
             "--max-turns",

@@ -194,6 +194,41 @@ fn sigterm_ends_a_stalled_answer_within_seconds() {
 }
 
 #[test]
+fn sigterm_during_the_start_up_check_of_a_silent_server_ends_it_at_once() {
+    // a server that takes the model-list request and never answers; no
+    // engine loads before the check, so no engine lock
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming() {
+            let Ok(s) = s else { return };
+            kept.lock().unwrap().push(read_request(&s));
+            held.push(s);
+        }
+    });
+    let mut child = replay_against(&url)
+        .args(["--remote-timeout-s", "60", "--llm-model", "m"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !seen.lock().unwrap().iter().any(|h| h.starts_with("GET")) {
+        if t.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the model list was never asked for");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // the check would wait out its 60 s; one SIGTERM ends it
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    sigterm_ends_it_within_5_s(&mut child);
+}
+
+#[test]
 fn sigterm_ends_a_stalled_transcription_within_seconds() {
     let _g = util::engine_lock();
     // a transcription server that takes the request and never answers

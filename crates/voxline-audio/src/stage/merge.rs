@@ -244,6 +244,9 @@ impl VadStage {
                 // in real time: in when they are in (asked again until then)
                 Some((board.words(id)?, 0))
             };
+            if let Some((w, _)) = &heard {
+                tracing::debug!(turn = id, words = ?w, verdict = ?sentence_end(w), "the attempt's words are in");
+            }
             self.words = Some((id, heard.map(|(w, from)| (sentence_end(&w), from))));
         }
         match self.words {
@@ -269,8 +272,12 @@ impl VadStage {
             return self.words_verdict(id, sent_at, u64::MAX, out);
         }
         let (board, _) = self.spec.as_ref().filter(|_| self.words_on())?;
-        let words = out.waiting(|| board.wait_words(id, WORDS_WAIT_LIMIT))?.0;
+        let Some((words, took)) = out.waiting(|| board.wait_words(id, WORDS_WAIT_LIMIT)) else {
+            tracing::debug!(turn = id, "no words came for the attempt");
+            return None;
+        };
         let verdict = sentence_end(&words);
+        tracing::debug!(turn = id, words = ?words, ?verdict, ?took, "waited for the attempt's words");
         self.words = Some((id, Some((verdict, 0))));
         Some(verdict)
     }

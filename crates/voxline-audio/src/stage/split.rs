@@ -206,6 +206,7 @@ impl VadStage {
     /// and the utterance goes on as one.
     fn unhold(&mut self, pos: u64, out: &mut Emitter<'_, Utterance>) {
         self.split_hold = None;
+        tracing::debug!("the held attempt's words are no finished sentence: the utterance goes on");
         if let (Some(p), Some((board, _))) = (self.pending.take(), &self.spec) {
             board.cancel(p.id);
             out.publish(PipelineEvent::SpecCancel {
