@@ -58,8 +58,9 @@ const REMEMBERED: usize = 1024;
 #[derive(Debug, Default)]
 struct Board {
     states: HashMap<UtteranceId, SpecState>,
-    /// When work on each attempt started (the first stage's call).
-    started: HashMap<UtteranceId, Instant>,
+    /// When work on each attempt started (the first stage's call), on
+    /// which thread, and that thread's wait for a CPU until then.
+    started: HashMap<UtteranceId, Started>,
     /// The transcript of each attempt the board knows, once there is one,
     /// and how long after work on it started it came.
     words: HashMap<UtteranceId, (String, Duration)>,
@@ -150,7 +151,7 @@ impl SpecBoard {
     pub fn note_words(&self, id: UtteranceId, text: &str) {
         let mut b = self.lock();
         if b.states.contains_key(&id) {
-            let took = b.started.get(&id).map_or(Duration::ZERO, Instant::elapsed);
+            let took = b.started.get(&id).map_or(Duration::ZERO, Started::took);
             b.words.insert(id, (text.to_owned(), took));
             drop(b);
             self.0.changed.notify_all();
@@ -163,7 +164,7 @@ impl SpecBoard {
     pub fn note_working(&self, id: UtteranceId) {
         let mut b = self.lock();
         if b.states.contains_key(&id) {
-            b.started.entry(id).or_insert_with(Instant::now);
+            b.started.entry(id).or_insert_with(Started::now);
         }
     }
 
@@ -332,9 +333,65 @@ impl SpecGate {
     }
 }
 
+/// Where a call on an attempt started: when, on which thread, and how
+/// long that thread had waited, runnable, for a CPU.
+#[derive(Debug, Clone, Copy)]
+struct Started {
+    at: Instant,
+    thread: std::thread::ThreadId,
+    queued: Option<Duration>,
+}
+
+impl Started {
+    fn now() -> Self {
+        Self {
+            at: Instant::now(),
+            thread: std::thread::current().id(),
+            queued: run_queue_wait(),
+        }
+    }
+
+    /// How long the call took to hear its words, less the time its thread
+    /// waited for a CPU other processes held (noted on the same thread):
+    /// what it would have taken on this machine with nothing else running,
+    /// so a loaded machine does not move where a fast replay counts them.
+    fn took(&self) -> Duration {
+        let wall = self.at.elapsed();
+        if std::thread::current().id() != self.thread {
+            return wall;
+        }
+        match (self.queued, run_queue_wait()) {
+            (Some(then), Some(now)) => wall.saturating_sub(now.saturating_sub(then)),
+            _ => wall,
+        }
+    }
+}
+
+/// How long the calling thread has waited, runnable, for a CPU (Linux's
+/// schedstat), where the system says.
+fn run_queue_wait() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = s.split_whitespace().nth(1)?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_that_sleeps_took_its_whole_wait() {
+        // a remote recogniser's call waits on the network, asleep: none of
+        // that is a wait for a CPU, so all of it counts
+        let b = SpecBoard::new();
+        b.start(1);
+        b.note_working(1);
+        std::thread::sleep(Duration::from_millis(60));
+        b.note_words(1, "Hello.");
+        let (_, took) = b.wait_words(1, Duration::ZERO).unwrap();
+        assert!(took >= Duration::from_millis(55), "{took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
     use crate::event::EngineEvent;
     use crate::message::TurnError;
     use std::time::Instant;

@@ -229,30 +229,46 @@ impl VadStage {
         out: &mut Emitter<'_, Utterance>,
     ) -> Option<WordsVerdict> {
         let (board, _) = self.spec.as_ref().filter(|_| self.words_on())?;
-        if !matches!(self.words, Some((seen, _)) if seen == id) {
-            let heard = if self.words_in_stream_time {
-                // a wait on the recogniser's work, not this stage's
-                let heard = out.waiting(|| board.wait_words(id, WORDS_WAIT_LIMIT));
-                heard.map(|(w, took)| {
-                    let late = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
-                    (
-                        w,
-                        sent_at.saturating_add(late * u64::from(SAMPLE_RATE) / 1000),
-                    )
-                })
-            } else {
-                // in real time: in when they are in (asked again until then)
-                Some((board.words(id)?, 0))
-            };
-            if let Some((w, _)) = &heard {
-                tracing::debug!(turn = id, words = ?w, verdict = ?sentence_end(w), "the attempt's words are in");
+        let known = self.words.iter().find(|(seen, _)| *seen == id).map(|w| w.1);
+        let words = match known {
+            Some(w) => w,
+            None => {
+                let heard = if self.words_in_stream_time {
+                    // a wait on the recogniser's work, not this stage's
+                    let heard = out.waiting(|| board.wait_words(id, WORDS_WAIT_LIMIT));
+                    heard.map(|(w, took)| {
+                        let late = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+                        (
+                            w,
+                            sent_at.saturating_add(late * u64::from(SAMPLE_RATE) / 1000),
+                        )
+                    })
+                } else {
+                    // in real time: in when they are in (asked again until then)
+                    Some((board.words(id)?, 0))
+                };
+                if let Some((w, from)) = &heard {
+                    tracing::debug!(turn = id, words = ?w, verdict = ?sentence_end(w), from, "the attempt's words are in");
+                }
+                let words = heard.map(|(w, from)| (sentence_end(&w), from));
+                self.keep_words(id, words);
+                words
             }
-            self.words = Some((id, heard.map(|(w, from)| (sentence_end(&w), from))));
-        }
-        match self.words {
-            Some((_, Some((verdict, from)))) if pos >= from => Some(verdict),
+        };
+        match words {
+            Some((verdict, from)) if pos >= from => Some(verdict),
             _ => None,
         }
+    }
+
+    /// Keeps the verdict of attempt `id`'s words: the last two asked about
+    /// (a released turn's and the open utterance's attempt).
+    fn keep_words(&mut self, id: UtteranceId, words: Option<(WordsVerdict, u64)>) {
+        self.words.retain(|(seen, _)| *seen != id);
+        if self.words.len() == 2 {
+            self.words.remove(0);
+        }
+        self.words.push((id, words));
     }
 
     /// The verdict of attempt `id`'s words once held speech closes before
@@ -278,7 +294,7 @@ impl VadStage {
         };
         let verdict = sentence_end(&words);
         tracing::debug!(turn = id, words = ?words, ?verdict, ?took, "waited for the attempt's words");
-        self.words = Some((id, Some((verdict, 0))));
+        self.keep_words(id, Some((verdict, 0)));
         Some(verdict)
     }
 

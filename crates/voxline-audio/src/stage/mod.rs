@@ -79,9 +79,9 @@ pub struct VadStage {
     /// Whether the audio comes faster than real time (see
     /// [`VadStage::with_words_in_stream_time`]).
     words_in_stream_time: bool,
-    /// The words of the latest attempt asked about, once in: its id, and
-    /// their verdict with the stream position from which it counts.
-    words: Option<(UtteranceId, Option<(crate::turn::WordsVerdict, u64)>)>,
+    /// The words of the last two attempts asked about, once in: each id,
+    /// and their verdict with the stream position from which it counts.
+    words: Vec<(UtteranceId, Option<(crate::turn::WordsVerdict, u64)>)>,
 }
 
 impl std::fmt::Debug for VadStage {
@@ -114,7 +114,7 @@ impl VadStage {
             split_hold: None,
             lead_in: None,
             words_in_stream_time: false,
-            words: None,
+            words: Vec::new(),
         })
     }
 

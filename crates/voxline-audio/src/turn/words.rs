@@ -11,7 +11,8 @@
 //! whose last word can end a sentence is *complete*; one ending in a
 //! comma, a dash, an ellipsis, or on a word that cannot end one ("and",
 //! "the", "of", "um") is a *fragment*; anything else (no words, an
-//! annotation of a sound, no final mark) the words cannot tell.
+//! annotation of a sound, no final mark, nothing but numbers in digits:
+//! a group of a number read aloud) the words cannot tell.
 
 /// What the words of a transcript say about the end of the turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +55,11 @@ pub fn sentence_end(text: &str) -> WordsVerdict {
     if t.is_empty() || voxline_core::non_speech(t) || t.starts_with('[') {
         return WordsVerdict::Unknown;
     }
+    if digits_only(t) {
+        // a group of a number read aloud (a phone number, a code): whisper
+        // ends each group with a stop whether or not the string goes on
+        return WordsVerdict::Unknown;
+    }
     if t.ends_with("...") || t.ends_with('…') {
         return WordsVerdict::Fragment;
     }
@@ -81,6 +87,15 @@ pub fn sentence_end(text: &str) -> WordsVerdict {
         _ if NEVER_LAST.contains(&last.as_str()) => WordsVerdict::Fragment,
         _ => WordsVerdict::Unknown,
     }
+}
+
+/// Whether every word of `t` is a number written in digits ("1.", "2, 3",
+/// "0 7 9 1").
+fn digits_only(t: &str) -> bool {
+    t.split_whitespace().all(|w| {
+        let w = w.trim_matches(|c: char| !c.is_alphanumeric());
+        !w.is_empty() && w.chars().all(|c| c.is_ascii_digit())
+    })
 }
 
 #[cfg(test)]
@@ -131,6 +146,10 @@ mod tests {
             "(dramatic music)",
             "[BLANK_AUDIO]",
             "[noise: How far?]",
+            "1.",
+            "2, 3.",
+            "0 7 9 1.",
+            "415 238.",
             "what is the capital of France",
             "?!",
         ] {
