@@ -123,7 +123,8 @@ impl VadStage {
     /// (see [`TurnPolicy::words`]), are waited for, then counted from the
     /// stream position at which they would have come in real time: the
     /// attempt's position plus the time the recogniser's call took (from
-    /// when it held the cores). Without it the stream runs ahead of the
+    /// when it held the cores, less its thread's waits for a CPU other
+    /// processes held). Without it the stream runs ahead of the
     /// recogniser, and the words come too late to count.
     #[must_use]
     pub fn with_words_in_stream_time(mut self) -> Self {
