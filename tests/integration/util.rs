@@ -132,7 +132,6 @@ pub fn replay(
     (run, report)
 }
 
-/// Reads a JSON file (a report, a manifest) the test expects to exist.
 /// Whether `line` is a turn's transcript on the console (`[id] you: …`).
 /// Ids are not 1, 2, 3…: a cancelled attempt's id is skipped.
 pub fn is_transcript_line(line: &str) -> bool {
@@ -141,6 +140,7 @@ pub fn is_transcript_line(line: &str) -> bool {
         .is_some_and(|(id, _)| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// Reads a JSON file (a report, a manifest) the test expects to exist.
 pub fn read_json(path: &Path) -> serde_json::Value {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))

@@ -378,6 +378,9 @@ fn run_queue_wait() -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::EngineEvent;
+    use crate::message::TurnError;
+    use std::time::Instant;
 
     #[test]
     fn a_call_that_sleeps_took_its_whole_wait() {
@@ -392,9 +395,6 @@ mod tests {
         assert!(took >= Duration::from_millis(55), "{took:?}");
         assert!(took < Duration::from_secs(5), "{took:?}");
     }
-    use crate::event::EngineEvent;
-    use crate::message::TurnError;
-    use std::time::Instant;
 
     /// An engine's event, as the language model's tokens are.
     #[derive(Debug, Clone, PartialEq)]
