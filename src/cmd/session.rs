@@ -292,19 +292,26 @@ fn load_engines(
 
 /// Runs `f` on a thread of its own and waits for it or for a stop,
 /// whichever comes first (`None`: the stop; the thread is left to end with
-/// the process).
+/// the process). Where no thread can be made, `f` runs on this one.
 fn until_stopped<T: Send + 'static>(
     shutdown: &ShutdownHandle,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let f = std::sync::Arc::new(std::sync::Mutex::new(Some(f)));
+    let on_thread = std::sync::Arc::clone(&f);
     let spawned = std::thread::Builder::new()
         .name("server-check".into())
         .spawn(move || {
-            let _ = tx.send(f());
+            let f = on_thread.lock().ok().and_then(|mut f| f.take());
+            if let Some(f) = f {
+                let _ = tx.send(f());
+            }
         });
     if spawned.is_err() {
-        return None;
+        // the closure never left: run it here, a stop waits for it
+        let f = f.lock().ok().and_then(|mut f| f.take());
+        return f.map(|f| f());
     }
     loop {
         match rx.recv_timeout(std::time::Duration::from_millis(100)) {

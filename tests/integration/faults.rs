@@ -165,6 +165,28 @@ fn interrupt(child: &std::process::Child) {
     signal(child, "INT");
 }
 
+/// Waits for `child`'s first transcript line on its stdout, calls `stop`
+/// on it, reads the rest and checks it exited with Ctrl-C's 130.
+fn stop_after_the_first_transcript(
+    mut child: std::process::Child,
+    stop: impl FnOnce(&std::process::Child),
+) {
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| util::is_transcript_line(&l)));
+    stop(&child);
+    for _ in lines {}
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn a_signal_during_model_load_exits_with_the_interrupted_status() {
     let _g = util::engine_lock();
@@ -212,7 +234,7 @@ fn ctrl_c_in_a_fast_replay_stops_feeding_cancels_the_queue_and_marks_the_report(
     .iter()
     .map(|f| fixture(f))
     .collect();
-    let mut child = util::voxline_bin()
+    let child = util::voxline_bin()
         .arg("replay")
         .args(&files)
         .args(["--pace", "fast", "--max-tokens", "16"])
@@ -224,20 +246,7 @@ fn ctrl_c_in_a_fast_replay_stops_feeding_cancels_the_queue_and_marks_the_report(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|l| util::is_transcript_line(&l)));
-    interrupt(&child);
-    for _ in lines {}
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    stop_after_the_first_transcript(child, interrupt);
     let r = util::read_json(&report);
     assert_eq!(r["interrupted"], true);
     let answered = r["turns"]
@@ -258,7 +267,7 @@ fn a_second_ctrl_c_aborts_and_leaves_no_partial_file() {
     let _g = util::engine_lock();
     let dir = tempfile::tempdir().unwrap();
     let (report, events) = (dir.path().join("r.json"), dir.path().join("e.jsonl"));
-    let mut child = util::voxline_bin()
+    let child = util::voxline_bin()
         .args(["replay", &fixture("multi_turn.wav"), "--pace", "realtime"])
         .arg("--report-json")
         .arg(&report)
@@ -268,26 +277,15 @@ fn a_second_ctrl_c_aborts_and_leaves_no_partial_file() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|l| util::is_transcript_line(&l)));
-    assert!(
-        !partials(dir.path()).is_empty(),
-        "the event log is being written"
-    );
-    interrupt(&child);
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    interrupt(&child);
-    for _ in lines {}
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    stop_after_the_first_transcript(child, |child| {
+        assert!(
+            !partials(dir.path()).is_empty(),
+            "the event log is being written"
+        );
+        interrupt(child);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        interrupt(child);
+    });
     assert!(
         partials(dir.path()).is_empty(),
         "{:?}",
@@ -304,7 +302,7 @@ fn sigint_during_a_turn_finishes_it_and_writes_the_report() {
     // pipeline running seconds behind the audio on a loaded machine (every
     // turn already heard when the first is printed) still shows it stopped
     let three = fixture("multi_turn.wav");
-    let mut child = util::voxline_bin()
+    let child = util::voxline_bin()
         .args([
             "replay",
             &three,
@@ -321,20 +319,7 @@ fn sigint_during_a_turn_finishes_it_and_writes_the_report() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|l| util::is_transcript_line(&l)));
-    interrupt(&child);
-    for _ in lines {}
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    stop_after_the_first_transcript(child, interrupt);
     let r = util::read_json(&report);
     assert_eq!(r["interrupted"], true);
     let turns = r["turns"].as_array().unwrap();

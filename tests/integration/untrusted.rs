@@ -10,16 +10,19 @@ use crate::util;
 /// A server that answers every request with `reply` and keeps the head of
 /// each request it was sent; its `http://host:port`.
 fn hostile(reply: impl AsRef<[u8]> + Send + 'static) -> (String, Arc<Mutex<Vec<String>>>) {
-    serve_hostile(reply, false)
+    serve_hostile(Some(reply.as_ref().to_vec()), false)
+}
+
+/// A server that takes every request and never answers, holding each
+/// connection open; its `http://host:port` and the requests' heads.
+fn silent() -> (String, Arc<Mutex<Vec<String>>>) {
+    serve_hostile(None, true)
 }
 
 /// As [`hostile`]; with `hold`, each connection stays open after the reply,
 /// with nothing more sent on it (a stalled server), and a GET (the model
-/// list) is a 404.
-fn serve_hostile(
-    reply: impl AsRef<[u8]> + Send + 'static,
-    hold: bool,
-) -> (String, Arc<Mutex<Vec<String>>>) {
+/// list) is a 404; with no reply at all, nothing is ever sent.
+fn serve_hostile(reply: Option<Vec<u8>>, hold: bool) -> (String, Arc<Mutex<Vec<String>>>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -31,13 +34,17 @@ fn serve_hostile(
             let head = read_request(&s);
             let get = head.starts_with("GET ");
             kept.lock().unwrap().push(head);
+            let Some(reply) = &reply else {
+                held.push(s);
+                continue;
+            };
             if hold && get {
                 let _ = s.write_all(
                     b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
                 );
                 continue;
             }
-            let _ = s.write_all(reply.as_ref());
+            let _ = s.write_all(reply);
             if hold {
                 held.push(s);
             }
@@ -158,8 +165,11 @@ fn sigterm_ends_a_stalled_answer_within_seconds() {
     let _g = util::engine_lock();
     // one piece of an answer, then nothing more, the connection held open
     let (url, _) = serve_hostile(
-        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n\
-         data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Paris\"}}]}\n\n",
+        Some(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n\
+              data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Paris\"}}]}\n\n"
+                .to_vec(),
+        ),
         true,
     );
     let mut child = replay_against(&url)
@@ -190,49 +200,55 @@ fn sigterm_ends_a_stalled_answer_within_seconds() {
     }
     // the server now sends nothing; the read would wait 60 s
     std::thread::sleep(std::time::Duration::from_millis(500));
-    sigterm_ends_it_within_5_s(&mut child);
+    sigterm_ends_it_within_5_s(&mut child, "replay");
 }
 
 #[test]
 fn sigterm_during_the_start_up_check_of_a_silent_server_ends_it_at_once() {
     // a server that takes the model-list request and never answers; no
-    // engine loads before the check, so no engine lock
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let kept = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for s in l.incoming() {
-            let Ok(s) = s else { return };
-            kept.lock().unwrap().push(read_request(&s));
-            held.push(s);
-        }
-    });
-    let mut child = replay_against(&url)
-        .args(["--remote-timeout-s", "60", "--llm-model", "m"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t = std::time::Instant::now();
-    while !seen.lock().unwrap().iter().any(|h| h.starts_with("GET")) {
-        if t.elapsed() > std::time::Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("the model list was never asked for");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    // engine loads before the check, so no engine lock. Replay waits for
+    // the check beside its signal handler (exit 143); serve and the
+    // capacity bench check before they take the signals (killed by it).
+    let out = tempfile::tempdir().unwrap();
+    for what in ["replay", "serve", "bench --sessions"] {
+        let (url, seen) = silent();
+        let mut child = match what {
+            "replay" => replay_against(&url),
+            "serve" => {
+                let mut c = util::voxline_bin();
+                c.args(["serve", "--listen", "127.0.0.1:0", "--llm-url", &url]);
+                c
+            }
+            _ => {
+                let mut c = util::voxline_bin();
+                c.args(["bench", "--sessions", "1", "--fixtures"])
+                    .arg(util::fixture("q_capital.wav"))
+                    .arg("--out")
+                    .arg(out.path())
+                    .args(["--llm-url", &url])
+                    .arg("--models-dir")
+                    .arg(util::models_dir());
+                c
+            }
+        };
+        let mut child = child
+            .args(["--remote-timeout-s", "60", "--llm-model", "m"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_until_asked(&mut child, &seen, "GET", 60, what);
+        // the check would wait out its 60 s; one SIGTERM ends it
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        sigterm_ends_it_within_5_s(&mut child, what);
     }
-    // the check would wait out its 60 s; one SIGTERM ends it
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    sigterm_ends_it_within_5_s(&mut child);
 }
 
 #[test]
 fn sigterm_ends_a_stalled_transcription_within_seconds() {
     let _g = util::engine_lock();
     // a transcription server that takes the request and never answers
-    let (url, seen) = serve_hostile("", true);
+    let (url, seen) = serve_hostile(Some(Vec::new()), true);
     let mut child = util::voxline_bin()
         .arg("replay")
         .arg(util::fixture("q_capital.wav"))
@@ -244,29 +260,46 @@ fn sigterm_ends_a_stalled_transcription_within_seconds() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    wait_until_asked(&mut child, &seen, "POST", 120, "replay");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    sigterm_ends_it_within_5_s(&mut child, "replay");
+}
+
+/// Waits until the server behind `seen` was sent a `method` request
+/// (the child is killed, and the test fails, after `within_s`).
+fn wait_until_asked(
+    child: &mut std::process::Child,
+    seen: &Mutex<Vec<String>>,
+    method: &str,
+    within_s: u64,
+    what: &str,
+) {
     let t = std::time::Instant::now();
-    while !seen.lock().unwrap().iter().any(|h| h.starts_with("POST")) {
-        if t.elapsed() > std::time::Duration::from_secs(120) {
+    while !seen.lock().unwrap().iter().any(|h| h.starts_with(method)) {
+        if t.elapsed() > std::time::Duration::from_secs(within_s) {
             let _ = child.kill();
-            panic!("no transcription was asked for");
+            panic!("{what}: no {method} request came in {within_s} s");
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    sigterm_ends_it_within_5_s(&mut child);
 }
 
-/// Sends SIGTERM to `child` and checks that it ends within 5 s with 143.
-fn sigterm_ends_it_within_5_s(child: &mut std::process::Child) {
+/// SIGTERM ends `child` within 5 s, through its handler (exit 143) or,
+/// before one is installed, by the signal itself; no panic on the way.
+fn sigterm_ends_it_within_5_s(child: &mut std::process::Child, what: &str) {
     let (code, took) = util::signal_and_wait(child, "-TERM");
     let mut err = String::new();
     let _ = child.stderr.take().unwrap().read_to_string(&mut err);
     assert!(
         took < std::time::Duration::from_secs(5),
-        "SIGTERM took {took:?}: {err}"
+        "{what}: SIGTERM took {took:?}: {err}"
     );
-    assert_eq!(code, Some(143), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
+    // `None`: ended by the signal (the only one sent)
+    assert!(
+        matches!(code, Some(143) | None),
+        "{what}: exit {code:?}: {err}"
+    );
+    assert!(!err.contains("panicked"), "{what}: {err}");
 }
 
 /// A server that answers a GET (the model list) with a 404, and a POST with
