@@ -39,4 +39,14 @@ pub enum TtsError {
     /// Inference failed on one chunk.
     #[error("the neural voice failed: {0}")]
     Inference(String),
+    /// The chunk's answer was cancelled while it was being synthesised:
+    /// nothing of it is spoken.
+    #[error("the answer was cancelled while it was being spoken")]
+    Cancelled,
+    /// The voice took longer than its limit on one chunk and was stopped.
+    #[error("the voice took over {limit_ms} ms on one chunk and was stopped; the machine may be overloaded (try --voice espeak, or fewer sessions)")]
+    TooSlow {
+        /// The limit, ms.
+        limit_ms: u64,
+    },
 }

@@ -22,4 +22,4 @@ pub use error::TtsError;
 pub use message::{VoiceAudio, VoiceDone, VoiceInterrupted, VoiceOut, VoicePlayed};
 pub use piper::{Piper, PiperConfig};
 pub use stage::{TtsStage, BLOCK_MS, STAGE, STAGE_NAME};
-pub use voice::{Espeak, TextToSpeech, ESPEAK_PROGRAM};
+pub use voice::{Espeak, TextToSpeech, Until, CHUNK_LIMIT, ESPEAK_PROGRAM};

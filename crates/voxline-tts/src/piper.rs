@@ -20,7 +20,7 @@ use voxline_onnx::ort;
 use voxline_onnx::ort::session::Session;
 use voxline_onnx::ort::value::Tensor;
 
-use crate::voice::{check_espeak, run_espeak};
+use crate::voice::{check_espeak, run_espeak, Until, POLL};
 use crate::{TextToSpeech, TtsError};
 
 /// The voice's `.onnx.json`: what Piper needs from it.
@@ -196,6 +196,11 @@ impl Piper {
     /// # Errors
     /// When espeak-ng fails.
     pub fn phonemes(&self, text: &str) -> Result<String, TtsError> {
+        self.phonemes_until(text, &Until::never())
+    }
+
+    /// As [`Self::phonemes`], giving up as `until` says.
+    fn phonemes_until(&self, text: &str, until: &Until<'_>) -> Result<String, TtsError> {
         let parts = clauses(text);
         if parts.is_empty() {
             return Ok(String::new());
@@ -205,6 +210,7 @@ impl Piper {
         let out = run_espeak(
             &["-q", "-v", &self.config.espeak.voice, "--ipa", "--stdin"],
             &joined.join(".\n"),
+            until,
         )?;
         let text = String::from_utf8_lossy(&out);
         let lines: Vec<&str> = text
@@ -266,8 +272,9 @@ impl TextToSpeech for Piper {
         self.threads
     }
 
-    fn synthesize(&mut self, text: &str) -> Result<Vec<f32>, TtsError> {
-        let phonemes = self.phonemes(text)?;
+    fn synthesize_until(&mut self, text: &str, until: &Until<'_>) -> Result<Vec<f32>, TtsError> {
+        let started = std::time::Instant::now();
+        let phonemes = self.phonemes_until(text, until)?;
         let ids = self.ids(&phonemes);
         if ids.len() <= 4 {
             return Ok(Vec::new());
@@ -282,16 +289,48 @@ impl TextToSpeech for Piper {
             vec![inf.noise_scale, inf.length_scale, inf.noise_w],
         ))
         .map_err(fail)?;
-        let outputs = self
-            .session
-            .run(ort::inputs![
-                "input" => input,
-                "input_lengths" => lengths,
-                "scales" => scales,
-            ])
-            .map_err(fail)?;
-        let (_, audio) = outputs[0].try_extract_tensor::<f32>().map_err(fail)?;
-        Ok(audio.iter().map(|s| s.clamp(-1.0, 1.0)).collect())
+        let options = ort::session::RunOptions::new().map_err(fail)?;
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let (session, opts) = (&mut self.session, &options);
+        // a watcher ends the run at its next step once the answer is
+        // cancelled or the chunk is over its limit
+        let (run, stopped) = std::thread::scope(|s| {
+            let watcher = std::thread::Builder::new()
+                .name("voxline-piper-watch".into())
+                .spawn_scoped(s, move || loop {
+                    match finished.recv_timeout(POLL) {
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                        _ => return None,
+                    }
+                    if let Some(why) = until.stop_now(started) {
+                        let _ = opts.terminate();
+                        return Some(why);
+                    }
+                });
+            let run = session
+                .run_with_options(
+                    ort::inputs![
+                        "input" => input,
+                        "input_lengths" => lengths,
+                        "scales" => scales,
+                    ],
+                    &options,
+                )
+                .and_then(|outputs| {
+                    let (_, audio) = outputs[0].try_extract_tensor::<f32>()?;
+                    Ok(audio
+                        .iter()
+                        .map(|s| s.clamp(-1.0, 1.0))
+                        .collect::<Vec<f32>>())
+                });
+            drop(done);
+            let stopped = watcher.ok().and_then(|w| w.join().ok().flatten());
+            (run, stopped)
+        });
+        match (run, stopped) {
+            (_, Some(why)) => Err(why),
+            (run, None) => run.map_err(fail),
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use voxline_llm::LlmOut;
 
 use crate::chunk::Chunker;
 use crate::message::{VoiceAudio, VoiceDone, VoiceOut};
-use crate::TextToSpeech;
+use crate::{TextToSpeech, TtsError, Until, CHUNK_LIMIT};
 
 /// The stage's name in the pipeline.
 pub const STAGE_NAME: &str = "tts";
@@ -85,7 +85,15 @@ impl<V: TextToSpeech> TtsStage<V> {
             return Ok(());
         }
         let rate = self.voice.sample_rate();
-        match self.voice.synthesize(&text) {
+        // a cut answer's synthesis stops at once, not at the chunk's end
+        let probe = out.cancel_probe();
+        let cancelled = move || probe.is_cancelled();
+        let until = Until {
+            cancelled: &cancelled,
+            limit: CHUNK_LIMIT,
+        };
+        match self.voice.synthesize_until(&text, &until) {
+            Err(TtsError::Cancelled) => Ok(()),
             Ok(samples) => {
                 turn.chars += text.chars().count() as u32;
                 turn.samples += samples.len() as u64;

@@ -6,8 +6,9 @@
 //! it would any other tool, for the espeak voice and for the neural voice's
 //! phonemes alike.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::TtsError;
 
@@ -28,8 +29,64 @@ pub trait TextToSpeech: Send {
     ///
     /// # Errors
     /// The voice's own failure; the stage makes it a turn error.
-    fn synthesize(&mut self, text: &str) -> Result<Vec<f32>, TtsError>;
+    fn synthesize(&mut self, text: &str) -> Result<Vec<f32>, TtsError> {
+        self.synthesize_until(text, &Until::never())
+    }
+
+    /// As [`Self::synthesize`], giving up as soon as `until` says so: the
+    /// chunk's answer was cancelled (the user spoke over it, the run
+    /// stops) or the chunk took longer than its limit.
+    ///
+    /// # Errors
+    /// [`TtsError::Cancelled`], [`TtsError::TooSlow`], or the voice's own
+    /// failure.
+    fn synthesize_until(&mut self, text: &str, until: &Until<'_>) -> Result<Vec<f32>, TtsError>;
 }
+
+/// The longest one chunk (at most [`crate::chunk::MAX_CHUNK_CHARS`]
+/// characters) may take to synthesise: a few seconds on a busy 2-core CPU,
+/// so a voice still at it after this is stuck, and the chunk is a turn
+/// error rather than a stalled answer.
+pub const CHUNK_LIMIT: Duration = Duration::from_secs(30);
+
+/// When a chunk's synthesis stops early (see
+/// [`TextToSpeech::synthesize_until`]).
+pub struct Until<'a> {
+    /// Read while the voice works, from any thread: true once the chunk's
+    /// answer is cancelled.
+    pub cancelled: &'a (dyn Fn() -> bool + Sync),
+    /// The longest the chunk may take.
+    pub limit: Duration,
+}
+
+impl Until<'static> {
+    /// No cancel, and [`CHUNK_LIMIT`].
+    #[must_use]
+    pub fn never() -> Self {
+        Self {
+            cancelled: &|| false,
+            limit: CHUNK_LIMIT,
+        }
+    }
+}
+
+impl Until<'_> {
+    /// Why the work should stop now, `started` being when it began.
+    pub(crate) fn stop_now(&self, started: Instant) -> Option<TtsError> {
+        if (self.cancelled)() {
+            Some(TtsError::Cancelled)
+        } else if started.elapsed() > self.limit {
+            Some(TtsError::TooSlow {
+                limit_ms: u64::try_from(self.limit.as_millis()).unwrap_or(u64::MAX),
+            })
+        } else {
+            None
+        }
+    }
+}
+
+/// How often a chunk's synthesis looks at its [`Until`].
+pub(crate) const POLL: Duration = Duration::from_millis(5);
 
 /// The espeak-ng program's name.
 pub const ESPEAK_PROGRAM: &str = "espeak-ng";
@@ -44,8 +101,14 @@ pub struct Espeak {
 /// espeak-ng's output rate.
 const ESPEAK_RATE: u32 = 22_050;
 
-/// Runs espeak-ng with `args`, `text` on its standard input; its standard output.
-pub(crate) fn run_espeak(args: &[&str], text: &str) -> Result<Vec<u8>, TtsError> {
+/// Runs espeak-ng with `args`, `text` on its standard input; its standard
+/// output. The program is killed as soon as `until` says so.
+pub(crate) fn run_espeak(
+    args: &[&str],
+    text: &str,
+    until: &Until<'_>,
+) -> Result<Vec<u8>, TtsError> {
+    let started = Instant::now();
     let mut child = Command::new(ESPEAK_PROGRAM)
         .args(args)
         .stdin(Stdio::piped())
@@ -53,40 +116,90 @@ pub(crate) fn run_espeak(args: &[&str], text: &str) -> Result<Vec<u8>, TtsError>
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| TtsError::EspeakMissing(e.to_string()))?;
-    // the text goes on stdin: a chunk that starts with "-" is no option
-    let mut stdin = child
-        .stdin
-        .take()
-        .ok_or_else(|| TtsError::Espeak("no stdin".into()))?;
-    // written on a thread of its own while the output is read: espeak-ng
-    // writes as it reads, and once both pipes are full (64 KiB each) a
-    // writer that waits to read would wait forever
+    let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let (Some(mut stdin), Some(mut stdout), Some(mut stderr)) = pipes else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(TtsError::Espeak("no pipes to the program".into()));
+    };
     let text = text.to_owned();
-    let writer = std::thread::Builder::new()
-        .name("voxline-espeak-in".into())
-        .spawn(move || stdin.write_all(text.as_bytes()))
-        .map_err(|e| TtsError::Espeak(format!("starting the writer: {e}")))?;
-    let out = child
-        .wait_with_output()
-        .map_err(|e| TtsError::Espeak(e.to_string()))?;
-    writer
-        .join()
-        .map_err(|_| TtsError::Espeak("the writer panicked".into()))?
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    // each pipe on a thread of its own: espeak-ng writes as it reads, and
+    // once both pipes are full (64 KiB each) a writer that waits to read
+    // would wait forever (the text goes on stdin: a chunk that starts with
+    // "-" is no option)
+    let threads = std::thread::scope(|s| -> Result<_, TtsError> {
+        let spawn = |name: &str| std::thread::Builder::new().name(name.into());
+        let writer = thread_started(
+            spawn("voxline-espeak-in").spawn_scoped(s, move || stdin.write_all(text.as_bytes())),
+            &mut child,
+        )?;
+        let errors = spawn("voxline-espeak-err").spawn_scoped(s, move || {
+            let mut e = Vec::new();
+            let _ = (&mut stderr).take(4096).read_to_end(&mut e);
+            // the rest is read past, so the program never blocks on it
+            let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+            e
+        });
+        let errors = thread_started(errors, &mut child)?;
+        let reader = spawn("voxline-espeak-out").spawn_scoped(s, move || {
+            let mut out = Vec::new();
+            let r = stdout.read_to_end(&mut out).map(|_| out);
+            let _ = done_tx.send(());
+            r
+        });
+        let reader = thread_started(reader, &mut child)?;
+        // the output ends when the program does, or when it is killed
+        let mut stopped = None;
+        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(POLL) {
+            if let Some(why) = until.stop_now(started) {
+                let _ = child.kill();
+                stopped = Some(why);
+                break;
+            }
+        }
+        let status = child.wait().map_err(|e| TtsError::Espeak(e.to_string()));
+        let joined = (writer.join(), reader.join(), errors.join());
+        Ok((stopped, status, joined))
+    })?;
+    let (stopped, status, (written, read, errors)) = threads;
+    if let Some(why) = stopped {
+        return Err(why);
+    }
+    let status = status?;
+    let panicked = || TtsError::Espeak("a pipe's thread panicked".into());
+    let out = read
+        .map_err(|_| panicked())?
+        .map_err(|e| TtsError::Espeak(format!("reading its output: {e}")))?;
+    written
+        .map_err(|_| panicked())?
         .map_err(|e| TtsError::Espeak(format!("writing the text: {e}")))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
+    if !status.success() {
+        let err = errors.map_err(|_| panicked())?;
+        let err = String::from_utf8_lossy(&err);
         return Err(TtsError::Espeak(format!(
-            "{} ({})",
+            "{} ({status})",
             err.lines().next().unwrap_or("no message"),
-            out.status
         )));
     }
-    Ok(out.stdout)
+    Ok(out)
+}
+
+/// A thread for the program's pipes, started; when it could not be, the
+/// program is killed (so the threads already started end) and it is an error.
+fn thread_started<T>(
+    thread: std::io::Result<T>,
+    child: &mut std::process::Child,
+) -> Result<T, TtsError> {
+    thread.map_err(|e| {
+        let _ = child.kill();
+        TtsError::Espeak(format!("starting a thread for its pipes: {e}"))
+    })
 }
 
 /// Checks that espeak-ng runs and has voice `voice`.
 pub(crate) fn check_espeak(voice: &str) -> Result<(), TtsError> {
-    let out = run_espeak(&["-q", "-v", voice, "--ipa"], "a")?;
+    let out = run_espeak(&["-q", "-v", voice, "--ipa"], "a", &Until::never())?;
     if out.is_empty() {
         return Err(TtsError::Espeak(format!(
             "voice `{voice}` gave no phonemes; is espeak-ng-data installed?"
@@ -161,9 +274,9 @@ impl TextToSpeech for Espeak {
         ESPEAK_RATE
     }
 
-    fn synthesize(&mut self, text: &str) -> Result<Vec<f32>, TtsError> {
+    fn synthesize_until(&mut self, text: &str, until: &Until<'_>) -> Result<Vec<f32>, TtsError> {
         let wpm = self.words_per_minute.to_string();
-        let wav = run_espeak(&["-v", &self.voice, "-s", &wpm, "--stdout"], text)?;
+        let wav = run_espeak(&["-v", &self.voice, "-s", &wpm, "--stdout"], text, until)?;
         let (rate, samples) = wav_samples(&wav)?;
         if rate != ESPEAK_RATE {
             return Err(TtsError::Espeak(format!(
@@ -196,7 +309,11 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let text = "hello world ".repeat(10_000);
-            let _ = tx.send(run_espeak(&["-q", "-v", "en-us", "--ipa"], &text));
+            let _ = tx.send(run_espeak(
+                &["-q", "-v", "en-us", "--ipa"],
+                &text,
+                &Until::never(),
+            ));
         });
         let out = rx
             .recv_timeout(std::time::Duration::from_secs(120))
