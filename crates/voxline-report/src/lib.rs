@@ -48,6 +48,7 @@ use voxline_pipeline::pipeline::{Pace, RunResult};
 
 mod bottleneck;
 mod clocks;
+mod config;
 mod csv;
 mod gather;
 mod markdown;
