@@ -102,58 +102,68 @@ fn digits_only(t: &str) -> bool {
 mod tests {
     use super::{sentence_end, WordsVerdict};
 
+    /// Every one of `texts` reads as `verdict`.
+    fn all_read_as(verdict: WordsVerdict, texts: &[&str]) {
+        for t in texts {
+            assert_eq!(sentence_end(t), verdict, "{t:?}");
+        }
+    }
+
     #[test]
     fn finished_sentences_and_questions_are_complete() {
-        for t in [
-            "What is the capital of France?",
-            " What is the moon made of? ",
-            "Tell me a short story about a cat.",
-            "Okay.",
-            "Where are you from?",
-            "What is it for?",
-            "I need eggs, milk, bread, and a bag of rice.",
-            "Stop!",
-            "He said \"yes.\"",
-            "My number is 415-238-9901.",
-        ] {
-            assert_eq!(sentence_end(t), WordsVerdict::Complete, "{t:?}");
-        }
+        all_read_as(
+            WordsVerdict::Complete,
+            &[
+                "What is the capital of France?",
+                " What is the moon made of? ",
+                "Tell me a short story about a cat.",
+                "Okay.",
+                "Where are you from?",
+                "What is it for?",
+                "I need eggs, milk, bread, and a bag of rice.",
+                "Stop!",
+                "He said \"yes.\"",
+                "My number is 415-238-9901.",
+            ],
+        );
     }
 
     #[test]
     fn words_that_stop_midway_are_fragments() {
-        for t in [
-            "And so my fellow Americans,",
-            "I need eggs, milk, bread, and.",
-            "The code for the door is...",
-            "Set a timer for twenty minutes and then…",
-            "What is the capital of the?",
-            "I was thinking about.",
-            "My number is four one five -",
-            "Can you tell me um",
-            "The meeting is on Tuesday at.",
-            "I went to the.",
-        ] {
-            assert_eq!(sentence_end(t), WordsVerdict::Fragment, "{t:?}");
-        }
+        all_read_as(
+            WordsVerdict::Fragment,
+            &[
+                "And so my fellow Americans,",
+                "I need eggs, milk, bread, and.",
+                "The code for the door is...",
+                "Set a timer for twenty minutes and then…",
+                "What is the capital of the?",
+                "I was thinking about.",
+                "My number is four one five -",
+                "Can you tell me um",
+                "The meeting is on Tuesday at.",
+                "I went to the.",
+            ],
+        );
     }
 
     #[test]
     fn sounds_empty_text_and_no_final_mark_cannot_tell() {
-        for t in [
-            "",
-            "   ",
-            "(dramatic music)",
-            "[BLANK_AUDIO]",
-            "[noise: How far?]",
-            "1.",
-            "2, 3.",
-            "0 7 9 1.",
-            "415 238.",
-            "what is the capital of France",
-            "?!",
-        ] {
-            assert_eq!(sentence_end(t), WordsVerdict::Unknown, "{t:?}");
-        }
+        all_read_as(
+            WordsVerdict::Unknown,
+            &[
+                "",
+                "   ",
+                "(dramatic music)",
+                "[BLANK_AUDIO]",
+                "[noise: How far?]",
+                "1.",
+                "2, 3.",
+                "0 7 9 1.",
+                "415 238.",
+                "what is the capital of France",
+                "?!",
+            ],
+        );
     }
 }
