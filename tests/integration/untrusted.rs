@@ -418,3 +418,93 @@ fn a_flooding_server_is_cut_off_at_its_limits_and_memory_stays_bounded() {
         assert!(!err.contains("panicked"), "{what}: {err}");
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
+fn serve_on_a_hostile_language_model_errs_the_turn_keeps_serving_and_bounded() {
+    use crate::serve::{collect, send_all, Server};
+    use voxline_serve::client::WsClient;
+    use voxline_serve::protocol::{Hello, ServerEvent};
+    let _g = util::engine_lock();
+    // a well-behaved answer, a line of the stream that never ends, and
+    // pieces far past --max-tokens
+    let good = flooding(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n\
+         data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Paris\"},\"finish_reason\":\"stop\"}]}\n\n\
+         data: [DONE]\n\n",
+        String::new(),
+    );
+    let endless = flooding(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: ",
+        "x".repeat(8192),
+    );
+    let sse = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
+    let pieces = flooding(
+        sse,
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"la \"}}]}\n\n".to_owned(),
+    );
+    let question = util::read_16k(&util::fixture("q_capital.wav"));
+    for (what, url) in [
+        ("good", good),
+        ("endless line", endless),
+        ("pieces", pieces),
+    ] {
+        let server = Server::start(&["--llm-url", &url, "--llm-model", "m", "--max-sessions", "2"]);
+        // conversations one after the other on the same server: a bad
+        // answer leaves it serving the next; after the first (the
+        // session's engines warm), neither the streams nor the sessions
+        // leave anything behind (before the allocator's fix, each
+        // conversation grew the server by ~30 MB even with good answers)
+        let mut warm_mb = 0.0;
+        for round in 0..4 {
+            if round == 1 {
+                warm_mb = server.rss_mb();
+            }
+            let mut client = WsClient::connect(&server.url(), None, Hello::pcm16k()).unwrap();
+            send_all(&mut client, &question);
+            let log = collect(&mut client, std::time::Duration::from_secs(120));
+            let ended: Vec<&ServerEvent> = log
+                .iter()
+                .filter(|e| {
+                    matches!(
+                        e,
+                        ServerEvent::TurnError { .. } | ServerEvent::TurnComplete { .. }
+                    )
+                })
+                .collect();
+            assert_eq!(ended.len(), 1, "{what} #{round}: {log:?}");
+            match (what, ended[0]) {
+                ("endless line", ServerEvent::TurnError { message, .. }) => assert!(
+                    message.contains("line of the stream is over 65536 bytes"),
+                    "{what}: {message}"
+                ),
+                ("pieces", ServerEvent::TurnComplete { .. }) => {
+                    // held to --max-tokens (24 in these tests)
+                    let tokens = log
+                        .iter()
+                        .filter(|e| matches!(e, ServerEvent::Token { .. }))
+                        .count();
+                    assert_eq!(tokens, 24, "{what}: {log:?}");
+                }
+                ("good", ServerEvent::TurnComplete { .. }) => {}
+                (_, e) => panic!("{what} #{round}: ended with {e:?}"),
+            }
+        }
+        let grown = server.rss_mb() - warm_mb;
+        eprintln!(
+            "{what}: RSS {warm_mb:.0} MB warm, grew {grown:.1} MB over three more conversations"
+        );
+        assert!(
+            grown < 32.0,
+            "{what}: RSS grew {grown:.1} MB from {warm_mb:.0} MB"
+        );
+        server.interrupt();
+        let (code, said) = server.wait(std::time::Duration::from_secs(30));
+        // a server stopped by Ctrl-C ends as it should: 0
+        assert_eq!(code, Some(0), "{what}: {said:?}");
+        assert!(!said.iter().any(|l| l.contains("panicked")), "{said:?}");
+    }
+}
