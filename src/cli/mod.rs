@@ -91,7 +91,7 @@ pub(crate) struct LiveArgs {
     /// Input device: its id or name as `voxline devices` lists it (default: the system's default input).
     #[arg(long)]
     pub(crate) device: Option<String>,
-    /// Stop after this many turns.
+    /// Stop after this many turns (a turn of no words, a sound or a backchannel, is none).
     #[arg(long)]
     pub(crate) max_turns: Option<u64>,
     /// Stop after this long (e.g. `90s`, `5m`).
@@ -115,9 +115,14 @@ pub(crate) struct LiveArgs {
     /// the assistant's own voice from a loudspeaker does not stop it).
     #[arg(long, default_value_t = 0.8)]
     pub(crate) barge_in_threshold: f32,
-    /// Speech over the voice for this long, in ms, stops it.
+    /// Speech over the voice for this long, in ms, pauses it; its words then decide: a
+    /// backchannel ("uh-huh", "okay", a cough) plays on, anything else stops it.
     #[arg(long, default_value_t = 200, value_name = "MS")]
     pub(crate) barge_in_ms: u32,
+    /// Speech over the voice longer than this, in ms, is no backchannel: it stops the voice
+    /// without waiting for its words. 0: any speech over the voice stops it, whatever it says.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub(crate) backchannel_max_ms: u32,
     #[command(flatten)]
     pub(crate) out: SessionOutput,
     #[command(flatten)]

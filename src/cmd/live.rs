@@ -191,6 +191,7 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         barge_in: (!args.no_barge_in).then_some(voxline_audio::BargeInOptions {
             threshold: args.barge_in_threshold,
             min_speech_ms: args.barge_in_ms,
+            backchannel_max_ms: args.backchannel_max_ms,
         }),
         probe_host: false,
         before_load: &|| {

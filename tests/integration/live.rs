@@ -1071,3 +1071,192 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
         complete["stop"]
     );
 }
+
+/// `text` spoken by `voice`, written to `path` as a WAV for paplay.
+fn spoken_wav(voice: &mut dyn voxline_tts::TextToSpeech, text: &str, path: &Path) {
+    let samples = voice.synthesize(text).expect("the voice speaks");
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: voice.sample_rate(),
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    for s in samples {
+        w.write_sample((s.clamp(-1.0, 1.0) * 32_767.0) as i16)
+            .unwrap();
+    }
+    w.finalize().unwrap();
+}
+
+/// False interruptions through a real sound server: the user asks for a
+/// story, and while it is spoken says "uh-huh" (espeak-ng) and then "okay"
+/// (the Piper voice), 3 s apart. Each pauses the answer, is heard as a
+/// backchannel, and the answer plays on where it paused: neither is a turn,
+/// nothing is interrupted, and the report counts them. Then a real question
+/// over the same answer still stops it, and is answered.
+#[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
+fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
+    use std::time::{Duration, Instant};
+    let _g = util::engine_lock();
+    let pulse = Pulse::start_with_output();
+    let dir = pulse.dir.path().to_path_buf();
+    let (uh_huh, okay) = (dir.join("uh-huh.wav"), dir.join("okay.wav"));
+    let mut espeak = voxline_tts::Espeak::new().expect("espeak-ng runs");
+    spoken_wav(&mut espeak, "Uh-huh.", &uh_huh);
+    let models = util::models_dir();
+    let mut piper = voxline_tts::Piper::load(
+        &models.join("en_US-joe-medium.onnx"),
+        &models.join("libonnxruntime.so.1.31.1"),
+        1,
+    )
+    .expect("the neural voice is installed (voxline models fetch --voice piper)");
+    spoken_wav(&mut piper, "Okay.", &okay);
+    drop(piper);
+
+    let report = dir.join("report.json");
+    let events = dir.join("events.jsonl");
+    let (vox, err_thread) = speaking_live(
+        &pulse,
+        &["--max-turns", "2", "--max-tokens", "160"],
+        &report,
+        Some(&events),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let mut rec_out = recorder(&pulse, "voxout.monitor");
+    let heard = live_reader(rec_out.stdout.take().unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    let paplay = |file: &Path| {
+        let status = pulse
+            .client(&mut std::process::Command::new("paplay"))
+            .arg(file)
+            .status()
+            .expect("paplay (pulseaudio-utils) runs");
+        assert!(status.success(), "paplay failed");
+    };
+    paplay(&util::fixture("q_story.wav"));
+    let loud = |bytes: &[u8]| {
+        bytes
+            .chunks_exact(2)
+            .any(|b| i16::from_le_bytes([b[0], b[1]]).unsigned_abs() > 1_000)
+    };
+    let mut all: Vec<(Instant, Vec<u8>)> = Vec::new();
+    let answer_from = loop {
+        let (at, bytes) = heard
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the voice's sink stayed silent: no answer was spoken");
+        let is_loud = loud(&bytes);
+        all.push((at, bytes));
+        if is_loud {
+            break at;
+        }
+    };
+    std::thread::sleep(Duration::from_secs(1).saturating_sub(answer_from.elapsed()));
+    let mut ends = Vec::new();
+    for clip in [&uh_huh, &okay] {
+        paplay(clip);
+        ends.push(Instant::now());
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    paplay(&util::fixture("q_moon.wav"));
+    let out = vox.wait_with_output().unwrap();
+    let err = err_thread.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = rec_out.kill();
+    let _ = rec_out.wait();
+    all.extend(heard.try_iter());
+    assert_eq!(out.status.code(), Some(0), "{err}");
+
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let r = util::read_json(&report);
+    // the backchannels are in the detail, as turns of no words
+    let turns: Vec<&serde_json::Value> = r["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["non_speech"] != true)
+        .collect();
+    let seen: Vec<String> = lines
+        .iter()
+        .filter(|e| {
+            [
+                "transcript",
+                "voice_resumed",
+                "voice_interrupted",
+                "turn_complete",
+            ]
+            .contains(&e["type"].as_str().unwrap_or(""))
+        })
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        turns.len(),
+        2,
+        "the backchannels were turns:\n{}\n{err}",
+        seen.join("\n")
+    );
+    assert_eq!(r["summary"]["turns"], 2, "{}", r["summary"]);
+    let (first, next) = (turns[0], turns[1]);
+    let resumed: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|e| e["type"] == "voice_resumed")
+        .collect();
+    let interrupted: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|e| e["type"] == "voice_interrupted")
+        .collect();
+    // each backchannel paused the answer and it played on; the question stopped it
+    assert!(
+        !resumed.is_empty() && resumed.iter().all(|e| e["id"] == first["id"]),
+        "no false interruption was told from a real one: {resumed:?}\n{err}"
+    );
+    assert_eq!(
+        r["summary"]["false_interruptions"].as_u64(),
+        Some(resumed.len() as u64)
+    );
+    assert_eq!(interrupted.len(), 1, "{interrupted:?}\n{err}");
+    assert_eq!(interrupted[0]["id"], first["id"]);
+    assert!(
+        interrupted[0]["t_ms"].as_f64() > resumed.last().unwrap()["t_ms"].as_f64(),
+        "stopped before the last backchannel was resumed: {interrupted:?} {resumed:?}"
+    );
+    // the answer was heard again after each backchannel
+    for end in &ends {
+        let again = all.iter().any(|(at, bytes)| {
+            *at > *end + Duration::from_millis(300)
+                && *at < *end + Duration::from_millis(3_000)
+                && loud(bytes)
+        });
+        assert!(
+            again,
+            "the answer did not play on after a backchannel\n{err}"
+        );
+    }
+    assert!(
+        next["response"].as_str().is_some_and(|s| !s.is_empty()),
+        "the question over the answer was not answered: {next}"
+    );
+    let barge_in = first["barge_in_ms"].as_f64().unwrap();
+    assert!(barge_in <= 600.0, "{barge_in}");
+    eprintln!(
+        "false interruptions: {}; then barge-in {barge_in:.0} ms; heard {}",
+        resumed
+            .iter()
+            .map(|e| format!(
+                "{} ({:.0} ms paused)",
+                e["words"],
+                e["paused_ms"].as_f64().unwrap_or(0.0)
+            ))
+            .collect::<Vec<_>>()
+            .join(", "),
+        first["voice_heard"]
+    );
+}

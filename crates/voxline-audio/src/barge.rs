@@ -1,6 +1,9 @@
 //! The endpointer's side of barge-in: while the assistant's answer plays,
-//! a raised speech threshold, and the request to stop the voice once the
-//! user has spoken over it long enough ([`crate::VadStage::with_barge_in`]).
+//! a raised speech threshold; the request to pause the voice once the user
+//! has spoken over it long enough; the utterances sent meanwhile named to
+//! the barge-in state, whose words decide whether it resumes; and a stop
+//! once the speech goes on past the length of a backchannel
+//! ([`crate::VadStage::with_barge_in`]).
 
 use std::time::Instant;
 
@@ -15,8 +18,13 @@ pub struct BargeInOptions {
     /// than the usual threshold: the assistant's own voice reaching the
     /// microphone must not stop it).
     pub threshold: f32,
-    /// Speech over the answer this long, in ms, stops it.
+    /// Speech over the answer this long, in ms, pauses it until the words
+    /// heard decide (a backchannel resumes it).
     pub min_speech_ms: u32,
+    /// Speech over the answer this long, in ms, is no backchannel: it stops
+    /// the answer without waiting for its words. 0: any speech over the
+    /// answer stops it at `min_speech_ms`, whatever its words.
+    pub backchannel_max_ms: u32,
 }
 
 impl Default for BargeInOptions {
@@ -24,8 +32,18 @@ impl Default for BargeInOptions {
         Self {
             threshold: 0.8,
             min_speech_ms: 200,
+            backchannel_max_ms: 1_000,
         }
     }
+}
+
+/// What the speech over the answer asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Over {
+    /// Pause it until the words decide.
+    Hold,
+    /// Stop it.
+    Stop,
 }
 
 /// What the VAD stage keeps for barge-in.
@@ -35,8 +53,10 @@ pub(crate) struct BargeWatch {
     options: BargeInOptions,
     /// The endpointer's own threshold, when nothing plays.
     base: f32,
-    /// The turn whose answer this stage already asked to stop.
-    asked: Option<UtteranceId>,
+    /// The answer and the speech over it (its first speech frame, stream
+    /// position) this stage already asked to pause, and to stop.
+    asked: Option<(UtteranceId, u64)>,
+    stopped: Option<(UtteranceId, u64)>,
 }
 
 impl BargeWatch {
@@ -46,6 +66,7 @@ impl BargeWatch {
             options,
             base,
             asked: None,
+            stopped: None,
         }
     }
 
@@ -58,22 +79,49 @@ impl BargeWatch {
         }
     }
 
-    /// After the frames: where the user's speech over the playing answer
-    /// began (endpointer position), once it is long enough to stop it —
-    /// once per answer.
-    pub(crate) fn speech_over_answer(&mut self, open: Option<OpenUtterance<'_>>) -> Option<u64> {
+    /// After the frames: what the user's speech over the playing answer
+    /// asks for, and where it began (stream position): a pause once it is
+    /// `min_speech_ms` long, a stop once it is longer than a backchannel
+    /// (each once per answer and utterance).
+    pub(crate) fn speech_over_answer(
+        &mut self,
+        open: Option<OpenUtterance<'_>>,
+        origin: u64,
+    ) -> Option<(Over, u64)> {
         let (id, open) = self.barge.playing().zip(open)?;
-        let min =
-            u64::from(self.options.min_speech_ms) * u64::from(voxline_core::SAMPLE_RATE) / 1000;
-        if self.asked == Some(id) || open.end_sample.saturating_sub(open.first_speech) < min {
+        let ms = |ms: u32| u64::from(ms) * u64::from(voxline_core::SAMPLE_RATE) / 1000;
+        let span = open.end_sample.saturating_sub(open.first_speech);
+        let key = (id, open.first_speech + origin);
+        let max = self.options.backchannel_max_ms;
+        if max > 0 && span >= ms(max.max(self.options.min_speech_ms)) && self.stopped != Some(key) {
+            self.stopped = Some(key);
+            self.asked = Some(key);
+            return Some((Over::Stop, key.1));
+        }
+        if span < ms(self.options.min_speech_ms) || self.asked == Some(key) {
             return None;
         }
-        self.asked = Some(id);
-        Some(open.first_speech)
+        self.asked = Some(key);
+        if max == 0 {
+            self.stopped = Some(key);
+            return Some((Over::Stop, key.1));
+        }
+        Some((Over::Hold, key.1))
     }
 
-    /// Asks for the voice to stop: the speech began at `start`.
-    pub(crate) fn request(&self, start: Instant) {
-        self.barge.request(start, Instant::now());
+    /// Asks for the voice to pause or stop: the speech began at `start`.
+    pub(crate) fn request(&self, over: Over, start: Instant) {
+        match over {
+            Over::Hold => self.barge.request(start, Instant::now()),
+            Over::Stop => self.barge.confirm(start, Instant::now()),
+        }
+    }
+
+    /// The stage sends utterance `id`, ending at `end_sample`: if it holds
+    /// speech heard over the paused answer, its words decide the pause.
+    pub(crate) fn sending(&self, id: UtteranceId, end_sample: u64) {
+        if self.asked.is_some_and(|(_, from)| end_sample > from) {
+            self.barge.heard_over(id);
+        }
     }
 }

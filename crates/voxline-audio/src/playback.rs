@@ -11,7 +11,10 @@
 //!   the device (the stream's `playback` timestamp, mapped onto the session
 //!   clock through the one moment the callback reads both clocks). When
 //!   asked to [`interrupt`](Speaker::interrupt) it fades out over
-//!   [`FADE_MS`] and then drops what is queued.
+//!   [`FADE_MS`] and then drops what is queued; asked to
+//!   [`pause`](SpeakerControl::pause) it fades out and plays silence,
+//!   keeping what is queued, until it [resumes](SpeakerControl::resume)
+//!   with a fade in.
 //! - **the feeding side** ([`Speaker::play`], from the thread that owns the
 //!   speaker) resamples each block to the device's rate and pushes it into
 //!   the ring, waiting for room when the ring is full (a few seconds of
@@ -79,6 +82,8 @@ struct Shared {
     mark_played_ns: AtomicU64,
     /// Fade out, then drop what is queued.
     interrupt: AtomicBool,
+    /// Fade out and play silence, keeping what is queued (until cleared).
+    paused: AtomicBool,
     /// Samples dropped by interrupts.
     dropped: AtomicU64,
     /// Interrupts done (fade finished, queue dropped).
@@ -356,9 +361,22 @@ impl SpeakerControl {
     }
 
     /// Stops what is playing: the callback fades out over [`FADE_MS`] and
-    /// drops the rest of what is queued. Returns at once.
+    /// drops the rest of what is queued (a paused speaker drops it at once,
+    /// and plays again what is queued after). Returns at once.
     pub fn interrupt(&self) {
         self.shared.interrupt.store(true, Ordering::Release);
+    }
+
+    /// Pauses what is playing: the callback fades out over [`FADE_MS`] and
+    /// plays silence, keeping what is queued. Returns at once.
+    pub fn pause(&self) {
+        self.shared.paused.store(true, Ordering::Release);
+    }
+
+    /// Plays on where [`SpeakerControl::pause`] stopped, fading in over
+    /// [`FADE_MS`].
+    pub fn resume(&self) {
+        self.shared.paused.store(false, Ordering::Release);
     }
 }
 
@@ -409,6 +427,7 @@ fn speaker_thread(
             channels: usize::from(config.channels().max(1)),
             rate: config.sample_rate(),
             fade_left: None,
+            level: usize::MAX,
         };
         let stream = match config.sample_format() {
             SampleFormat::F32 => build::<f32>(&device, &stream_config, cb),
@@ -482,6 +501,9 @@ struct Callback {
     rate: u32,
     /// Frames of fade left once an interrupt began.
     fade_left: Option<usize>,
+    /// The pause's gain, in frames of fade (the fade's length: full; 0:
+    /// paused, silent).
+    level: usize,
 }
 
 impl Callback {
@@ -498,15 +520,27 @@ impl Callback {
             .latency_ns
             .store(latency.as_nanos() as u64, Ordering::Relaxed);
         let fade_frames = (self.rate * FADE_MS / 1000).max(1) as usize;
+        let paused = self.shared.paused.load(Ordering::Acquire);
+        self.level = self.level.min(fade_frames);
         if self.fade_left.is_none() && self.shared.interrupt.swap(false, Ordering::AcqRel) {
-            self.fade_left = Some(fade_frames);
+            // already silent when paused: nothing to fade
+            self.fade_left = Some(if self.level == 0 { 0 } else { fade_frames });
         }
         let mark = self.shared.mark.load(Ordering::Acquire);
         let mut taken = self.shared.taken.load(Ordering::Acquire);
         let mut ran_dry = false;
         for (i, frame) in data.chunks_mut(self.channels).enumerate() {
             let mut s = 0.0f32;
-            if self.fade_left != Some(0) {
+            // the pause's fade, frame by frame
+            let gain = if paused {
+                self.level = self.level.saturating_sub(1);
+                self.level as f32 / fade_frames as f32
+            } else {
+                self.level = (self.level + 1).min(fade_frames);
+                self.level as f32 / fade_frames as f32
+            };
+            let held = paused && self.level == 0 && gain == 0.0;
+            if self.fade_left != Some(0) && !held {
                 match self.consumer.pop() {
                     Ok(x) => {
                         if mark != 0 && taken + 1 == mark {
@@ -526,6 +560,7 @@ impl Callback {
                     s *= *left as f32 / fade_frames as f32;
                     *left = left.saturating_sub(1);
                 }
+                s *= gain;
             }
             let v = T::from_sample(s);
             for out in frame.iter_mut() {

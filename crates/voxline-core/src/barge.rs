@@ -2,25 +2,98 @@
 //!
 //! Three parts of a pipeline that speaks share one [`BargeIn`]: the output
 //! that plays the voice says which turn is playing
-//! ([`BargeIn::set_playing`]); the endpointer, hearing speech over it,
-//! asks for the voice to stop ([`BargeIn::request`]); the output stops it
-//! and records what the user heard of the answer ([`BargeIn::interrupt`]).
-//! From then on the runtime treats the turn as interrupted: its inputs
-//! still queued are skipped, a call working on it reads cancelled from its
-//! probe, and every stage hears of it before its next input
+//! ([`BargeIn::set_playing`]); the endpointer, hearing speech over it, asks
+//! the output to pause ([`BargeIn::request`]); the output pauses it at once
+//! ([`BargeIn::hold`]) and the words heard over the answer decide:
+//!
+//! - a backchannel ("uh-huh", "okay", a cough, fewer than two words that
+//!   are not a command, see [`backchannel`]) resumes the answer where it
+//!   paused, and is not a turn: a *false interruption*;
+//! - anything else, or speech that goes on past the length of a
+//!   backchannel ([`BargeIn::confirm`]), stops it: the output drops what is
+//!   queued and records what the user heard of the answer
+//!   ([`BargeIn::interrupt`]).
+//!
+//! The words reach the hold without any stage's help: the endpointer names
+//! the utterances it sends while the answer is held
+//! ([`BargeIn::heard_over`]), and the runtime hands every transcript of
+//! such an utterance to [`BargeIn::words`] as the recogniser emits it.
+//!
+//! From an interruption on the runtime treats the turn as interrupted: its
+//! inputs still queued are skipped, a call working on it reads cancelled
+//! from its probe, and every stage hears of it before its next input
 //! ([`Stage::interrupted`](crate::Stage::interrupted)) — the language model
 //! keeps in its history only what was heard.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::message::UtteranceId;
+
+/// What the endpointer asks of the voice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// Pause it until the words heard over it decide.
+    Hold,
+    /// Stop it now.
+    Stop,
+}
+
+/// The endpointer's request: the user's speech began at `speech_start`
+/// and was sure at `detected`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// When the user's speech began.
+    pub speech_start: Instant,
+    /// When the endpointer was sure of it.
+    pub detected: Instant,
+    /// What it asks.
+    pub ask: Ask,
+}
+
+/// An answer paused while the words heard over it are awaited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// The turn whose answer is paused.
+    pub turn: UtteranceId,
+    /// The request that paused it.
+    pub request: Request,
+    /// When the device fell silent.
+    pub stopped: Instant,
+    /// When it was paused.
+    pub since: Instant,
+}
+
+/// How a hold ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A backchannel, or nothing that became words: play on. The words
+    /// heard (`None`: none came).
+    Resume(Hold, Option<String>),
+    /// A real interruption: stop the answer.
+    Stop(Hold),
+}
+
+/// How long a hold waits for words when the endpointer sent nothing to
+/// the recogniser (the sound was too short to be kept): then it resumes.
+pub const HOLD_WITHOUT_SPEECH: Duration = Duration::from_millis(2_500);
+
+/// How long a hold waits for the words of what the endpointer sent: then
+/// it resumes, with a warning (a recogniser this slow is a fault).
+pub const HOLD_FOR_WORDS: Duration = Duration::from_secs(8);
 
 #[derive(Debug, Default)]
 struct State {
     playing: Option<UtteranceId>,
-    /// The user's speech start and when it was detected, not yet served.
-    request: Option<(Instant, Instant)>,
+    /// The endpointer's request, not yet served.
+    request: Option<Request>,
+    /// The answer paused, if one is.
+    hold: Option<Hold>,
+    /// The utterances heard over the held answer (or over the answer a
+    /// request not yet served will hold).
+    over: Vec<UtteranceId>,
+    /// How the hold ended, for the output to act on.
+    verdict: Option<Verdict>,
     /// Interrupted turns and what was heard of each, in order.
     interrupted: Vec<(UtteranceId, String)>,
 }
@@ -34,6 +107,97 @@ pub struct BargeIn {
 /// Interrupted turns remembered (older ones are forgotten; a stage hears of
 /// each as it happens).
 const KEEP: usize = 64;
+
+/// Words that end an answer however few they are.
+const COMMANDS: &[&str] = &[
+    "stop", "wait", "no", "nope", "pause", "quiet", "enough", "cancel", "hold", "hang", "shush",
+    "silence", "hey", "actually", "but", "what", "why", "how", "who", "where", "when", "which",
+    "repeat", "again", "louder", "slower", "sorry", "pardon",
+];
+
+/// Words of agreement, attention and hesitation: a listener's, not a turn.
+const LISTENING: &[&str] = &[
+    "uh",
+    "huh",
+    "uhhuh",
+    "mm",
+    "mmm",
+    "hm",
+    "hmm",
+    "mhm",
+    "mmhmm",
+    "hmhm",
+    "um",
+    "umm",
+    "ah",
+    "ahh",
+    "oh",
+    "ooh",
+    "aha",
+    "yeah",
+    "yea",
+    "yes",
+    "yep",
+    "yup",
+    "ok",
+    "okay",
+    "kay",
+    "right",
+    "alright",
+    "all",
+    "sure",
+    "i",
+    "see",
+    "got",
+    "it",
+    "gotcha",
+    "cool",
+    "nice",
+    "great",
+    "good",
+    "fine",
+    "wow",
+    "true",
+    "exactly",
+    "indeed",
+    "interesting",
+    "really",
+    "thanks",
+    "thank",
+    "you",
+    "understood",
+    "totally",
+    "definitely",
+    "absolutely",
+    "perfect",
+    "awesome",
+    "go",
+    "on",
+];
+
+/// Whether `text`, heard over the assistant's answer, is a listener's
+/// backchannel rather than a turn: no words at all (a cough, a sound
+/// whisper annotates), fewer than two words, or only words of agreement
+/// and attention ("uh-huh", "mm-hmm", "okay", "yeah, I see", "go on") —
+/// unless one of them asks the assistant to stop or is a question word
+/// ("stop", "wait", "no", "what?").
+#[must_use]
+pub fn backchannel(text: &str) -> bool {
+    if crate::message::non_speech(text) {
+        return true;
+    }
+    let lower = text.to_lowercase();
+    let words: Vec<String> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '-'))
+        .filter(|w| w.chars().any(char::is_alphanumeric))
+        // "uh-huh", "mm-hmm": one word
+        .map(|w| w.chars().filter(|c| c.is_alphanumeric()).collect())
+        .collect();
+    if words.iter().any(|w| COMMANDS.contains(&w.as_str())) {
+        return false;
+    }
+    words.len() < 2 || words.iter().all(|w| LISTENING.contains(&w.as_str()))
+}
 
 impl BargeIn {
     /// Nothing playing, nothing interrupted.
@@ -59,18 +223,120 @@ impl BargeIn {
 
     /// The endpointer heard the user start speaking at `speech_start`
     /// (detected at `detected`) while an answer plays: asks the output to
-    /// stop. A no-op when nothing plays.
+    /// pause it until the words decide. A no-op when nothing plays or an
+    /// answer is already held.
     pub fn request(&self, speech_start: Instant, detected: Instant) {
         let mut s = self.lock();
-        if s.playing.is_some() && s.request.is_none() {
-            s.request = Some((speech_start, detected));
+        if s.playing.is_some() && s.request.is_none() && s.hold.is_none() {
+            s.request = Some(Request {
+                speech_start,
+                detected,
+                ask: Ask::Hold,
+            });
+            s.over.clear();
         }
     }
 
-    /// Takes the pending request, if any: `(speech start, detected)`.
+    /// The speech over the answer is no backchannel (it went on too long):
+    /// a held answer stops, a pause not yet served becomes a stop, and an
+    /// answer playing again after a false interruption is stopped, from
+    /// `speech_start`.
+    pub fn confirm(&self, speech_start: Instant, detected: Instant) {
+        let mut s = self.lock();
+        if let Some(h) = s.hold.take() {
+            s.verdict = Some(Verdict::Stop(h));
+        } else if let Some(r) = s.request.as_mut() {
+            r.ask = Ask::Stop;
+        } else if s.playing.is_some() && s.verdict.is_none() {
+            s.request = Some(Request {
+                speech_start,
+                detected,
+                ask: Ask::Stop,
+            });
+        }
+    }
+
+    /// Takes the pending request, if any.
     #[must_use]
-    pub fn take_request(&self) -> Option<(Instant, Instant)> {
+    pub fn take_request(&self) -> Option<Request> {
         self.lock().request.take()
+    }
+
+    /// The output paused turn `turn`'s answer for `request`; the device is
+    /// silent from `stopped`.
+    pub fn hold(&self, turn: UtteranceId, request: Request, stopped: Instant) {
+        self.lock().hold = Some(Hold {
+            turn,
+            request,
+            stopped,
+            since: Instant::now(),
+        });
+    }
+
+    /// Whether an answer is held, or about to be, for the words heard over
+    /// it.
+    #[must_use]
+    pub fn holding(&self) -> bool {
+        let s = self.lock();
+        s.hold.is_some() || s.request.is_some_and(|r| r.ask == Ask::Hold)
+    }
+
+    /// The endpointer sends utterance `id` while an answer is held (or
+    /// about to be): its words decide the hold.
+    pub fn heard_over(&self, id: UtteranceId) {
+        let mut s = self.lock();
+        if s.hold.is_some() || s.request.is_some_and(|r| r.ask == Ask::Hold) {
+            s.over.push(id);
+        }
+    }
+
+    /// Whether utterance `id` was heard over a held answer that its words
+    /// have not yet decided (the recogniser then marks a backchannel as no
+    /// turn, see [`backchannel`]).
+    #[must_use]
+    pub fn is_over_held(&self, id: UtteranceId) -> bool {
+        let s = self.lock();
+        s.verdict.is_none() && s.over.contains(&id)
+    }
+
+    /// The recogniser heard `text` in utterance `id`: if it was heard over
+    /// the held answer, the words decide (the runtime calls this for every
+    /// transcript a stage emits).
+    pub fn words(&self, id: UtteranceId, text: &str) {
+        let mut s = self.lock();
+        if !s.over.contains(&id) {
+            return;
+        }
+        if let Some(h) = s.hold.take() {
+            s.verdict = Some(if backchannel(text) {
+                Verdict::Resume(h, Some(text.to_owned()))
+            } else {
+                Verdict::Stop(h)
+            });
+        } else if let Some(r) = s.request.as_mut().filter(|_| !backchannel(text)) {
+            r.ask = Ask::Stop;
+        }
+    }
+
+    /// How the hold ended, once it has: the output resumes or stops the
+    /// answer. A hold no words came for resumes after
+    /// [`HOLD_WITHOUT_SPEECH`] (nothing was sent to the recogniser) or
+    /// [`HOLD_FOR_WORDS`].
+    #[must_use]
+    pub fn take_verdict(&self) -> Option<Verdict> {
+        let mut s = self.lock();
+        if let Some(v) = s.verdict.take() {
+            return Some(v);
+        }
+        let limit = if s.over.is_empty() {
+            HOLD_WITHOUT_SPEECH
+        } else {
+            HOLD_FOR_WORDS
+        };
+        if s.hold.as_ref().is_some_and(|h| h.since.elapsed() >= limit) {
+            return s.hold.take().map(|h| Verdict::Resume(h, None));
+        }
+        None
     }
 
     /// The output stopped turn `id`'s answer; the user heard `heard` of it.
@@ -116,7 +382,8 @@ mod tests {
         b.set_playing(Some(3));
         b.request(now, now);
         b.request(now, Instant::now());
-        assert_eq!(b.take_request(), Some((now, now)), "the first request wins");
+        let r = b.take_request().unwrap();
+        assert_eq!((r.speech_start, r.detected, r.ask), (now, now, Ask::Hold));
         assert!(b.take_request().is_none());
         b.interrupt(3, "Paris is".into());
         assert_eq!(b.playing(), None);
@@ -126,5 +393,101 @@ mod tests {
         assert!(b.since(cursor).0.is_empty());
         b.interrupt(3, "again".into());
         assert_eq!(b.since(0).1, 1, "once per turn");
+    }
+
+    /// The output's side of a hold: request, pause, and a verdict.
+    fn held(b: &BargeIn, over: UtteranceId) -> Request {
+        let now = Instant::now();
+        b.set_playing(Some(1));
+        b.request(now, now);
+        b.heard_over(over);
+        let r = b.take_request().unwrap();
+        b.hold(1, r, now);
+        r
+    }
+
+    #[test]
+    fn the_words_heard_over_a_held_answer_resume_or_stop_it() {
+        let b = BargeIn::new();
+        let r = held(&b, 7);
+        assert!(b.holding() && b.is_over_held(7) && !b.is_over_held(8));
+        b.words(8, "Tell me about Mars instead.");
+        assert!(b.take_verdict().is_none(), "not the words heard over it");
+        b.words(7, "Uh-huh.");
+        match b.take_verdict() {
+            Some(Verdict::Resume(h, Some(w))) => {
+                assert_eq!((h.turn, h.request, w.as_str()), (1, r, "Uh-huh."))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!b.holding() && b.take_verdict().is_none());
+
+        let b = BargeIn::new();
+        held(&b, 7);
+        b.words(7, "Tell me about Mars instead.");
+        assert!(matches!(b.take_verdict(), Some(Verdict::Stop(h)) if h.turn == 1));
+
+        // long speech stops it before any words
+        let b = BargeIn::new();
+        held(&b, 7);
+        let now = Instant::now();
+        b.confirm(now, now);
+        assert!(matches!(b.take_verdict(), Some(Verdict::Stop(_))));
+        assert!(b.take_request().is_none(), "stopped once");
+        // ... and a request not yet served becomes a stop
+        b.set_playing(Some(2));
+        b.request(now, now);
+        b.confirm(now, now);
+        assert_eq!(b.take_request().map(|r| r.ask), Some(Ask::Stop));
+        // ... and an answer that plays on after a false interruption is stopped
+        b.confirm(now, now);
+        assert_eq!(b.take_request().map(|r| r.ask), Some(Ask::Stop));
+    }
+
+    #[test]
+    fn a_hold_no_words_come_for_resumes() {
+        let b = BargeIn::new();
+        let now = Instant::now();
+        b.set_playing(Some(1));
+        b.request(now, now);
+        let r = b.take_request().unwrap();
+        let long_ago = now.checked_sub(HOLD_WITHOUT_SPEECH).unwrap_or(now);
+        b.hold(1, r, now);
+        b.lock().hold.as_mut().unwrap().since = long_ago;
+        assert!(matches!(b.take_verdict(), Some(Verdict::Resume(_, None))));
+    }
+
+    #[test]
+    fn backchannels_are_told_from_turns() {
+        for text in [
+            "Uh-huh.",
+            "Mm-hmm.",
+            "Okay.",
+            "Yeah.",
+            "Yeah, I see.",
+            "(coughing)",
+            "",
+            "Right, right.",
+            "Okay, got it.",
+            "Go on.",
+            "Thank you.",
+            "Paris.",
+            "[BLANK_AUDIO]",
+        ] {
+            assert!(backchannel(text), "{text:?} is a backchannel");
+        }
+        for text in [
+            "Stop.",
+            "Wait.",
+            "No.",
+            "What?",
+            "Tell me about Mars.",
+            "Okay, but what about Mars?",
+            "How far is the moon?",
+            "Yes please.",
+            "Sorry?",
+        ] {
+            assert!(!backchannel(text), "{text:?} is a turn");
+        }
     }
 }

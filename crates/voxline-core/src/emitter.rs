@@ -115,6 +115,17 @@ impl CancelProbe {
             .is_some_and(|(b, id)| b.is_interrupted(id))
     }
 
+    /// Whether this input was heard over an answer that is held until its
+    /// words decide ([`crate::BargeIn::is_over_held`]): a recogniser marks
+    /// a [`crate::backchannel`] in it as no turn.
+    #[must_use]
+    pub fn is_over_held_answer(&self) -> bool {
+        self.barge
+            .as_ref()
+            .zip(self.id)
+            .is_some_and(|(b, id)| b.is_over_held(id))
+    }
+
     /// Whether the work should stop now.
     #[must_use]
     pub fn is_cancelled(&self) -> bool {
@@ -335,6 +346,10 @@ impl<'a, T: Message> Emitter<'a, T> {
         // opinion while it waits on the pause (see `SpecBoard::words`)
         if let (Some(board), Some(id), Some(words)) = (&self.probe.board, id, item.words()) {
             board.note_words(id, words);
+        }
+        // words heard over the assistant's held answer resume or stop it
+        if let (Some(barge), Some(id), Some(words)) = (&self.probe.barge, id, item.words()) {
+            barge.words(id, words);
         }
         // Published before the item is sent on: a downstream stage that
         // takes it at once and publishes what it made cannot get its event

@@ -81,7 +81,7 @@ pub mod spec;
 pub mod stage;
 pub mod topology;
 
-pub use barge::BargeIn;
+pub use barge::{backchannel, BargeIn};
 pub use clock::{Clock, StreamTime, SAMPLE_RATE};
 pub use cpu::{CpuGovernor, FreeCores, LeaseGuard, MeterGuard, Priority, ThreadMeter};
 pub use edge::{

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use voxline_core::{Clock, PipelineEvent, Span, TimedEvent, Topology, Transcript, UtteranceInfo};
 use voxline_llm::{Token, TurnComplete};
-use voxline_tts::{VoiceAudio, VoiceDone, VoiceInterrupted, VoicePlayed};
+use voxline_tts::{VoiceAudio, VoiceDone, VoiceInterrupted, VoicePlayed, VoiceResumed};
 
 use super::clocks;
 use super::schema::{StageWork, TurnReport};
@@ -49,6 +49,8 @@ pub(crate) struct Gathered {
     voice_played: Option<Instant>,
     /// The user spoke over it (barge-in).
     voice_interrupted: Option<VoiceInterrupted>,
+    /// Backchannels over it that it played on after.
+    voice_resumed: u32,
     /// Whether the pipeline speaks: the turn ends with its voice.
     pub(crate) speaks: bool,
     /// How the semantic end of turn ended it.
@@ -102,6 +104,8 @@ impl Gathered {
                     self.voice_played.get_or_insert(ev.at);
                 } else if let Some(i) = e.downcast_ref::<VoiceInterrupted>() {
                     self.voice_interrupted = Some(i.clone());
+                } else if e.downcast_ref::<VoiceResumed>().is_some() {
+                    self.voice_resumed += 1;
                 } else if let Some(t) = e.downcast_ref::<voxline_audio::turn::EndOfTurn>() {
                     self.end_of_turn = Some(*t);
                 } else if let Some(s) = e.downcast_ref::<voxline_llm::ServerTurn>() {
@@ -311,6 +315,7 @@ pub(crate) fn turn_report(
         t.barge_in_ms = Some(i.barge_in_ms());
         t.voice_heard = Some(i.heard.clone());
     }
+    t.false_interruptions = g.voice_resumed;
     let voice_calls = g.calls(voxline_tts::STAGE_NAME);
     if let Some((start, out)) = voice_calls.and_then(|c| c.first_out_start.zip(c.first_out)) {
         t.tts_first_audio_ms = Some(ms(start.0, out));

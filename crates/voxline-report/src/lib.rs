@@ -210,6 +210,7 @@ pub fn build(
         tts_first_audio_ms: pick(&|t| t.tts_first_audio_ms),
         tts_rtfx: pick(&|t| t.tts_rtfx),
         barge_in_ms: pick(&|t| t.barge_in_ms),
+        false_interruptions: turns.iter().map(|t| t.false_interruptions).sum(),
         wer: (!wers.is_empty()).then(|| wers.iter().sum::<f64>() / wers.len() as f64),
         engine_threads_peak: run.engine_threads_peak,
         dropped: dropped_total(run),

@@ -125,6 +125,9 @@ pub struct TurnReport {
     /// Barge-in: what the user heard of the answer (what the conversation
     /// keeps of it, marked interrupted); null when it was not interrupted.
     pub voice_heard: Option<String>,
+    /// False interruptions: times the user's speech over the answer paused
+    /// it and was a backchannel, so it played on.
+    pub false_interruptions: u32,
     /// The response shown → the first audio (both clocks; not in the JSON).
     #[serde(skip)]
     pub voice_after_shown_ms: Option<f64>,
@@ -309,6 +312,9 @@ pub struct Summary {
     pub tts_rtfx: Option<Percentiles>,
     /// Barge-in: the user's speech start → playback stopped, per interrupted turn.
     pub barge_in_ms: Option<Percentiles>,
+    /// False interruptions over all answers: speech over the voice that
+    /// paused it and was a backchannel ("uh-huh", a cough), so it played on.
+    pub false_interruptions: u32,
     /// Mean word error rate over turns with a sidecar.
     pub wer: Option<f64>,
     /// Audio dropped (capture ring and audio queue together), in 16 kHz

@@ -306,13 +306,19 @@ impl Tally {
     /// Adds a reported turn to the summary and keeps its detail.
     fn count(&mut self, t: TurnReport) {
         let s = &mut self.summary;
-        s.turns += 1;
+        s.false_interruptions += t.false_interruptions;
+        // a turn of no words (a sound, a backchannel over the voice) is
+        // kept in the detail but, as in a whole-run report, not counted
+        s.non_speech += usize::from(t.non_speech);
+        s.turns += usize::from(!t.non_speech);
         s.completed += usize::from(t.response.is_some());
         s.errors += usize::from(t.error.is_some());
         s.warmup_turns += usize::from(t.warmup);
-        self.first_latency.get_or_insert(t.response_latency_ms);
-        self.tokens.add(&t);
-        if !t.warmup {
+        if !t.non_speech {
+            self.first_latency.get_or_insert(t.response_latency_ms);
+            self.tokens.add(&t);
+        }
+        if !t.warmup && !t.non_speech {
             let v = &mut self.series;
             for (series, value) in [
                 (&mut v.response, t.response_latency_ms),

@@ -125,6 +125,15 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
             }
             None => text,
         };
+        // a listener's "uh-huh" over the assistant's paused answer is not a
+        // turn: the answer plays on (the runtime hands these words to the
+        // barge-in state, which resumes it)
+        let text = if probe.is_over_held_answer() && voxline_core::backchannel(&text) {
+            tracing::info!(turn = u.id, words = %text.escape_debug(), "a backchannel over the answer: it plays on");
+            backchannel_annotation(&text)
+        } else {
+            text
+        };
         // A speculative attempt is never a forced split: only real chunks are carried.
         if u.forced_split {
             self.carry = Some((u.id, normalise(&t.text)));
@@ -148,16 +157,30 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
 /// ([`voxline_core::non_speech`]) and the report still shows the guess.
 #[must_use]
 pub fn noise_annotation(text: &str) -> String {
+    annotation("noise", text)
+}
+
+/// The annotation a backchannel heard over the assistant's held answer
+/// ([`voxline_core::backchannel`]) becomes: `[backchannel: what was
+/// said]`, which nothing answers (the answer plays on).
+#[must_use]
+pub fn backchannel_annotation(text: &str) -> String {
+    annotation("backchannel", text)
+}
+
+/// `[kind: text]`, with the text's own brackets and stars taken out so
+/// that the whole reads as an annotation ([`voxline_core::non_speech`]).
+fn annotation(kind: &str, text: &str) -> String {
     let guess: String = text
         .chars()
         .filter(|c| !matches!(c, '[' | ']' | '(' | ')' | '{' | '}' | '*'))
         .collect();
-    format!("[noise: {}]", guess.trim())
+    format!("[{kind}: {}]", guess.trim())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::noise_annotation;
+    use super::{backchannel_annotation, noise_annotation};
 
     #[test]
     fn a_noise_annotation_is_non_speech_and_keeps_the_guess() {
@@ -167,5 +190,10 @@ mod tests {
             assert!(a.starts_with("[noise:"), "{a:?}");
         }
         assert_eq!(noise_annotation("How far?"), "[noise: How far?]");
+        let a = backchannel_annotation("Uh-huh.");
+        assert!(
+            voxline_core::non_speech(&a) && a == "[backchannel: Uh-huh.]",
+            "{a:?}"
+        );
     }
 }

@@ -19,7 +19,7 @@ mod voice;
 
 pub use chunk::Chunker;
 pub use error::TtsError;
-pub use message::{VoiceAudio, VoiceDone, VoiceInterrupted, VoiceOut, VoicePlayed};
+pub use message::{VoiceAudio, VoiceDone, VoiceInterrupted, VoiceOut, VoicePlayed, VoiceResumed};
 pub use piper::{Piper, PiperConfig};
 pub use stage::{TtsStage, BLOCK_MS, STAGE, STAGE_NAME};
 pub use voice::{Espeak, TextToSpeech, Until, CHUNK_LIMIT, ESPEAK_PROGRAM};

@@ -73,7 +73,9 @@ impl EngineEvent for VoicePlayed {
 }
 
 /// Barge-in: the user spoke over the answer to turn `id`, and its playback
-/// stopped (the event's instant: when the fade ended at the device).
+/// stopped (the event's instant: when the stop was decided; `stopped`: when
+/// the device fell silent, which for an answer first paused for the words
+/// heard over it is when it paused).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VoiceInterrupted {
     /// The turn whose answer was stopped.
@@ -123,6 +125,53 @@ impl EngineEvent for VoiceInterrupted {
             "detected_ms": clock.ms_since_origin(self.detected),
             "barge_in_ms": self.barge_in_ms(),
             "stop_ms": self.stop_ms(),
+        }))
+    }
+}
+
+/// A false interruption: the user's speech over the answer to turn `id`
+/// paused it, and was a backchannel ("uh-huh", a cough, see
+/// [`voxline_core::backchannel`]), so it played on where it paused (the
+/// event's instant: when it resumed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoiceResumed {
+    /// The turn whose answer played on.
+    pub id: UtteranceId,
+    /// What was heard over it (`None`: no words came in time).
+    pub words: Option<String>,
+    /// When the user's speech began.
+    pub speech_start: std::time::Instant,
+    /// When the playback was silent at the device.
+    pub stopped: std::time::Instant,
+    /// When it played on.
+    pub resumed: std::time::Instant,
+}
+
+impl VoiceResumed {
+    /// How long the answer was silent, ms.
+    #[must_use]
+    pub fn paused_ms(&self) -> f64 {
+        self.resumed
+            .saturating_duration_since(self.stopped)
+            .as_secs_f64()
+            * 1000.0
+    }
+}
+
+/// `"type": "voice_resumed"`: what was heard over the answer, and how long
+/// it was paused.
+impl EngineEvent for VoiceResumed {
+    fn kind(&self) -> &'static str {
+        "voice_resumed"
+    }
+    fn utterance_id(&self) -> Option<UtteranceId> {
+        Some(self.id)
+    }
+    fn fields_json(&self, clock: &Clock) -> Result<String, serde_json::Error> {
+        serde_json::to_string(&serde_json::json!({
+            "words": self.words,
+            "speech_start_ms": clock.ms_since_origin(self.speech_start),
+            "paused_ms": self.paused_ms(),
         }))
     }
 }

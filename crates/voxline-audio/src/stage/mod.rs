@@ -308,11 +308,21 @@ impl VadStage {
         let Some(w) = self.barge.as_mut() else {
             return;
         };
-        if let Some(first_speech) = w.speech_over_answer(self.endpointer.open_utterance()) {
-            let start = self.wall_of(first_speech + origin);
+        if let Some((over, first_speech)) =
+            w.speech_over_answer(self.endpointer.open_utterance(), origin)
+        {
+            let start = self.wall_of(first_speech);
             if let Some(w) = &self.barge {
-                w.request(start);
+                w.request(over, start);
             }
+        }
+    }
+
+    /// Utterance `id`, ending at `end_sample`, is about to be sent: named to
+    /// the barge-in state if it was heard over a paused answer.
+    fn sending(&self, id: voxline_core::UtteranceId, end_sample: u64) {
+        if let Some(w) = &self.barge {
+            w.sending(id, end_sample);
         }
     }
 
@@ -475,6 +485,7 @@ impl VadStage {
         }
         .after(self.lead_in_for(own_start).as_ref());
         self.last_forced = seg.forced_split.then_some(id);
+        self.sending(id, end_sample);
         out.emit(Utterance {
             id,
             start_sample: head.start,

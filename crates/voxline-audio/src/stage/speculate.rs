@@ -91,6 +91,7 @@ impl VadStage {
             sent_at: pos,
             judged: self.turn.as_ref().and_then(|j| j.decision(start)),
         });
+        self.sending(id, end);
         out.emit(Utterance {
             id,
             start_sample: head.start,

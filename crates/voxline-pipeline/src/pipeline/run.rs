@@ -366,8 +366,13 @@ where
                     if let Some(h) = &hook {
                         h(&ev);
                     }
+                    // a turn of no words (a sound, a backchannel over the
+                    // voice) is no turn: it does not count towards the limit
                     if matches!(ev.event, PipelineEvent::TurnError(_))
-                        || ev.event.engine::<TurnComplete>().is_some()
+                        || ev
+                            .event
+                            .engine::<TurnComplete>()
+                            .is_some_and(|c| !voxline_core::non_speech(&c.transcript))
                     {
                         done_counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }

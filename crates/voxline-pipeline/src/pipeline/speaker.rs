@@ -22,11 +22,13 @@ struct Queued {
 /// reaches the device, is published as [`voxline_tts::VoicePlayed`].
 ///
 /// Barge-in: a watcher thread serves the endpointer's requests
-/// ([`voxline_core::BargeIn`]): it stops the playback (a fade, then what is
-/// queued is dropped), works out what the user heard — the chunks whose
-/// playback began — and marks the turn interrupted, which the runtime
-/// carries to every stage; the rest of the turn's audio still arriving is
-/// dropped here.
+/// ([`voxline_core::BargeIn`]): it pauses the playback (a fade, what is
+/// queued kept) until the words heard over it decide. A backchannel plays
+/// on where it paused (a false interruption, `voice_resumed`). A real
+/// interruption stops it: what is queued is dropped, the user heard the
+/// chunks whose playback began, and the turn is marked interrupted, which
+/// the runtime carries to every stage; the rest of the turn's audio still
+/// arriving is dropped here.
 #[derive(Clone)]
 pub(super) struct Voice {
     feed: Arc<Mutex<voxline_audio::Speaker>>,
@@ -119,14 +121,32 @@ impl Voice {
         }
     }
 
-    /// The watcher: serves barge-in requests, and says when nothing plays.
+    /// The watcher: serves barge-in requests and verdicts, and says when
+    /// nothing plays.
     fn watch(&self) {
         while !self.stop.load(Ordering::Acquire) {
             std::thread::sleep(std::time::Duration::from_millis(2));
-            if let Some((speech_start, detected)) = self.barge.take_request() {
+            if let Some(r) = self.barge.take_request() {
                 if let Some(id) = self.barge.playing() {
-                    self.interrupt(id, speech_start, detected);
+                    match r.ask {
+                        voxline_core::barge::Ask::Hold => {
+                            self.control.pause();
+                            let silent = Instant::now() + self.control.output_latency();
+                            self.barge.hold(id, r, silent);
+                        }
+                        voxline_core::barge::Ask::Stop => {
+                            self.interrupt(id, r.speech_start, r.detected, None);
+                        }
+                    }
                 }
+            }
+            match self.barge.take_verdict() {
+                Some(voxline_core::barge::Verdict::Stop(h)) => {
+                    let r = h.request;
+                    self.interrupt(h.turn, r.speech_start, r.detected, Some(h.stopped));
+                }
+                Some(voxline_core::barge::Verdict::Resume(h, words)) => self.resume(&h, words),
+                None => {}
             }
             // an answer plays until all of it has been synthesised and played
             let playing = self.barge.playing();
@@ -137,33 +157,103 @@ impl Voice {
         }
     }
 
-    fn interrupt(&self, id: u64, speech_start: Instant, detected: Instant) {
-        let (before, dropped_before) = (self.control.interrupts(), self.control.dropped());
+    /// A false interruption: the answer plays on where it paused.
+    fn resume(&self, h: &voxline_core::barge::Hold, words: Option<String>) {
+        self.control.resume();
+        let resumed = Instant::now() + self.control.output_latency();
+        match &words {
+            Some(w) => {
+                tracing::info!(turn = h.turn, words = %w.escape_debug(), "a false interruption: the answer plays on")
+            }
+            None => tracing::info!(
+                turn = h.turn,
+                "a false interruption (no words came): the answer plays on"
+            ),
+        }
+        self.publish(
+            Instant::now(),
+            voxline_tts::VoiceResumed {
+                id: h.turn,
+                words,
+                speech_start: h.request.speech_start,
+                stopped: h.stopped,
+                resumed,
+            },
+        );
+    }
+
+    /// Drops what the device has queued (the callback does, at its next
+    /// buffer), waiting up to 200 ms for it.
+    fn drop_queued(&self) {
+        let before = self.control.interrupts();
         self.control.interrupt();
         let deadline = Instant::now() + std::time::Duration::from_millis(200);
         while self.control.interrupts() == before && Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        // silent at the device once what the device already holds has played
-        let stopped = Instant::now() + self.control.output_latency();
-        let played_to = self.control.taken() - (self.control.dropped() - dropped_before);
-        let heard: Vec<String> = locked(&self.log)
-            .iter()
-            .filter(|q| q.turn == id && q.at < played_to)
-            .map(|q| q.text.to_string())
-            .collect();
-        let heard = heard.join(" ");
-        self.barge.interrupt(id, heard.clone());
+    }
+
+    /// Stops turn `id`'s answer for the user's speech: silent at once (or
+    /// since `silent`, when it was paused), what is queued dropped, and
+    /// nothing more of it played.
+    fn interrupt(
+        &self,
+        id: u64,
+        speech_start: Instant,
+        detected: Instant,
+        silent: Option<Instant>,
+    ) {
+        let dropped_before = self.control.dropped();
+        // silent first, so nothing plays while what is queued is dropped
+        self.control.pause();
+        let stopped = silent.unwrap_or_else(|| Instant::now() + self.control.output_latency());
+        self.drop_queued();
+        let heard = loop {
+            // A block being pushed (or waiting for room in the paused ring)
+            // holds the feed: drop again, which also ends its wait, until it
+            // is let go. Then no block is being pushed, one pushed after the
+            // first drop goes too, and from the mark on the rest of the turn
+            // is not played.
+            let feed = match self.feed.try_lock() {
+                Ok(f) => f,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    self.drop_queued();
+                    continue;
+                }
+            };
+            if self.control.is_playing() {
+                self.drop_queued();
+            }
+            let played_to = self.control.taken() - (self.control.dropped() - dropped_before);
+            let heard: Vec<String> = locked(&self.log)
+                .iter()
+                .filter(|q| q.turn == id && q.at < played_to)
+                .map(|q| q.text.to_string())
+                .collect();
+            let heard = heard.join(" ");
+            self.barge.interrupt(id, heard.clone());
+            drop(feed);
+            break heard;
+        };
+        self.control.resume();
+        self.publish(
+            Instant::now().max(stopped),
+            voxline_tts::VoiceInterrupted {
+                id,
+                heard,
+                speech_start,
+                detected,
+                stopped,
+            },
+        );
+    }
+
+    fn publish(&self, at: Instant, event: impl voxline_core::EngineEvent + PartialEq) {
         if let Some(b) = locked(&self.bus).as_ref() {
             b.publish(TimedEvent {
-                at: stopped,
-                event: PipelineEvent::engine_event(voxline_tts::VoiceInterrupted {
-                    id,
-                    heard,
-                    speech_start,
-                    detected,
-                    stopped,
-                }),
+                at,
+                event: PipelineEvent::engine_event(event),
             });
         }
     }
@@ -171,6 +261,8 @@ impl Voice {
     /// Lets what is queued play out (when `drain`), stops the device and
     /// the watcher, and says what it did; the event bus is let go.
     pub(super) fn finish(self, drain: bool) -> crate::pipeline::VoiceOutputReport {
+        // an answer still held plays on
+        self.control.resume();
         let deadline = Instant::now() + std::time::Duration::from_secs(30);
         while drain && self.control.is_playing() && Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
