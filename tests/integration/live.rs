@@ -1072,6 +1072,26 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
     );
 }
 
+/// A cough, for paplay: 250 ms of noise, low-passed, with a sharp attack
+/// and a decay, at 16 kHz.
+fn write_cough(path: &Path) {
+    let mut seed = 0x2545_f491_u32;
+    let mut low = 0.0f32;
+    let samples: Vec<i16> = (0..4_000)
+        .map(|i| {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            let white = seed as f32 / u32::MAX as f32 * 2.0 - 1.0;
+            low += 0.3 * (white - low);
+            let t = i as f32 / 16_000.0;
+            let envelope = (t / 0.01).min(1.0) * (-t / 0.08).exp();
+            (low * envelope * 3.0 * 32_767.0).clamp(-32_767.0, 32_767.0) as i16
+        })
+        .collect();
+    write_wav(path, &samples);
+}
+
 /// `text` spoken by `voice`, written to `path` as a WAV for paplay.
 fn spoken_wav(voice: &mut dyn voxline_tts::TextToSpeech, text: &str, path: &Path) {
     let samples = voice.synthesize(text).expect("the voice speaks");
@@ -1090,11 +1110,13 @@ fn spoken_wav(voice: &mut dyn voxline_tts::TextToSpeech, text: &str, path: &Path
 }
 
 /// False interruptions through a real sound server: the user asks for a
-/// story, and while it is spoken says "uh-huh" (espeak-ng) and then "okay"
-/// (the Piper voice), 3 s apart. Each pauses the answer, is heard as a
-/// backchannel, and the answer plays on where it paused: neither is a turn,
-/// nothing is interrupted, and the report counts them. Then a real question
-/// over the same answer still stops it, and is answered.
+/// story, and while it is spoken says "uh-huh", "mm-hmm", "okay", "yeah",
+/// "right" (espeak-ng and the Piper voice) and coughs, 3.5 s apart. Each
+/// that the endpointer hears pauses the answer, is heard as a backchannel,
+/// and the answer plays on where it paused: none is a turn, nothing is
+/// interrupted, the report counts them, and the answer is heard again after
+/// each. Then a real question over the same answer still stops it, and is
+/// answered.
 #[test]
 #[cfg_attr(
     not(feature = "slow-tests"),
@@ -1105,9 +1127,8 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
     let _g = util::engine_lock();
     let pulse = Pulse::start_with_output();
     let dir = pulse.dir.path().to_path_buf();
-    let (uh_huh, okay) = (dir.join("uh-huh.wav"), dir.join("okay.wav"));
+    // the backchannels, by both voices, and a cough
     let mut espeak = voxline_tts::Espeak::new().expect("espeak-ng runs");
-    spoken_wav(&mut espeak, "Uh-huh.", &uh_huh);
     let models = util::models_dir();
     let mut piper = voxline_tts::Piper::load(
         &models.join("en_US-joe-medium.onnx"),
@@ -1115,8 +1136,27 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
         1,
     )
     .expect("the neural voice is installed (voxline models fetch --voice piper)");
-    spoken_wav(&mut piper, "Okay.", &okay);
+    let mut clips = Vec::new();
+    for (i, (text, neural)) in [
+        ("Uh-huh.", false),
+        ("Mm-hmm.", true),
+        ("Okay.", true),
+        ("Yeah.", false),
+        ("Right.", true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = dir.join(format!("backchannel-{i}.wav"));
+        let voice: &mut dyn voxline_tts::TextToSpeech =
+            if neural { &mut piper } else { &mut espeak };
+        spoken_wav(voice, text, &path);
+        clips.push(path);
+    }
     drop(piper);
+    let cough = dir.join("cough.wav");
+    write_cough(&cough);
+    clips.push(cough);
 
     let report = dir.join("report.json");
     let events = dir.join("events.jsonl");
@@ -1157,10 +1197,10 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
     };
     std::thread::sleep(Duration::from_secs(1).saturating_sub(answer_from.elapsed()));
     let mut ends = Vec::new();
-    for clip in [&uh_huh, &okay] {
+    for clip in &clips {
         paplay(clip);
         ends.push(Instant::now());
-        std::thread::sleep(Duration::from_secs(3));
+        std::thread::sleep(Duration::from_millis(3_500));
     }
     paplay(&util::fixture("q_moon.wav"));
     let out = vox.wait_with_output().unwrap();
@@ -1232,7 +1272,7 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
     for end in &ends {
         let again = all.iter().any(|(at, bytes)| {
             *at > *end + Duration::from_millis(300)
-                && *at < *end + Duration::from_millis(3_000)
+                && *at < *end + Duration::from_millis(3_400)
                 && loud(bytes)
         });
         assert!(

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use voxline_core::{Clock, PipelineEvent, Span, TimedEvent, Topology, Transcript, UtteranceInfo};
 use voxline_llm::{Token, TurnComplete};
-use voxline_tts::{VoiceAudio, VoiceDone, VoiceInterrupted, VoicePlayed, VoiceResumed};
+use voxline_tts::{VoiceAudio, VoiceDone, VoiceEnded, VoiceInterrupted, VoicePlayed, VoiceResumed};
 
 use super::clocks;
 use super::schema::{StageWork, TurnReport};
@@ -51,6 +51,8 @@ pub(crate) struct Gathered {
     voice_interrupted: Option<VoiceInterrupted>,
     /// Backchannels over it that it played on after.
     voice_resumed: u32,
+    /// It played to its end on the output device.
+    voice_ended: bool,
     /// Whether the pipeline speaks: the turn ends with its voice.
     pub(crate) speaks: bool,
     /// How the semantic end of turn ended it.
@@ -106,6 +108,8 @@ impl Gathered {
                     self.voice_interrupted = Some(i.clone());
                 } else if e.downcast_ref::<VoiceResumed>().is_some() {
                     self.voice_resumed += 1;
+                } else if e.downcast_ref::<VoiceEnded>().is_some() {
+                    self.voice_ended = true;
                 } else if let Some(t) = e.downcast_ref::<voxline_audio::turn::EndOfTurn>() {
                     self.end_of_turn = Some(*t);
                 } else if let Some(s) = e.downcast_ref::<voxline_llm::ServerTurn>() {
@@ -152,7 +156,14 @@ impl Gathered {
     /// Whether the turn has ended: answered (and spoken, in a pipeline that
     /// speaks), or failed.
     pub(crate) fn ended(&self) -> bool {
-        let spoken = self.voice_done.is_some() || self.voice_interrupted.is_some();
+        // on a device, the answer is over once it has played (what is
+        // heard over it, a pause and a stop, comes after its synthesis)
+        let spoken = self.voice_interrupted.is_some()
+            || if self.voice_played.is_some() {
+                self.voice_ended
+            } else {
+                self.voice_done.is_some()
+            };
         let answered = self.done.is_some() && (!self.speaks || spoken);
         answered || self.error.is_some()
     }

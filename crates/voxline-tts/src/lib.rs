@@ -19,7 +19,9 @@ mod voice;
 
 pub use chunk::Chunker;
 pub use error::TtsError;
-pub use message::{VoiceAudio, VoiceDone, VoiceInterrupted, VoiceOut, VoicePlayed, VoiceResumed};
+pub use message::{
+    VoiceAudio, VoiceDone, VoiceEnded, VoiceInterrupted, VoiceOut, VoicePlayed, VoiceResumed,
+};
 pub use piper::{Piper, PiperConfig};
 pub use stage::{TtsStage, BLOCK_MS, STAGE, STAGE_NAME};
 pub use voice::{Espeak, TextToSpeech, Until, CHUNK_LIMIT, ESPEAK_PROGRAM};

@@ -72,6 +72,28 @@ impl EngineEvent for VoicePlayed {
     }
 }
 
+/// The answer to turn `id` has played to its end on the output device (a
+/// live session; the event's instant is when the output found nothing more
+/// of it to play).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct VoiceEnded {
+    /// The utterance answered.
+    pub id: UtteranceId,
+}
+
+/// `"type": "voice_ended"`: the answer played to its end.
+impl EngineEvent for VoiceEnded {
+    fn kind(&self) -> &'static str {
+        "voice_ended"
+    }
+    fn utterance_id(&self) -> Option<UtteranceId> {
+        Some(self.id)
+    }
+    fn fields_json(&self, _: &Clock) -> Result<String, serde_json::Error> {
+        Ok("{}".into())
+    }
+}
+
 /// Barge-in: the user spoke over the answer to turn `id`, and its playback
 /// stopped (the event's instant: when the stop was decided; `stopped`: when
 /// the device fell silent, which for an answer first paused for the words

@@ -150,9 +150,11 @@ impl Voice {
             }
             // an answer plays until all of it has been synthesised and played
             let playing = self.barge.playing();
-            if playing.is_some() && playing == *locked(&self.complete) && !self.control.is_playing()
+            if let Some(id) = playing
+                .filter(|p| Some(*p) == *locked(&self.complete) && !self.control.is_playing())
             {
                 self.barge.set_playing(None);
+                self.publish(Instant::now(), voxline_tts::VoiceEnded { id });
             }
         }
     }
