@@ -764,9 +764,12 @@ fn speaking_live(
         // the default filter, and what the conversation keeps after a barge-in
         .env(
             "VOXLINE_LOG",
-            "warn,voxline_core=error,voxline_audio=error,voxline_llm=info,llama-cpp-2=off,whisper_rs=off,symphonia=off",
+            "warn,voxline_core=error,voxline_audio=error,voxline_llm=info,voxline_stt::stage=debug,llama-cpp-2=off,whisper_rs=off,symphonia=off",
         )
-        .args(["live", "--voice", "espeak", "--max-duration", "90s"])
+        .arg("live")
+        // espeak-ng for 90 s at most, unless the test says otherwise
+        .args(if extra.contains(&"--voice") { &[][..] } else { &["--voice", "espeak"][..] })
+        .args(if extra.contains(&"--max-duration") { &[][..] } else { &["--max-duration", "90s"][..] })
         .args(extra)
         .arg("--models-dir")
         .arg(util::models_dir())
@@ -1299,4 +1302,125 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
             .join(", "),
         first["voice_heard"]
     );
+}
+
+/// The assistant's own voice through a loudspeaker: a private PulseAudio
+/// whose loopback plays the voice's sink into the microphone's, 40 ms late
+/// and `db` down. One question is asked; while and after the answer plays,
+/// what the microphone hears of it is echo, and must not become a turn:
+/// nothing but the question is answered (no loop of the assistant
+/// answering itself), and the report counts the echoes it dropped.
+fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64) {
+    use std::time::Duration;
+    let _g = util::engine_lock();
+    let pulse = Pulse::start_with(
+        "load-module module-null-sink sink_name=voxout rate=22050 channels=1 format=s16le\n\
+         load-module module-loopback source=voxout.monitor sink=voxsink latency_msec=40\n",
+    );
+    // the loopback's level: the echo path's attenuation
+    let inputs = pulse
+        .client(std::process::Command::new("pactl").args(["list", "short", "sink-inputs"]))
+        .output()
+        .unwrap();
+    let inputs = String::from_utf8_lossy(&inputs.stdout).to_string();
+    let loopback = inputs
+        .lines()
+        .find(|l| l.contains("loopback"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no loopback among {inputs}"))
+        .to_owned();
+    let factor = format!("{:.4}", 10f64.powf(db / 20.0));
+    let status = pulse
+        .client(std::process::Command::new("pactl").args([
+            "set-sink-input-volume",
+            &loopback,
+            &factor,
+        ]))
+        .status()
+        .unwrap();
+    assert!(status.success(), "pactl set-sink-input-volume failed");
+    let dir = pulse.dir.path().to_path_buf();
+    let report = dir.join("report.json");
+    let events = dir.join("events.jsonl");
+    let (vox, err_thread) = speaking_live(
+        &pulse,
+        &[
+            "--voice",
+            voice,
+            "--max-duration",
+            "30s",
+            "--max-tokens",
+            "60",
+        ],
+        &report,
+        Some(&events),
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let status = pulse
+        .client(&mut std::process::Command::new("paplay"))
+        .arg(util::fixture("q_capital.wav"))
+        .status()
+        .expect("paplay (pulseaudio-utils) runs");
+    assert!(status.success(), "paplay failed");
+    let out = vox.wait_with_output().unwrap();
+    let err = err_thread.join().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let heard: Vec<String> = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["type"] == "transcript" || e["type"] == "voice_resumed")
+        .map(|e| e.to_string())
+        .collect();
+    let r = util::read_json(&report);
+    let s = &r["summary"];
+    let answered: Vec<&serde_json::Value> = r["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["response"].is_string())
+        .collect();
+    assert_eq!(
+        (s["turns"].as_u64(), answered.len()),
+        (Some(1), 1),
+        "the assistant answered its own voice ({voice}, echo at {db} dB): {s}\n{}\n{err}",
+        heard.join("\n")
+    );
+    assert!(
+        answered[0]["transcript"]
+            .as_str()
+            .is_some_and(|t| t.to_lowercase().contains("capital")),
+        "{}",
+        answered[0]
+    );
+    assert!(
+        answered[0]["voice_heard"].is_null(),
+        "its own voice stopped the answer: {}\n{}",
+        answered[0],
+        heard.join("\n")
+    );
+    eprintln!(
+        "{voice}, echo at {db} dB: {} echo turn(s) dropped, {} false interruption(s); heard:\n{}",
+        s["echoes"],
+        s["false_interruptions"],
+        heard.join("\n")
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
+fn the_espeak_voice_heard_back_at_minus_12_db_is_no_turn() {
+    own_voice_through_the_loudspeaker_is_no_turn("espeak", -12.0);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
+fn the_neural_voice_heard_back_at_minus_6_db_is_no_turn() {
+    own_voice_through_the_loudspeaker_is_no_turn("piper", -6.0);
 }

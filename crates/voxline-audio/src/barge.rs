@@ -83,26 +83,37 @@ impl BargeWatch {
     /// asks for, and where it began (stream position): a pause once it is
     /// `min_speech_ms` long, a stop once it is longer than a backchannel
     /// (each once per answer and utterance).
+    ///
+    /// Speech that follows the level the voice played at (its own echo,
+    /// [`voxline_core::BargeIn::echo_likeness`]; `end_wall`: when the open
+    /// utterance's last speech was captured) asks for nothing.
     pub(crate) fn speech_over_answer(
         &mut self,
         open: Option<OpenUtterance<'_>>,
         origin: u64,
+        end_wall: Instant,
     ) -> Option<(Over, u64)> {
         let (id, open) = self.barge.playing().zip(open)?;
         let ms = |ms: u32| u64::from(ms) * u64::from(voxline_core::SAMPLE_RATE) / 1000;
         let span = open.end_sample.saturating_sub(open.first_speech);
         let key = (id, open.first_speech + origin);
         let max = self.options.backchannel_max_ms;
-        if max > 0 && span >= ms(max.max(self.options.min_speech_ms)) && self.stopped != Some(key) {
-            self.stopped = Some(key);
-            self.asked = Some(key);
-            return Some((Over::Stop, key.1));
+        let stop_now =
+            max > 0 && span >= ms(max.max(self.options.min_speech_ms)) && self.stopped != Some(key);
+        let hold_now = span >= ms(self.options.min_speech_ms) && self.asked != Some(key);
+        if !(stop_now || hold_now) {
+            return None;
         }
-        if span < ms(self.options.min_speech_ms) || self.asked == Some(key) {
+        if self
+            .barge
+            .echo_likeness(open.samples, end_wall)
+            .is_some_and(|l| l >= voxline_core::barge::ECHO_MIN_LIKENESS)
+        {
+            // the assistant hearing itself: not the user
             return None;
         }
         self.asked = Some(key);
-        if max == 0 {
+        if stop_now || max == 0 {
             self.stopped = Some(key);
             return Some((Over::Stop, key.1));
         }

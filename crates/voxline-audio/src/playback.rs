@@ -94,6 +94,26 @@ struct Shared {
     latency_ns: AtomicU64,
 }
 
+/// How loud one buffer of the voice was as it reached the device: the
+/// echo guard compares what the microphone hears with it
+/// ([`SpeakerControl::take_levels`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlayedLevel {
+    /// When the buffer's first frame reached the device.
+    pub at: Instant,
+    /// How long it played.
+    pub duration: Duration,
+    /// Its mean square (mono, as played: after the pause's fade).
+    pub mean_square: f32,
+}
+
+/// A buffer's level as the callback records it: ns since the clock's
+/// origin, frames, mean square.
+type RawLevel = (u64, u32, f32);
+
+/// Buffers' levels the ring between the callback and the watcher holds.
+const LEVELS: usize = 4096;
+
 /// A position in the played stream: the `n`th sample pushed, and what the
 /// caller calls it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +146,8 @@ pub struct Speaker {
     resampler: Option<(u32, StreamResampler)>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    levels: Arc<Mutex<rtrb::Consumer<RawLevel>>>,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for Speaker {
@@ -209,7 +231,7 @@ impl Speaker {
                 device: device.unwrap_or("default").to_owned(),
                 reason: e.to_string(),
             })?;
-        let (format, producer) = match ready_rx.recv() {
+        let (format, producer, levels) = match ready_rx.recv() {
             Ok(Ok(ready)) => ready,
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -225,6 +247,8 @@ impl Speaker {
             }
         };
         Ok(Self {
+            levels: Arc::new(Mutex::new(levels)),
+            clock,
             format,
             producer,
             shared,
@@ -312,6 +336,9 @@ impl Speaker {
     pub fn control(&self) -> SpeakerControl {
         SpeakerControl {
             shared: self.shared.clone(),
+            levels: self.levels.clone(),
+            clock: self.clock,
+            rate: self.format.sample_rate,
         }
     }
 }
@@ -320,6 +347,9 @@ impl Speaker {
 #[derive(Debug, Clone)]
 pub struct SpeakerControl {
     shared: Arc<Shared>,
+    levels: Arc<Mutex<rtrb::Consumer<RawLevel>>>,
+    clock: Clock,
+    rate: u32,
 }
 
 impl SpeakerControl {
@@ -373,6 +403,30 @@ impl SpeakerControl {
         self.shared.paused.store(true, Ordering::Release);
     }
 
+    /// The levels of the buffers played since the last call, oldest first.
+    #[must_use]
+    pub fn take_levels(&self) -> Vec<PlayedLevel> {
+        let mut c = self
+            .levels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out = Vec::with_capacity(c.slots());
+        while let Ok((ns, frames, mean_square)) = c.pop() {
+            out.push(PlayedLevel {
+                at: self.clock.origin() + Duration::from_nanos(ns),
+                duration: Duration::from_secs_f64(f64::from(frames) / f64::from(self.rate.max(1))),
+                mean_square,
+            });
+        }
+        out
+    }
+
+    /// Whether it is paused ([`SpeakerControl::pause`]).
+    #[must_use]
+    pub fn is_paused(&self) -> bool {
+        self.shared.paused.load(Ordering::Acquire)
+    }
+
     /// Plays on where [`SpeakerControl::pause`] stopped, fading in over
     /// [`FADE_MS`].
     pub fn resume(&self) {
@@ -389,7 +443,7 @@ impl Drop for Speaker {
     }
 }
 
-type Ready = Result<(SpeakerFormat, rtrb::Producer<f32>), PlaybackError>;
+type Ready = Result<(SpeakerFormat, rtrb::Producer<f32>, rtrb::Consumer<RawLevel>), PlaybackError>;
 
 /// The speaker's thread: builds and owns the stream, hands the ring's
 /// producer back, then reports marks as they play until stopped.
@@ -419,6 +473,7 @@ fn speaker_thread(
         };
         let (producer, consumer) =
             rtrb::RingBuffer::<f32>::new((config.sample_rate() * RING_SECONDS) as usize);
+        let (levels, levels_out) = rtrb::RingBuffer::<RawLevel>::new(LEVELS);
         let stream_config: cpal::StreamConfig = config.into();
         let cb = Callback {
             consumer,
@@ -428,6 +483,7 @@ fn speaker_thread(
             rate: config.sample_rate(),
             fade_left: None,
             level: usize::MAX,
+            levels,
         };
         let stream = match config.sample_format() {
             SampleFormat::F32 => build::<f32>(&device, &stream_config, cb),
@@ -443,11 +499,11 @@ fn speaker_thread(
         }
         .map_err(|e| cannot(&e))?;
         stream.play().map_err(|e| cannot(&e))?;
-        Ok((format, producer, stream))
+        Ok((format, producer, levels_out, stream))
     })();
     let stream = match opened {
-        Ok((format, producer, stream)) => {
-            if ready.send(Ok((format, producer))).is_err() {
+        Ok((format, producer, levels_out, stream)) => {
+            if ready.send(Ok((format, producer, levels_out))).is_err() {
                 return;
             }
             stream
@@ -504,6 +560,8 @@ struct Callback {
     /// The pause's gain, in frames of fade (the fade's length: full; 0:
     /// paused, silent).
     level: usize,
+    /// Each buffer's level, for the echo guard (dropped when full).
+    levels: rtrb::Producer<RawLevel>,
 }
 
 impl Callback {
@@ -529,6 +587,8 @@ impl Callback {
         let mark = self.shared.mark.load(Ordering::Acquire);
         let mut taken = self.shared.taken.load(Ordering::Acquire);
         let mut ran_dry = false;
+        let mut energy = 0.0f32;
+        let mut frames = 0u32;
         for (i, frame) in data.chunks_mut(self.channels).enumerate() {
             let mut s = 0.0f32;
             // the pause's fade, frame by frame
@@ -562,6 +622,8 @@ impl Callback {
                 }
                 s *= gain;
             }
+            energy += s * s;
+            frames += 1;
             let v = T::from_sample(s);
             for out in frame.iter_mut() {
                 *out = v;
@@ -577,6 +639,13 @@ impl Callback {
             self.shared.dropped.fetch_add(n as u64, Ordering::AcqRel);
             self.shared.interrupts.fetch_add(1, Ordering::AcqRel);
             self.fade_left = None;
+        }
+        if frames > 0 {
+            let at = (now + latency)
+                .saturating_duration_since(self.clock.origin())
+                .as_nanos() as u64;
+            // a full ring (nobody reading) loses levels, never blocks
+            let _ = self.levels.push((at, frames, energy / frames as f32));
         }
         if ran_dry && self.shared.pushed.load(Ordering::Acquire) > taken {
             self.shared.underruns.fetch_add(1, Ordering::Relaxed);

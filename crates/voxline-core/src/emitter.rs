@@ -126,6 +126,26 @@ impl CancelProbe {
             .is_some_and(|(b, id)| b.is_over_held(id))
     }
 
+    /// Whether `text`, heard in audio from `start` to `end`, is the
+    /// assistant's own voice come back through the microphone
+    /// ([`crate::BargeIn::is_echo`]); never without a voice that plays.
+    #[must_use]
+    pub fn is_echo(&self, text: &str, start: Instant, end: Instant) -> bool {
+        self.barge
+            .as_ref()
+            .is_some_and(|b| b.is_echo(text, start, end))
+    }
+
+    /// How much `samples` (ending at `end`) sound like the assistant's
+    /// voice as it played ([`crate::BargeIn::echo_likeness`]); `None`
+    /// without a voice that played over them.
+    #[must_use]
+    pub fn echo_likeness(&self, samples: &[f32], end: Instant) -> Option<f32> {
+        self.barge
+            .as_ref()
+            .and_then(|b| b.echo_likeness(samples, end))
+    }
+
     /// Whether the work should stop now.
     #[must_use]
     pub fn is_cancelled(&self) -> bool {

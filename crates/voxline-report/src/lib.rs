@@ -184,6 +184,7 @@ pub fn build(
     let mut summary = Summary {
         turns: turns.iter().filter(|t| !t.non_speech).count(),
         non_speech: turns.iter().filter(|t| t.non_speech).count(),
+        echoes: turns.iter().filter(|t| t.is_echo()).count(),
         completed: turns.iter().filter(|t| t.response.is_some()).count(),
         errors: turns.iter().filter(|t| t.error.is_some()).count(),
         warmup_turns: turns.iter().filter(|t| t.warmup).count(),

@@ -149,6 +149,20 @@ pub struct TurnReport {
     pub work: BTreeMap<String, StageWork>,
 }
 
+impl TurnReport {
+    /// Whether what was heard is the assistant's own voice come back
+    /// through the microphone (its transcript is an `[echo: …]`
+    /// annotation, see [`voxline_core::BargeIn::is_echo`]).
+    #[must_use]
+    pub fn is_echo(&self) -> bool {
+        self.transcript.as_deref().is_some_and(|t| {
+            t.strip_prefix('[')
+                .and_then(|t| t.strip_prefix(voxline_core::barge::ECHO_ANNOTATION))
+                .is_some_and(|t| t.starts_with(':'))
+        })
+    }
+}
+
 /// One stage's work on one turn, as measured: its calls for the turn, from
 /// the first start to the last end on the session clock (ms since its
 /// origin), and the time they computed.
@@ -267,6 +281,10 @@ pub struct Summary {
     /// Utterances in which whisper heard no words (see
     /// [`TurnReport::non_speech`]): not answered.
     pub non_speech: usize,
+    /// Of those, the assistant's own voice heard back through the
+    /// microphone (echo, `[echo: …]`): never answered, so it cannot answer
+    /// itself in a loop.
+    pub echoes: usize,
     /// Turns answered.
     pub completed: usize,
     /// Turns that ended in an error.

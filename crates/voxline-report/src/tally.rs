@@ -245,7 +245,11 @@ impl Tally {
     }
 
     fn turn_event(&mut self, id: UtteranceId, ev: &TimedEvent, now: Instant) {
-        if self.reported.contains(id) || self.cancelled.contains(id) {
+        if self.reported.contains(id) {
+            self.late_voice_event(id, ev);
+            return;
+        }
+        if self.cancelled.contains(id) {
             return;
         }
         let speaks = self.speaks;
@@ -274,6 +278,31 @@ impl Tally {
                 break;
             };
             self.open_busy.remove(&id);
+        }
+    }
+
+    /// What is heard over an answer can come after its turn was reported
+    /// (its voice still playing, with no event to say when it ends): a
+    /// barge-in or a false interruption still counts, in the totals and the
+    /// kept detail.
+    fn late_voice_event(&mut self, id: UtteranceId, ev: &TimedEvent) {
+        let PipelineEvent::Engine(e) = &ev.event else {
+            return;
+        };
+        let kept = self.turns.iter_mut().find(|t| t.id == id);
+        if let Some(i) = e.downcast_ref::<voxline_tts::VoiceInterrupted>() {
+            if !kept.as_ref().is_some_and(|t| t.warmup) {
+                self.series.barge_in.record(i.barge_in_ms());
+            }
+            if let Some(t) = kept {
+                t.barge_in_ms = Some(i.barge_in_ms());
+                t.voice_heard = Some(i.heard.clone());
+            }
+        } else if e.downcast_ref::<voxline_tts::VoiceResumed>().is_some() {
+            self.summary.false_interruptions += 1;
+            if let Some(t) = kept {
+                t.false_interruptions += 1;
+            }
         }
     }
 
@@ -310,6 +339,7 @@ impl Tally {
         // a turn of no words (a sound, a backchannel over the voice) is
         // kept in the detail but, as in a whole-run report, not counted
         s.non_speech += usize::from(t.non_speech);
+        s.echoes += usize::from(t.is_echo());
         s.turns += usize::from(!t.non_speech);
         s.completed += usize::from(t.response.is_some());
         s.errors += usize::from(t.error.is_some());

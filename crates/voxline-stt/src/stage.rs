@@ -125,10 +125,32 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
             }
             None => text,
         };
+        // the assistant's own voice heard back through the microphone is
+        // not the user: no turn, so it cannot answer itself in a loop
+        let audio = std::time::Duration::from_secs_f64(
+            u.end_sample.saturating_sub(u.start_sample) as f64
+                / f64::from(voxline_core::SAMPLE_RATE),
+        );
+        let start = u.end_wall.checked_sub(audio).unwrap_or(u.end_wall);
+        let likeness = probe.echo_likeness(&u.samples, u.end_wall);
+        if let Some(l) = likeness {
+            tracing::debug!(turn = u.id, likeness = l, "heard while the voice played");
+        }
+        let echo = likeness.is_some_and(|l| l >= voxline_core::barge::ECHO_MIN_LIKENESS)
+            || probe.is_echo(&text, start, u.end_wall);
+        let text = if echo {
+            tracing::warn!(turn = u.id, words = %text.escape_debug(), likeness = ?likeness, "heard the assistant's own voice (echo): not a turn");
+            echo_annotation(&text)
+        } else {
+            text
+        };
         // a listener's "uh-huh" over the assistant's paused answer is not a
         // turn: the answer plays on (the runtime hands these words to the
         // barge-in state, which resumes it)
-        let text = if probe.is_over_held_answer() && voxline_core::backchannel(&text) {
+        let text = if probe.is_over_held_answer()
+            && !voxline_core::non_speech(&text)
+            && voxline_core::backchannel(&text)
+        {
             tracing::info!(turn = u.id, words = %text.escape_debug(), "a backchannel over the answer: it plays on");
             backchannel_annotation(&text)
         } else {
@@ -166,6 +188,14 @@ pub fn noise_annotation(text: &str) -> String {
 #[must_use]
 pub fn backchannel_annotation(text: &str) -> String {
     annotation("backchannel", text)
+}
+
+/// The annotation the assistant's own voice heard back becomes
+/// ([`voxline_core::BargeIn::is_echo`]): `[echo: what was heard]`, which
+/// nothing answers.
+#[must_use]
+pub fn echo_annotation(text: &str) -> String {
+    annotation(voxline_core::barge::ECHO_ANNOTATION, text)
 }
 
 /// `[kind: text]`, with the text's own brackets and stars taken out so

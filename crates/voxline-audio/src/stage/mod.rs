@@ -305,12 +305,17 @@ impl VadStage {
 
     /// Once enough speech is heard over the answer: the request to stop it.
     fn barge_in(&mut self, origin: u64) {
+        if self.barge.is_none() {
+            return;
+        }
+        let open = self.endpointer.open_utterance();
+        let end_wall = open
+            .as_ref()
+            .map_or_else(Instant::now, |o| self.wall_of(o.end_sample + origin));
         let Some(w) = self.barge.as_mut() else {
             return;
         };
-        if let Some((over, first_speech)) =
-            w.speech_over_answer(self.endpointer.open_utterance(), origin)
-        {
+        if let Some((over, first_speech)) = w.speech_over_answer(open, origin, end_wall) {
             let start = self.wall_of(first_speech);
             if let Some(w) = &self.barge {
                 w.request(over, start);

@@ -104,6 +104,7 @@ impl Voice {
         }
         let mut s = locked(&self.feed);
         if let Some(text) = &a.text {
+            self.barge.said(text);
             let mut log = locked(&self.log);
             log.push_back(Queued {
                 turn: a.id,
@@ -147,6 +148,16 @@ impl Voice {
                 }
                 Some(voxline_core::barge::Verdict::Resume(h, words)) => self.resume(&h, words),
                 None => {}
+            }
+            // when and how loud the voice sounds, for what the microphone
+            // hears of it
+            for l in self.control.take_levels() {
+                self.barge.played(l.at, l.duration, l.mean_square);
+            }
+            if self.control.is_playing() && !self.control.is_paused() {
+                let now = Instant::now();
+                self.barge
+                    .sounding(now, now + self.control.output_latency());
             }
             // an answer plays until all of it has been synthesised and played
             let playing = self.barge.playing();
