@@ -221,19 +221,23 @@ impl Voice {
         self.control.pause();
         let stopped = silent.unwrap_or_else(|| Instant::now() + self.control.output_latency());
         self.drop_queued();
+        let mut tries = 0;
         let heard = loop {
             // A block being pushed (or waiting for room in the paused ring)
             // holds the feed: drop again, which also ends its wait, until it
             // is let go. Then no block is being pushed, one pushed after the
             // first drop goes too, and from the mark on the rest of the turn
-            // is not played.
+            // is not played. A device that stopped taking audio never lets
+            // it go: after 2 s of drops the turn is stopped without it.
             let feed = match self.feed.try_lock() {
-                Ok(f) => f,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => {
+                Ok(f) => Some(f),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) if tries < 10 => {
+                    tries += 1;
                     self.drop_queued();
                     continue;
                 }
+                Err(std::sync::TryLockError::WouldBlock) => None,
             };
             if self.control.is_playing() {
                 self.drop_queued();
