@@ -334,6 +334,16 @@ impl Pulse {
         }
     }
 
+    /// Plays `file` into the microphone's sink, waiting for it to end.
+    fn play(&self, file: &Path) {
+        let status = self
+            .client(&mut std::process::Command::new("paplay"))
+            .arg(file)
+            .status()
+            .expect("paplay (pulseaudio-utils) runs");
+        assert!(status.success(), "paplay failed");
+    }
+
     /// `cmd` as a client of this daemon (ALSA's `default` included).
     fn client<'a>(&self, cmd: &'a mut std::process::Command) -> &'a mut std::process::Command {
         let run = self.dir.path().join("run");
@@ -915,6 +925,38 @@ fn live_reader<R: std::io::Read + Send + 'static>(
     rx
 }
 
+/// Whether a chunk of raw S16LE holds a sample above the level a voice
+/// reaches (1,000).
+fn is_loud(bytes: &[u8]) -> bool {
+    bytes
+        .chunks_exact(2)
+        .any(|b| i16::from_le_bytes([b[0], b[1]]).unsigned_abs() > 1_000)
+}
+
+/// Asks for a story (a long answer) and waits for the answer's first sound
+/// on the voice's sink (`heard`), then until 1 s of it has played: what the
+/// sink gave meanwhile, and when the answer began.
+fn a_story_1_s_into_its_answer(
+    pulse: &Pulse,
+    heard: &std::sync::mpsc::Receiver<(std::time::Instant, Vec<u8>)>,
+) -> (Vec<(std::time::Instant, Vec<u8>)>, std::time::Instant) {
+    use std::time::Duration;
+    pulse.play(&util::fixture("q_story.wav"));
+    let mut all = Vec::new();
+    let answer_from = loop {
+        let (at, bytes) = heard
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the voice's sink stayed silent: no answer was spoken");
+        let loud = is_loud(&bytes);
+        all.push((at, bytes));
+        if loud {
+            break at;
+        }
+    };
+    std::thread::sleep(Duration::from_secs(1).saturating_sub(answer_from.elapsed()));
+    (all, answer_from)
+}
+
 /// Barge-in through a real sound server: the user asks for a story, and 1 s
 /// into the spoken answer (heard on the voice's own sink) asks another. The
 /// answer stops: the voice's sink is silent from shortly after the second
@@ -947,33 +989,9 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
     let mut rec_in = recorder(&pulse, "voxsink.monitor");
     let user_side = stamped_reader(rec_in.stdout.take().unwrap());
     std::thread::sleep(Duration::from_millis(300));
-    let paplay = |file: &Path| {
-        let status = pulse
-            .client(&mut std::process::Command::new("paplay"))
-            .arg(file)
-            .status()
-            .expect("paplay (pulseaudio-utils) runs");
-        assert!(status.success(), "paplay failed");
-    };
-    // a story: a long answer
-    paplay(&util::fixture("q_story.wav"));
-    // the answer's first sound on the voice's sink, then 1 s of it
-    let mut all: Vec<(Instant, Vec<u8>)> = Vec::new();
-    let answer_from = loop {
-        let (at, bytes) = heard
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the voice's sink stayed silent: no answer was spoken");
-        let loud = bytes
-            .chunks_exact(2)
-            .any(|b| i16::from_le_bytes([b[0], b[1]]).unsigned_abs() > 1_000);
-        all.push((at, bytes));
-        if loud {
-            break at;
-        }
-    };
-    std::thread::sleep(Duration::from_secs(1).saturating_sub(answer_from.elapsed()));
+    let (mut all, _) = a_story_1_s_into_its_answer(&pulse, &heard);
     let asked = Instant::now();
-    paplay(&util::fixture("q_moon.wav"));
+    pulse.play(&util::fixture("q_moon.wav"));
     let out = vox.wait_with_output().unwrap();
     let err = err_thread.join().unwrap();
     std::thread::sleep(Duration::from_millis(300));
@@ -1173,39 +1191,14 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
     let mut rec_out = recorder(&pulse, "voxout.monitor");
     let heard = live_reader(rec_out.stdout.take().unwrap());
     std::thread::sleep(Duration::from_millis(300));
-    let paplay = |file: &Path| {
-        let status = pulse
-            .client(&mut std::process::Command::new("paplay"))
-            .arg(file)
-            .status()
-            .expect("paplay (pulseaudio-utils) runs");
-        assert!(status.success(), "paplay failed");
-    };
-    paplay(&util::fixture("q_story.wav"));
-    let loud = |bytes: &[u8]| {
-        bytes
-            .chunks_exact(2)
-            .any(|b| i16::from_le_bytes([b[0], b[1]]).unsigned_abs() > 1_000)
-    };
-    let mut all: Vec<(Instant, Vec<u8>)> = Vec::new();
-    let answer_from = loop {
-        let (at, bytes) = heard
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the voice's sink stayed silent: no answer was spoken");
-        let is_loud = loud(&bytes);
-        all.push((at, bytes));
-        if is_loud {
-            break at;
-        }
-    };
-    std::thread::sleep(Duration::from_secs(1).saturating_sub(answer_from.elapsed()));
+    let (mut all, _) = a_story_1_s_into_its_answer(&pulse, &heard);
     let mut ends = Vec::new();
     for clip in &clips {
-        paplay(clip);
+        pulse.play(clip);
         ends.push(Instant::now());
         std::thread::sleep(Duration::from_millis(3_500));
     }
-    paplay(&util::fixture("q_moon.wav"));
+    pulse.play(&util::fixture("q_moon.wav"));
     let out = vox.wait_with_output().unwrap();
     let err = err_thread.join().unwrap();
     std::thread::sleep(Duration::from_millis(300));
@@ -1276,7 +1269,7 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
         let again = all.iter().any(|(at, bytes)| {
             *at > *end + Duration::from_millis(300)
                 && *at < *end + Duration::from_millis(3_400)
-                && loud(bytes)
+                && is_loud(bytes)
         });
         assert!(
             again,
@@ -1356,12 +1349,7 @@ fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64) {
         Some(&events),
     );
     std::thread::sleep(Duration::from_millis(800));
-    let status = pulse
-        .client(&mut std::process::Command::new("paplay"))
-        .arg(util::fixture("q_capital.wav"))
-        .status()
-        .expect("paplay (pulseaudio-utils) runs");
-    assert!(status.success(), "paplay failed");
+    pulse.play(&util::fixture("q_capital.wav"));
     let out = vox.wait_with_output().unwrap();
     let err = err_thread.join().unwrap();
     assert_eq!(out.status.code(), Some(0), "{err}");
