@@ -127,6 +127,22 @@ fn turns(
     (t, merged.len())
 }
 
+/// With `VOXLINE_BENCH_VERBOSE`, what whisper hears in each of `turns`
+/// (for the lists of clips cut and pairs not apart), else nothing.
+fn said(turns: &[pauses::Turn], audio: &[f32], ear: &mut Ear) -> String {
+    if std::env::var_os("VOXLINE_BENCH_VERBOSE").is_none() {
+        return String::new();
+    }
+    let heard: Vec<String> = turns
+        .iter()
+        .map(|t| {
+            let (a, b) = (t.start as usize, (t.end as usize).min(audio.len()));
+            format!("{:?}", ear.hear(&audio[a.min(b)..b]))
+        })
+        .collect();
+    format!(" [{}]", heard.join(" | "))
+}
+
 fn percentile(v: &mut [f64], q: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -189,7 +205,7 @@ fn main() {
                 let end = c.speech.1 as u64;
                 if t.iter().any(|x| x.end + SLACK < end) {
                     cut += 1;
-                    cut_names.push(c.name.clone());
+                    cut_names.push(format!("{}{}", c.name, said(&t, &c.audio, &mut ear)));
                 }
                 if c.pauses.is_empty() {
                     if let Some(x) = t.iter().rfind(|x| x.end + SLACK >= end) {
@@ -218,7 +234,7 @@ fn main() {
                     merged_pairs += 1;
                 }
                 if !(first && second) {
-                    lost.push(p.name.clone());
+                    lost.push(format!("{}{}", p.name, said(&t, &p.audio, &mut ear)));
                 }
             }
             println!(
@@ -230,10 +246,10 @@ fn main() {
             );
             if std::env::var_os("VOXLINE_BENCH_VERBOSE").is_some() {
                 eprintln!(
-                    "{} / {kind}: cut {}; pairs not apart {}",
+                    "{} / {kind}: cut\n  {}\npairs not apart\n  {}",
                     row.name,
-                    cut_names.join(", "),
-                    lost.join(", ")
+                    cut_names.join("\n  "),
+                    lost.join("\n  ")
                 );
             }
         }

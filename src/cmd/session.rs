@@ -258,7 +258,8 @@ fn load_engines(
         let checked = settings.clone();
         let Some(remotes) = until_stopped(shutdown, move || {
             voxline_pipeline::engines::connect(&checked)
-        }) else {
+        })?
+        else {
             return Ok(None);
         };
         remotes?
@@ -292,32 +293,26 @@ fn load_engines(
 
 /// Runs `f` on a thread of its own and waits for it or for a stop,
 /// whichever comes first (`None`: the stop; the thread is left to end with
-/// the process). Where no thread can be made, `f` runs on this one.
+/// the process).
+///
+/// # Errors
+/// When no thread can be made for it.
 fn until_stopped<T: Send + 'static>(
     shutdown: &ShutdownHandle,
     f: impl FnOnce() -> T + Send + 'static,
-) -> Option<T> {
+) -> anyhow::Result<Option<T>> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let f = std::sync::Arc::new(std::sync::Mutex::new(Some(f)));
-    let on_thread = std::sync::Arc::clone(&f);
-    let spawned = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name("server-check".into())
         .spawn(move || {
-            let f = on_thread.lock().ok().and_then(|mut f| f.take());
-            if let Some(f) = f {
-                let _ = tx.send(f());
-            }
-        });
-    if spawned.is_err() {
-        // the closure never left: run it here, a stop waits for it
-        let f = f.lock().ok().and_then(|mut f| f.take());
-        return f.map(|f| f());
-    }
+            let _ = tx.send(f());
+        })
+        .context("no thread could be made to check the servers")?;
     loop {
         match rx.recv_timeout(std::time::Duration::from_millis(100)) {
-            Ok(v) => return Some(v),
+            Ok(v) => return Ok(Some(v)),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !shutdown.is_requested() => {}
-            Err(_) => return None,
+            Err(_) => return Ok(None),
         }
     }
 }

@@ -55,6 +55,11 @@ fn serve_hostile(reply: Option<Vec<u8>>, hold: bool) -> (String, Arc<Mutex<Vec<S
 
 /// Reads one request from `s`: its head is returned, its body read past.
 fn read_request(s: &std::net::TcpStream) -> String {
+    read_request_and_body(s).0
+}
+
+/// Reads one request from `s`: its head and its body.
+fn read_request_and_body(s: &std::net::TcpStream) -> (String, String) {
     let mut r = BufReader::new(s.try_clone().unwrap());
     let (mut head, mut len) = (String::new(), 0usize);
     loop {
@@ -70,8 +75,9 @@ fn read_request(s: &std::net::TcpStream) -> String {
             break;
         }
     }
-    let _ = r.read_exact(&mut vec![0; len]);
-    head
+    let mut body = vec![0; len];
+    let _ = r.read_exact(&mut body);
+    (head, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// `voxline replay q_capital.wav` against a language model at `url`.
@@ -307,18 +313,29 @@ fn sigterm_ends_it_within_5_s(child: &mut std::process::Child, what: &str) {
 /// 1 GiB; an empty `piece`: `head` alone, then the connection closes); its
 /// `http://host:port`.
 fn flooding(head: &'static str, piece: String) -> String {
+    flooding_by(vec![("", head, piece)])
+}
+
+/// As [`flooding`], with the reply chosen by the request: the first of
+/// `replies` (text the request's body holds, head, piece) whose text the
+/// body holds.
+fn flooding_by(replies: Vec<(&'static str, &'static str, String)>) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
     std::thread::spawn(move || {
         for s in l.incoming() {
             let Ok(mut s) = s else { return };
-            if read_request(&s).starts_with("GET ") {
+            let (request, body) = read_request_and_body(&s);
+            if request.starts_with("GET ") {
                 let _ = s.write_all(
                     b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
                 );
                 continue;
             }
-            let piece = piece.clone();
+            let Some((_, head, piece)) = replies.iter().find(|r| body.contains(r.0)) else {
+                continue;
+            };
+            let (head, piece) = (*head, piece.clone());
             std::thread::spawn(move || {
                 let _ = s.write_all(head.as_bytes());
                 let mut sent = 0usize;
@@ -507,4 +524,145 @@ fn serve_on_a_hostile_language_model_errs_the_turn_keeps_serving_and_bounded() {
         assert_eq!(code, Some(0), "{what}: {said:?}");
         assert!(!said.iter().any(|l| l.contains("panicked")), "{said:?}");
     }
+}
+
+#[test]
+fn serve_with_a_voice_under_a_hostile_language_model_voices_the_others_and_frees_its_slots() {
+    use crate::serve::{collect, send_all, Server};
+    use voxline_serve::client::WsClient;
+    use voxline_serve::protocol::{Hello, ServerEvent};
+    let _g = util::engine_lock();
+    // by the question: a line of the stream that never ends, pieces far
+    // past --max-tokens (spoken, so the voice gets what the engine
+    // floods, held to the limit), a well-behaved answer
+    let sse = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
+    let url = flooding_by(vec![
+        ("capital", sse, "data: ".to_owned() + &"x".repeat(8192)),
+        (
+            "moon",
+            sse,
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"la \"}}]}\n\n".to_owned(),
+        ),
+        (
+            "",
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n\
+             data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Boil water, then steep the leaves.\"},\"finish_reason\":\"stop\"}]}\n\n\
+             data: [DONE]\n\n",
+            String::new(),
+        ),
+    ]);
+    let server = Server::start(&[
+        "--llm-url",
+        &url,
+        "--llm-model",
+        "m",
+        "--max-sessions",
+        "3",
+        "--voice",
+        "espeak",
+    ]);
+    let at = server.url();
+    // one conversation: its events until the voice has been quiet 3 s
+    let talk = |fixture: &str| {
+        let mut audio = util::read_16k(&util::fixture(fixture));
+        audio.extend(std::iter::repeat_n(0.0, 16_000));
+        // a slot is free once the session that held it has closed (its
+        // engines stopped and returned): a moment after its client left
+        let asked = std::time::Instant::now();
+        let mut client = loop {
+            match WsClient::connect(&at, None, Hello::pcm16k()) {
+                Ok(c) => break c,
+                Err(e) if asked.elapsed().as_secs() < 10 => {
+                    eprintln!("{fixture}: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                Err(e) => panic!("{fixture}: no slot within 10 s: {e}"),
+            }
+        };
+        eprintln!("{fixture}: a slot after {:?}", asked.elapsed());
+        send_all(&mut client, &audio);
+        let mut log = collect(&mut client, std::time::Duration::from_secs(120));
+        while let Some((e, _)) = client
+            .next_event(std::time::Duration::from_secs(3))
+            .unwrap()
+        {
+            log.push(e);
+        }
+        log
+    };
+    let voiced = |log: &[ServerEvent]| -> usize {
+        log.iter()
+            .map(|e| match e {
+                ServerEvent::Voice { samples, .. } => *samples,
+                _ => 0,
+            })
+            .sum()
+    };
+    let ends = |log: &[ServerEvent]| -> Vec<ServerEvent> {
+        log.iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    ServerEvent::TurnError { .. } | ServerEvent::TurnComplete { .. }
+                )
+            })
+            .cloned()
+            .collect()
+    };
+    let mut warm_mb = 0.0;
+    for round in 0..2 {
+        // the three at once, then again on the slots they freed
+        let logs: Vec<Vec<ServerEvent>> = std::thread::scope(|s| {
+            let h: Vec<_> = ["q_capital.wav", "q_moon.wav", "q_tea.wav"]
+                .map(|f| s.spawn(move || talk(f)))
+                .into_iter()
+                .collect();
+            h.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let [endless, flood, good] = [&logs[0], &logs[1], &logs[2]];
+        match ends(endless).as_slice() {
+            [ServerEvent::TurnError { message, .. }] => assert!(
+                message.contains("line of the stream is over 65536 bytes"),
+                "#{round}: {message}"
+            ),
+            e => panic!("#{round}: the endless line ended with {e:?}"),
+        }
+        let flood_text = match ends(flood).as_slice() {
+            [ServerEvent::TurnComplete { response, .. }] => response.clone(),
+            e => panic!("#{round}: the flood ended with {e:?}"),
+        };
+        assert_eq!(
+            flood_text.split_whitespace().count(),
+            24,
+            "#{round}: held to --max-tokens: {flood_text:?}"
+        );
+        assert!(
+            matches!(ends(good).as_slice(), [ServerEvent::TurnComplete { .. }]),
+            "#{round}: {good:?}"
+        );
+        // the voice spoke the flood as far as it was held, and the good
+        // answer beside it (espeak-ng, 22 050 samples a second: the
+        // answers take 1.5 s and more)
+        let (flood_voice, good_voice) = (voiced(flood), voiced(good));
+        eprintln!(
+            "#{round}: voiced the flood {flood_voice} samples, the good answer {good_voice}; RSS {:.0} MB",
+            server.rss_mb()
+        );
+        assert!(flood_voice > 22_050, "#{round}: {flood_voice} samples");
+        assert!(good_voice > 22_050, "#{round}: {good_voice} samples");
+        assert_eq!(voiced(endless), 0, "#{round}: nothing to say");
+        if round == 0 {
+            warm_mb = server.rss_mb();
+        }
+    }
+    // the second round leaves nothing behind (4 MB measured); in all,
+    // three conversations at once, each with its own recogniser and voice
+    // (320–446 MB measured, by how far their engines' work overlapped)
+    let rss = server.rss_mb();
+    assert!(rss - warm_mb < 32.0, "RSS {warm_mb:.0} → {rss:.0} MB");
+    assert!(rss < 600.0, "RSS {rss:.0} MB");
+    server.interrupt();
+    let (code, said) = server.wait(std::time::Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{said:?}");
+    assert!(!said.iter().any(|l| l.contains("panicked")), "{said:?}");
 }
