@@ -665,3 +665,56 @@ fn words_that_come_after_the_speaker_went_on_still_end_a_pause_judged_incomplete
         "committed before the next question: {soon:?}"
     );
 }
+
+#[test]
+fn a_synthetic_sentence_whisper_hears_go_on_after_its_comma_is_one_turn() {
+    // Piper pauses ~0.5 s at a comma, and whisper writes what came before
+    // as a finished sentence ("Set a timer for 20 minutes."): by the words
+    // of the pause alone the sentence was cut there, and answered twice.
+    // What follows, heard before that turn's answer could begin, goes on:
+    // whisper writes it in lower case ("and then remind me …"), or it is
+    // the rest of a number ("238-9901.").
+    let _g = util::engine_lock();
+    let model = model();
+    let mut stt = voxline_stt::SttEngine::load(voxline_stt::SttConfig::new(
+        util::whisper_model(),
+        util::threads_each(),
+    ))
+    .expect("the whisper model");
+    let sentences = pauses::piper_sentences(&util::models_dir());
+    for text in [
+        "Set a timer for twenty minutes, and then remind me to call my sister.",
+        "My number is four one five, two three eight, nine nine zero one.",
+    ] {
+        let s = sentences
+            .iter()
+            .find(|s| s.text == text)
+            .expect("a Piper sentence");
+        let mut heard = Vec::new();
+        let mut hear = |a: &[f32]| {
+            let t = stt.transcribe(a).map(|t| t.text).unwrap_or_default();
+            heard.push(t.clone());
+            t
+        };
+        let (turns, merged) = pauses::turns_heard(
+            &s.audio,
+            HANGOVER_MS,
+            Some((&model, TurnPolicy::default())),
+            // the words 1 s after each attempt, as whisper takes on 2 cores
+            Some(pauses::Hearing {
+                hear: &mut hear,
+                delay: 1_000 * 16,
+            }),
+        );
+        let (start, end) = (s.speech.0 as u64, s.speech.1 as u64);
+        assert_eq!(turns.len(), 1, "{text:?}: {turns:?}, heard {heard:?}");
+        assert!(
+            turns[0].start <= start + 3_200 && turns[0].end + 3_200 >= end,
+            "{text:?}: the whole sentence: {turns:?}, heard {heard:?}"
+        );
+        eprintln!(
+            "{text:?}: one turn, {} taken back, heard {heard:?}",
+            merged.len()
+        );
+    }
+}

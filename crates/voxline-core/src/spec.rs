@@ -130,6 +130,20 @@ impl SpecBoard {
         self.set(id, SpecState::Released);
     }
 
+    /// Holds released attempt `id` again, as a pending one: the stages that
+    /// take committed input only (the voice) wait for
+    /// [`SpecBoard::commit`], [`SpecBoard::release`] or
+    /// [`SpecBoard::cancel`] before they take what it produces. Nothing for
+    /// an attempt that is not released.
+    pub fn hold(&self, id: UtteranceId) {
+        let mut b = self.lock();
+        if let Some(s @ SpecState::Released) = b.states.get_mut(&id) {
+            *s = SpecState::Pending;
+        }
+        drop(b);
+        self.0.changed.notify_all();
+    }
+
     /// Cancels attempt `id`.
     pub fn cancel(&self, id: UtteranceId) {
         self.set(id, SpecState::Cancelled);
@@ -527,5 +541,20 @@ mod tests {
         assert!(!b.is_cancelled(3));
         b.cancel(3);
         assert!(b.is_cancelled(3));
+    }
+
+    #[test]
+    fn a_released_turn_held_again_is_pending_until_decided() {
+        let b = SpecBoard::new();
+        b.start(4);
+        b.hold(4);
+        assert_eq!(b.state(4), SpecState::Pending, "not released: unchanged");
+        b.release(4);
+        b.hold(4);
+        assert_eq!(b.state(4), SpecState::Pending);
+        b.commit(4);
+        assert_eq!(b.state(4), SpecState::Committed);
+        b.hold(4);
+        assert_eq!(b.state(4), SpecState::Committed, "a final turn stays final");
     }
 }

@@ -10,7 +10,7 @@ use voxline_core::{Emitter, PipelineEvent, Utterance, UtteranceId, SAMPLE_RATE};
 const WORDS_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 use super::VadStage;
-use crate::turn::{sentence_end, WordsVerdict};
+use crate::turn::{goes_on, sentence_end, WordsVerdict};
 
 /// A turn released early (see [`voxline_core::SpecBoard::release`]), while
 /// speech starting before `until` would re-join it.
@@ -29,7 +29,9 @@ pub(super) struct Released {
     pub continues: Option<UtteranceId>,
     pub overlap_samples: u64,
     /// Speech that resumed within the window before the turn's words were
-    /// in (its start and first speech): merged or not once they are.
+    /// in, or after words that read as finished (its start and first
+    /// speech): merged or not once it ends, from the words of both. While
+    /// it is held the turn is held on the board (the voice waits).
     pub held: Option<(u64, u64)>,
 }
 
@@ -96,10 +98,11 @@ impl VadStage {
             return;
         };
         r.audio.extend_from_slice(part);
-        if words == Some(WordsVerdict::Complete) {
+        if words == Some(WordsVerdict::Complete) && r.held.is_none() {
             // Its words are in, and make a finished sentence: its answer
             // starts from them, and what the speaker says next is a new
-            // turn. Speech that resumed before they were in took it back.
+            // turn. Speech that resumed before they were in is held, and
+            // decides once it ends (`settle_held`).
             tracing::debug!(
                 turn = r.id,
                 "its words make a finished sentence: the turn is final"
@@ -119,9 +122,20 @@ impl VadStage {
                 let lead = start - r.start;
                 if lead > max_lead || lead > r.audio.len() as u64 {
                     self.commit_released();
-                } else if keepable && words.is_none() && words_on {
-                    // Its words are not in yet: the new speech waits for
-                    // them (until it ends) before taking the turn back.
+                } else if keepable
+                    && words_on
+                    && matches!(words, None | Some(WordsVerdict::Complete))
+                {
+                    // Its words are not in yet (or came in since, reading
+                    // as finished): the new speech is held until it ends,
+                    // and what both say then decides. Its answer has not
+                    // begun (the language model needs its words), and the
+                    // voice does not begin it meanwhile.
+                    if r.held.is_none() {
+                        if let Some((board, _)) = &self.spec {
+                            board.hold(r.id);
+                        }
+                    }
                     r.held = Some((start, first));
                 } else if keepable {
                     self.merge(start, first, out);
@@ -129,14 +143,23 @@ impl VadStage {
                 // else: speech too short yet to be kept; a blip is dropped
             }
             _ if pos >= r.until => self.commit_released(),
-            _ => r.held = None,
+            _ => {
+                // the speech held was dropped (a blip): released again
+                if r.held.take().is_some() {
+                    if let Some((board, _)) = &self.spec {
+                        board.release(r.id);
+                    }
+                }
+            }
         }
     }
 
     /// Before the utterance starting at `start` closes (any, with `None`):
-    /// speech held while the released turn's words were awaited is
-    /// decided now. A finished sentence stays its own turn; otherwise, or
-    /// with no words yet, the turn is taken back.
+    /// speech held after the released turn is decided now. A finished
+    /// sentence stays its own turn unless what followed goes on with it
+    /// ([`crate::turn::goes_on`]: whisper heard it start mid-sentence, or
+    /// the same number); otherwise, or with no words yet, the turn is
+    /// taken back.
     pub(super) fn settle_held(
         &mut self,
         start: Option<u64>,
@@ -153,11 +176,11 @@ impl VadStage {
         if start.is_some_and(|s| s != held_start) {
             return;
         }
-        if self
+        let finished = self
             .words_verdict(id, sent_at, pos, out)
             .or_else(|| self.await_words(id, sent_at, out))
-            == Some(WordsVerdict::Complete)
-        {
+            == Some(WordsVerdict::Complete);
+        if finished && !self.held_goes_on(id, held_start, out) {
             tracing::debug!(
                 turn = id,
                 "its words make a finished sentence: the turn is final"
@@ -166,6 +189,32 @@ impl VadStage {
         } else {
             self.merge(held_start, first, out);
         }
+    }
+
+    /// Whether the speech held after released turn `id`, starting at
+    /// `held_start`, goes on with that turn's sentence: read from the words
+    /// of both, once the attempt sent on the held speech's pause has them
+    /// (waited for, as [`VadStage::await_words`]). No such attempt, or no
+    /// words: it does not.
+    fn held_goes_on(
+        &mut self,
+        id: UtteranceId,
+        held_start: u64,
+        out: &mut Emitter<'_, Utterance>,
+    ) -> bool {
+        let Some(p) = self.pending.filter(|p| p.start == held_start) else {
+            return false;
+        };
+        self.await_words(p.id, p.sent_at, out);
+        let Some((board, _)) = &self.spec else {
+            return false;
+        };
+        let (Some(before), Some(after)) = (board.words(id), board.words(p.id)) else {
+            return false;
+        };
+        let on = goes_on(&before, &after);
+        tracing::debug!(turn = id, before, after, on, "does what followed go on?");
+        on
     }
 
     /// Takes the released turn back: cancelled on the board (the stages

@@ -89,6 +89,39 @@ pub fn sentence_end(text: &str) -> WordsVerdict {
     }
 }
 
+/// Whether `after` (the transcript of speech that resumed after a pause)
+/// goes on with the sentence of `before` (the transcript up to the pause),
+/// though `before` reads as finished.
+///
+/// whisper writes the first word of what it hears with a capital when
+/// the audio sounds like the start of a sentence, and in lower case when
+/// it starts in the middle of one ("and we are glad to welcome his
+/// gospel.", "bread and a bag of rice."), so a first letter in lower case,
+/// or a leading ellipsis, goes on; and a number that goes on in digits
+/// after one that ended `before` ("My number is 415." then "238-9901.")
+/// is the same number read in groups.
+#[must_use]
+pub fn goes_on(before: &str, after: &str) -> bool {
+    if voxline_core::non_speech(after) {
+        return false;
+    }
+    let after = after.trim().trim_start_matches(['"', '\'', '«', '“', '‘']);
+    if after.starts_with("...") || after.starts_with('…') {
+        return true;
+    }
+    let Some(first) = after.chars().find(|c| c.is_alphanumeric()) else {
+        return false;
+    };
+    if first.is_lowercase() {
+        return true;
+    }
+    let ends_in_a_number = before
+        .chars()
+        .rfind(|c| c.is_alphanumeric())
+        .is_some_and(|c| c.is_ascii_digit());
+    ends_in_a_number && first.is_ascii_digit()
+}
+
 /// Whether every word of `t` is a number written in digits ("1.", "2, 3",
 /// "0 7 9 1").
 fn digits_only(t: &str) -> bool {
@@ -100,7 +133,46 @@ fn digits_only(t: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{sentence_end, WordsVerdict};
+    use super::{goes_on, sentence_end, WordsVerdict};
+
+    #[test]
+    fn what_follows_goes_on_in_lower_case_or_in_the_same_number() {
+        // whisper's transcripts of what followed a pause inside a sentence
+        for (before, after) in [
+            (
+                "Mr. Quilter is the apostle of the middle classes.",
+                "and we are glad to welcome his gospel.",
+            ),
+            ("I need eggs, milk.", "bread and a bag of rice."),
+            (
+                "It was my reports from the north which chiefly induced people.",
+                "full to bye.",
+            ),
+            ("My number is 415.", "238-9901."),
+            ("My number is 415-238.", "9 9 0 1"),
+            ("The code for the door is 7.", "7 3 1"),
+            ("So I thought.", "...maybe not."),
+        ] {
+            assert!(goes_on(before, after), "{before:?} {after:?}");
+        }
+        // and of a new sentence after a finished one
+        for (before, after) in [
+            (
+                "What is the capital of France?",
+                "How tall is the Eiffel Tower?",
+            ),
+            (
+                "1, 2, 3.",
+                "It was my reports from the North which chiefly induced people to buy.",
+            ),
+            ("Set a timer for 20 minutes.", "The code for the door is 7."),
+            ("Go forward.", "10 meters."),
+            ("I need eggs.", "[coughing]"),
+            ("I need eggs.", ""),
+        ] {
+            assert!(!goes_on(before, after), "{before:?} {after:?}");
+        }
+    }
 
     /// Every one of `texts` reads as `verdict`.
     fn all_read_as(verdict: WordsVerdict, texts: &[&str]) {
