@@ -99,9 +99,23 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
                 return Err(voxline_core::StageError::turn(u.id, e.to_string()).caused_by(e));
             }
         };
+        // the assistant's own voice heard back through the microphone (its
+        // levels follow the voice's as it played) is not the user: no turn
+        let audio = std::time::Duration::from_secs_f64(
+            u.end_sample.saturating_sub(u.start_sample) as f64
+                / f64::from(voxline_core::SAMPLE_RATE),
+        );
+        let start = u.end_wall.checked_sub(audio).unwrap_or(u.end_wall);
+        let likeness = probe.echo_likeness(&u.samples, u.end_wall);
+        if let Some(l) = likeness {
+            tracing::debug!(turn = u.id, likeness = l, "heard while the voice played");
+        }
+        let heard_back = likeness.is_some_and(|l| l >= voxline_core::barge::ECHO_MIN_LIKENESS);
         // an annotation of a sound ("(dramatic music)" for 6 s of a buzz) is
-        // no words, not too few of them: it goes on, and nothing answers it
-        let words_expected = !voxline_core::non_speech(&t.text);
+        // no words, not too few of them: it goes on, and nothing answers it;
+        // nor is the voice heard back (whisper hears a word or two of 5 s
+        // of the voice under the room's sound): it goes on as an echo
+        let words_expected = !voxline_core::non_speech(&t.text) && !heard_back;
         if let Some(why) =
             implausibly_short(&t.text, t.audio_ms / 1000.0).filter(|_| words_expected)
         {
@@ -125,19 +139,9 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
             }
             None => text,
         };
-        // the assistant's own voice heard back through the microphone is
-        // not the user: no turn, so it cannot answer itself in a loop
-        let audio = std::time::Duration::from_secs_f64(
-            u.end_sample.saturating_sub(u.start_sample) as f64
-                / f64::from(voxline_core::SAMPLE_RATE),
-        );
-        let start = u.end_wall.checked_sub(audio).unwrap_or(u.end_wall);
-        let likeness = probe.echo_likeness(&u.samples, u.end_wall);
-        if let Some(l) = likeness {
-            tracing::debug!(turn = u.id, likeness = l, "heard while the voice played");
-        }
-        let echo = likeness.is_some_and(|l| l >= voxline_core::barge::ECHO_MIN_LIKENESS)
-            || probe.is_echo(&text, start, u.end_wall);
+        // the voice heard back, by its levels or by its words: no turn, so
+        // it cannot answer itself in a loop
+        let echo = heard_back || probe.is_echo(&text, start, u.end_wall);
         let text = if echo {
             tracing::warn!(turn = u.id, words = %text.escape_debug(), likeness = ?likeness, "heard the assistant's own voice (echo): not a turn");
             echo_annotation(&text)
