@@ -21,7 +21,10 @@
 //!
 //! `cargo bench --bench pairs` (optimised build; needs `voxline models
 //! fetch`; `VOXLINE_BENCH_ROWS=words` runs only the rows whose name holds
-//! it). Prints a Markdown table.
+//! it, `VOXLINE_BENCH_KINDS=piper` only one corpus). Prints a Markdown
+//! table. Piper's sentences are made once and kept under the build
+//! folder (Piper's noise moves its pauses from one synthesis to the next),
+//! so runs before and after a change compare on the same audio.
 
 #[path = "../tests/integration/util.rs"]
 #[allow(dead_code)] // the benches use some of the tests' helpers
@@ -194,7 +197,12 @@ fn main() {
         .filter(|r| r.name.contains(only.as_str()))
     {
         let (multi_turns, _) = turns(&multi, &row, &model, &mut ear);
-        for kind in ["human", "piper"] {
+        // VOXLINE_BENCH_KINDS: only "human" or "piper"
+        let kinds = std::env::var("VOXLINE_BENCH_KINDS").unwrap_or_default();
+        for kind in ["human", "piper"]
+            .into_iter()
+            .filter(|k| kinds.is_empty() || kinds.contains(k))
+        {
             let (mut cut, mut taken, mut n) = (0, 0, 0);
             let mut delays = Vec::new();
             let mut cut_names = Vec::new();

@@ -253,23 +253,34 @@ pub fn human_sentences(dir: &Path) -> Vec<Sentence> {
 /// installed.
 pub fn piper_sentences(models: &Path) -> Vec<Sentence> {
     use voxline_tts::TextToSpeech as _;
-    let Ok(mut voice) = voxline_tts::Piper::load(
-        &models.join("en_US-joe-medium.onnx"),
-        &models.join("libonnxruntime.so.1.31.1"),
-        2,
-    ) else {
-        return Vec::new();
-    };
-    let rate = voice.sample_rate();
+    let mut voice = None;
     PIPER_SENTENCES
         .iter()
         .enumerate()
         .filter_map(|(i, text)| {
-            let raw = voice.synthesize(text).ok()?;
-            let mut r = voxline_audio::StreamResampler::new(rate, 1).ok()?;
-            let mut speech = Vec::new();
-            r.process(&raw, &mut speech).ok()?;
-            r.flush(&mut speech).ok()?;
+            let speech = match cached_speech(text) {
+                Some(s) => s,
+                None => {
+                    if voice.is_none() {
+                        voice = Some(
+                            voxline_tts::Piper::load(
+                                &models.join("en_US-joe-medium.onnx"),
+                                &models.join("libonnxruntime.so.1.31.1"),
+                                2,
+                            )
+                            .ok()?,
+                        );
+                    }
+                    let voice = voice.as_mut()?;
+                    let raw = voice.synthesize(text).ok()?;
+                    let mut r = voxline_audio::StreamResampler::new(voice.sample_rate(), 1).ok()?;
+                    let mut speech = Vec::new();
+                    r.process(&raw, &mut speech).ok()?;
+                    r.flush(&mut speech).ok()?;
+                    keep_speech(text, &speech);
+                    speech
+                }
+            };
             let mut audio = vec![0.0; RATE * 3 / 10];
             audio.extend(&speech);
             audio.extend(std::iter::repeat_n(0.0, RATE));
@@ -283,6 +294,43 @@ pub fn piper_sentences(models: &Path) -> Vec<Sentence> {
             })
         })
         .collect()
+}
+
+/// Where Piper's speech of `text` (16 kHz) is kept between runs: Piper
+/// draws fresh noise at every synthesis (its pauses and words move from
+/// one run to the next), so two runs compare on the same audio only when
+/// it is made once.
+fn speech_cache(text: &str) -> PathBuf {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("piper-sentences")
+        .join(format!("{:016x}.wav", h.finish()))
+}
+
+/// The speech of `text` made by an earlier run, if kept.
+fn cached_speech(text: &str) -> Option<Vec<f32>> {
+    let r = hound::WavReader::open(speech_cache(text)).ok()?;
+    r.into_samples::<f32>().collect::<Result<_, _>>().ok()
+}
+
+/// Keeps the speech of `text` for the next run (best effort).
+fn keep_speech(text: &str, speech: &[f32]) {
+    let path = speech_cache(text);
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 32,
+        sample_format: hound::SampleFormat::Float,
+    };
+    let _ = std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")));
+    if let Ok(mut w) = hound::WavWriter::create(&path, spec) {
+        for &v in speech {
+            let _ = w.write_sample(v);
+        }
+        let _ = w.finalize();
+    }
 }
 
 /// Writes each clip as `<name>.wav` (16 kHz s16) with its sidecar (the

@@ -62,13 +62,9 @@ pub(crate) fn bench_sessions(args: &BenchArgs) -> anyhow::Result<Outcome> {
         crate::cli::VoiceArg::Off,
     )?;
     let files = collect_wavs(&args.fixtures)?;
-    // a user thinks longer than the endpointer waits, or their recordings run together
-    let think_ms = think_ms(args, 1500)?;
-    let think = std::time::Duration::from_millis(u64::from(
-        args.vad.turn_policy()?.map_or(think_ms, |p| {
-            think_ms.max(p.incomplete_ms + voxline_pipeline::pipeline::SEMANTIC_GAP_MARGIN_MS)
-        }),
-    ));
+    // a user thinks as a person does, whatever the end-of-turn policy:
+    // the words of each question end its turn (see docs/turn-taking.md)
+    let think = std::time::Duration::from_millis(u64::from(think_ms(args, 1500)?));
     let script = capacity::Script::load(&files, think)?;
     for (flag, given) in [
         ("--baseline", args.baseline.is_some()),

@@ -381,22 +381,12 @@ fn a_flooding_server_is_cut_off_at_its_limits_and_memory_stays_bounded() {
     for (what, url) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let report = tmp.path().join("report.json");
-        let mut child = replay_against(&url)
-            .args(["--llm-model", "m", "--max-tokens", "64", "--quiet"])
-            .arg("--report-json")
-            .arg(&report)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = String::new();
-        let mut stderr = child.stderr.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let _ = stderr.read_to_string(&mut err);
-            err
-        });
-        let (code, peak_mb) = util::wait_with_peak_mb(&mut child);
-        let err = reader.join().unwrap();
+        let (code, peak_mb, err) = util::run_with_peak_mb(
+            replay_against(&url)
+                .args(["--llm-model", "m", "--max-tokens", "64", "--quiet"])
+                .arg("--report-json")
+                .arg(&report),
+        );
         assert!(peak_mb > 0, "{what}: no VmHWM read");
         eprintln!("{what}: peak RSS {peak_mb} MB");
         assert!(
@@ -683,24 +673,14 @@ fn piper_speaks_a_server_s_run_of_digits_chunk_by_chunk_in_bounded_memory() {
     let url = flooding(Box::leak(reply.into_boxed_str()), String::new());
     let tmp = tempfile::tempdir().unwrap();
     let (report, wav) = (tmp.path().join("report.json"), tmp.path().join("voice.wav"));
-    let mut child = replay_against(&url)
-        .args(["--llm-model", "m", "--max-tokens", "100", "--quiet"])
-        .args(["--voice", "piper", "--voice-out"])
-        .arg(&wav)
-        .arg("--report-json")
-        .arg(&report)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut err = String::new();
-        let _ = stderr.read_to_string(&mut err);
-        err
-    });
-    let (code, peak_mb) = util::wait_with_peak_mb(&mut child);
-    let err = reader.join().unwrap();
+    let (code, peak_mb, err) = util::run_with_peak_mb(
+        replay_against(&url)
+            .args(["--llm-model", "m", "--max-tokens", "100", "--quiet"])
+            .args(["--voice", "piper", "--voice-out"])
+            .arg(&wav)
+            .arg("--report-json")
+            .arg(&report),
+    );
     eprintln!("4,400 digits through Piper: peak RSS {peak_mb} MB");
     assert_eq!(code, Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");

@@ -192,6 +192,26 @@ pub fn wait_with_peak_mb(child: &mut std::process::Child) -> (Option<i32>, u64) 
     }
 }
 
+/// Runs `cmd` to its end, its stdout dropped and its stderr read: its
+/// exit code, its peak resident set in MB (see [`wait_with_peak_mb`]) and
+/// what it wrote to stderr.
+pub fn run_with_peak_mb(cmd: &mut std::process::Command) -> (Option<i32>, u64, String) {
+    use std::io::Read;
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut err = String::new();
+        let _ = stderr.read_to_string(&mut err);
+        err
+    });
+    let (code, peak_mb) = wait_with_peak_mb(&mut child);
+    (code, peak_mb, reader.join().unwrap())
+}
+
 /// Sends `signal` (`"-INT"`, `"-TERM"`) to `child` and waits for it to end
 /// (20 s at most, then it is killed and this panics): its exit code and how
 /// long it took.

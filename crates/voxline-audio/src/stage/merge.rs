@@ -122,15 +122,13 @@ impl VadStage {
                 let lead = start - r.start;
                 if lead > max_lead || lead > r.audio.len() as u64 {
                     self.commit_released();
-                } else if keepable
-                    && words_on
-                    && matches!(words, None | Some(WordsVerdict::Complete))
-                {
+                } else if keepable && words_on && words.is_none_or(WordsVerdict::may_end) {
                     // Its words are not in yet (or came in since, reading
-                    // as finished): the new speech is held until it ends,
-                    // and what both say then decides. Its answer has not
-                    // begun (the language model needs its words), and the
-                    // voice does not begin it meanwhile.
+                    // as finished, or as a number that may go on): the new
+                    // speech is held until it ends, and what both say then
+                    // decides. Its answer has not begun (the language
+                    // model needs its words), and the voice does not begin
+                    // it meanwhile.
                     if r.held.is_none() {
                         if let Some((board, _)) = &self.spec {
                             board.hold(r.id);
@@ -156,10 +154,10 @@ impl VadStage {
 
     /// Before the utterance starting at `start` closes (any, with `None`):
     /// speech held after the released turn is decided now. A finished
-    /// sentence stays its own turn unless what followed goes on with it
-    /// ([`crate::turn::goes_on`]: whisper heard it start mid-sentence, or
-    /// the same number); otherwise, or with no words yet, the turn is
-    /// taken back.
+    /// sentence (or a number) stays its own turn unless what followed goes
+    /// on with it ([`crate::turn::goes_on`]: whisper heard it start
+    /// mid-sentence, more of the same number, or the next item of a list);
+    /// otherwise, or with no words yet, the turn is taken back.
     pub(super) fn settle_held(
         &mut self,
         start: Option<u64>,
@@ -179,7 +177,7 @@ impl VadStage {
         let finished = self
             .words_verdict(id, sent_at, pos, out)
             .or_else(|| self.await_words(id, sent_at, out))
-            == Some(WordsVerdict::Complete);
+            .is_some_and(WordsVerdict::may_end);
         if finished && !self.held_goes_on(id, held_start, out) {
             tracing::debug!(
                 turn = id,

@@ -31,20 +31,43 @@ impl VadStage {
             let went_on = open.is_none_or(|(start, end, confident, ..)| {
                 start != p.start || confident > p.confident_end || end > p.end + TAIL_GRACE
             });
+            // Speech went on softly (no new confident frame): until the
+            // next confident frame, wait for silence after the last speech
+            // frame instead, so a long soft tail is not chased with an
+            // attempt every few frames.
+            let soft_tail = open
+                .filter(|&(start, _, confident, ..)| {
+                    start == p.start && confident == p.confident_end
+                })
+                .and_then(|(_, _, confident, ..)| confident);
+            let holds_a_turn = self
+                .released
+                .as_ref()
+                .is_some_and(|r| r.held.is_some_and(|(s, _)| s == p.start));
+            if went_on && holds_a_turn {
+                // Speech held after a released turn paused and goes on: the
+                // held turn is decided first, from the words of both (only
+                // one turn is held at a time), so this pause may hold the
+                // speech after it in its turn.
+                self.settle_held(Some(p.start), pos, out);
+                if self.pending.is_none() {
+                    // taken back: the attempt went with it, as one on
+                    // speech that goes on
+                    self.soft_tail = soft_tail;
+                    return;
+                }
+            }
             let held = went_on
                 && open.is_some_and(|(start, end, ..)| {
                     start == p.start && self.hold_for_words(p, end, pos, out)
                 });
+            if held && self.pending.is_none() {
+                // split at the pause as the speech resumed: the utterance
+                // now open is judged, and sent, from the next frame
+                return;
+            }
             if went_on && !held {
-                // Speech went on softly (no new confident frame): until the
-                // next confident frame, wait for silence after the last
-                // speech frame instead, so a long soft tail is not chased
-                // with an attempt every few frames.
-                self.soft_tail = open
-                    .filter(|&(start, _, confident, ..)| {
-                        start == p.start && confident == p.confident_end
-                    })
-                    .and_then(|(_, _, confident, ..)| confident);
+                self.soft_tail = soft_tail;
                 board.cancel(p.id);
                 out.publish(PipelineEvent::SpecCancel {
                     id: p.id,

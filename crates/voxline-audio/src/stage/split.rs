@@ -1,13 +1,16 @@
 //! Splitting at a pause the words end: speech that resumes after a pause
 //! the model judged incomplete, before the words of the attempt sent on
 //! that pause are in, is held for them instead of cancelling the attempt.
-//! A finished sentence is then a turn of its own, and the new speech
-//! another; otherwise the attempt is cancelled and the utterance goes on,
-//! as when the words come in time and say so.
+//! A finished sentence (or a number) then ends the turn at the pause, and
+//! the new speech is held in its turn: it stays a turn of its own unless
+//! the new speech goes on with it, read from the words of both once it
+//! ends (see [`VadStage::settle_held`]); otherwise the attempt is
+//! cancelled and the utterance goes on, as when the words come in time
+//! and say so.
 
 use voxline_core::{Emitter, PipelineEvent, Utterance, UtteranceId};
 
-use super::{Pending, VadStage};
+use super::{merge, Pending, VadStage};
 use crate::turn::{TurnDecision, WordsVerdict};
 use crate::vad::{Segment, FRAME_SAMPLES};
 
@@ -45,13 +48,19 @@ impl VadStage {
             p.judged,
             Some(TurnDecision::Incomplete | TurnDecision::Unsure)
         );
-        if !unsure
-            || paused < fallback
-            || self.released.is_some()
-            || !self.words_on()
-            || self.words_verdict(p.id, p.sent_at, pos, out).is_some()
-        {
+        if !unsure || paused < fallback || self.released.is_some() || !self.words_on() {
             return false;
+        }
+        match self.words_verdict(p.id, p.sent_at, pos, out) {
+            None => {}
+            Some(v) if v.may_end() => {
+                // in as the speech resumed (waited for to decide a turn
+                // held before it): they end the turn at the pause, and the
+                // speech that resumed is held in its turn
+                self.split_open_at(p, SplitHold { id: p.id, resume }, pos, out);
+                return true;
+            }
+            Some(_) => return false,
         }
         tracing::debug!(
             turn = p.id,
@@ -73,7 +82,7 @@ impl VadStage {
             return;
         };
         match self.words_verdict(p.id, p.sent_at, pos, out) {
-            Some(WordsVerdict::Complete) => self.split_open_at(p, h, pos, out),
+            Some(v) if v.may_end() => self.split_open_at(p, h, pos, out),
             Some(_) => self.unhold(pos, out),
             None => {}
         }
@@ -106,7 +115,7 @@ impl VadStage {
         let verdict = self
             .words_verdict(p.id, p.sent_at, pos, out)
             .or_else(|| self.await_words(p.id, p.sent_at, out));
-        if verdict == Some(WordsVerdict::Complete) {
+        if verdict.is_some_and(WordsVerdict::may_end) {
             self.split_open_at(p, h, pos, out);
         } else {
             self.unhold(pos, out);
@@ -143,7 +152,7 @@ impl VadStage {
             return 0;
         }
         let at = self.split_point(p, h);
-        self.split_off(p, closed, out);
+        self.split_off(p, closed, false, out);
         let cut = usize::try_from(at - p.start)
             .unwrap_or(usize::MAX)
             .min(seg.samples.len());
@@ -155,7 +164,11 @@ impl VadStage {
     }
 
     /// Attempt `p` is a turn of its own, and the open utterance starts
-    /// where the speech resumed.
+    /// where the speech resumed; the turn is released and held (see
+    /// [`VadStage::settle_held`]): it is taken back if the speech that
+    /// resumed goes on with its sentence, which its own words tell once
+    /// it ends (whisper writes "and we are glad …" in lower case), and is
+    /// final otherwise.
     fn split_open_at(
         &mut self,
         p: Pending,
@@ -164,10 +177,38 @@ impl VadStage {
         out: &mut Emitter<'_, Utterance>,
     ) {
         let at = self.split_point(p, h);
-        self.split_off(p, pos, out);
         let origin = self.origin.unwrap_or(0);
+        let head = self
+            .endpointer
+            .open_utterance()
+            .map(|o| merge::Head {
+                start: p.start,
+                samples: o.samples_to_now.to_vec(),
+                continues: self.last_forced.filter(|_| o.continues_previous),
+                overlap_samples: o.overlap_samples,
+            })
+            .map(|h| h.after(self.lead_in.as_ref().filter(|l| l.at == p.start)));
+        // with taking turns back off (`merge_ms` 0) the split is final
+        let revocable = self.turn.as_ref().is_some_and(|j| j.policy().merge_ms > 0);
+        self.split_off(p, pos, revocable, out);
         self.endpointer
             .split_open(at.saturating_sub(origin), h.resume.saturating_sub(origin));
+        if !revocable {
+            return;
+        }
+        if let Some((board, _)) = &self.spec {
+            board.hold(p.id);
+        }
+        self.released = head.map(|head| merge::Released {
+            id: p.id,
+            sent_at: p.sent_at,
+            start: head.start,
+            audio: head.samples,
+            until: h.resume + FRAME_SAMPLES as u64,
+            continues: head.continues,
+            overlap_samples: head.overlap_samples,
+            held: Some((at, h.resume)),
+        });
     }
 
     /// Where the turn after a split starts: the resumed speech with the
@@ -177,15 +218,26 @@ impl VadStage {
         h.resume.saturating_sub(pre_roll).max(p.end)
     }
 
-    /// Attempt `p` is a turn of its own, final at `pos`.
-    fn split_off(&mut self, p: Pending, pos: u64, out: &mut Emitter<'_, Utterance>) {
+    /// Attempt `p` is a turn of its own at `pos`: final, or released (see
+    /// [`voxline_core::SpecBoard::release`]) with `revocable`.
+    fn split_off(
+        &mut self,
+        p: Pending,
+        pos: u64,
+        revocable: bool,
+        out: &mut Emitter<'_, Utterance>,
+    ) {
         self.split_hold = None;
         self.pending = None;
         self.soft_tail = None;
         let Some((board, _)) = &self.spec else {
             return;
         };
-        board.commit(p.id);
+        if revocable {
+            board.release(p.id);
+        } else {
+            board.commit(p.id);
+        }
         out.publish(PipelineEvent::Commit {
             id: p.id,
             spec_sample: p.sent_at,

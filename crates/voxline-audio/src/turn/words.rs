@@ -10,9 +10,10 @@
 //! sentence ending in a full stop, a question mark or an exclamation mark
 //! whose last word can end a sentence is *complete*; one ending in a
 //! comma, a dash, an ellipsis, or on a word that cannot end one ("and",
-//! "the", "of", "um") is a *fragment*; anything else (no words, an
-//! annotation of a sound, no final mark, nothing but numbers in digits:
-//! a group of a number read aloud) the words cannot tell.
+//! "the", "of", "um") is a *fragment*; nothing but numbers in digits is
+//! a *number* (a group of one read aloud, or the whole of it: what
+//! follows says which); anything else (no words, an annotation of a
+//! sound, no final mark) the words cannot tell.
 
 /// What the words of a transcript say about the end of the turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,8 +22,23 @@ pub enum WordsVerdict {
     Complete,
     /// The words stop in the middle of something.
     Fragment,
+    /// Nothing but numbers in digits ("1.", "2, 3", "0 7 9 1"): a group of
+    /// a number read aloud (a phone number, a code), whisper ending each
+    /// group with a stop whether or not the string goes on, or the whole
+    /// of it ("1, 2, 3."). Final unless what follows goes on in digits
+    /// ([`goes_on`]).
+    Number,
     /// The words cannot tell (no words, a sound's annotation, no final mark).
     Unknown,
+}
+
+impl WordsVerdict {
+    /// Whether the turn may end on these words, what follows permitting:
+    /// a finished sentence, or a number whose next group may not come.
+    #[must_use]
+    pub fn may_end(self) -> bool {
+        matches!(self, Self::Complete | Self::Number)
+    }
 }
 
 /// Words after which no sentence ends, whatever mark whisper put after
@@ -56,9 +72,7 @@ pub fn sentence_end(text: &str) -> WordsVerdict {
         return WordsVerdict::Unknown;
     }
     if digits_only(t) {
-        // a group of a number read aloud (a phone number, a code): whisper
-        // ends each group with a stop whether or not the string goes on
-        return WordsVerdict::Unknown;
+        return WordsVerdict::Number;
     }
     if t.ends_with("...") || t.ends_with('…') {
         return WordsVerdict::Fragment;
@@ -97,9 +111,13 @@ pub fn sentence_end(text: &str) -> WordsVerdict {
 /// the audio sounds like the start of a sentence, and in lower case when
 /// it starts in the middle of one ("and we are glad to welcome his
 /// gospel.", "bread and a bag of rice."), so a first letter in lower case,
-/// or a leading ellipsis, goes on; and a number that goes on in digits
-/// after one that ended `before` ("My number is 415." then "238-9901.")
-/// is the same number read in groups.
+/// or a leading ellipsis, goes on; a number that goes on in digits, or
+/// in number words alone, after one that ended `before` ("My number is
+/// 415." then "238-9901.", "7, 7." then "Three, one.") is the same number
+/// read in groups; and a phrase of one or two words that is not a reply
+/// or a request of its own ("Milk.", "10 meters." after "Go forward.",
+/// "At three." after "The meeting is on Tuesday.") is the next item of
+/// what `before` said, whisper having capitalised it for the pause.
 #[must_use]
 pub fn goes_on(before: &str, after: &str) -> bool {
     if voxline_core::non_speech(after) {
@@ -115,11 +133,100 @@ pub fn goes_on(before: &str, after: &str) -> bool {
     if first.is_lowercase() {
         return true;
     }
-    let ends_in_a_number = before
-        .chars()
-        .rfind(|c| c.is_alphanumeric())
-        .is_some_and(|c| c.is_ascii_digit());
-    ends_in_a_number && first.is_ascii_digit()
+    let last = before.split_whitespace().rev().find_map(|w| {
+        Some(w.trim_matches(|c: char| !c.is_alphanumeric())).filter(|w| !w.is_empty())
+    });
+    let mut words = after
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()))
+        .filter(|w| !w.is_empty());
+    // whisper writes a group in digits or in words as it likes ("7, 7."
+    // then "Three, one."); a number word may also start a new sentence
+    // ("One more thing."), so in words the group must be all numbers
+    if last.is_some_and(a_number) && (first.is_ascii_digit() || words.all(a_number)) {
+        return true;
+    }
+    a_phrase_of_what_went_before(after)
+}
+
+/// Words that make a reply or a request of their own, however short
+/// ("Thank you.", "Stop.", "No.").
+const ON_ITS_OWN: &[&str] = &[
+    "yes", "yeah", "yep", "no", "nope", "okay", "ok", "thanks", "thank", "please", "stop", "wait",
+    "cancel", "sorry", "hello", "hi", "hey", "bye", "goodbye", "never", "help", "what", "why",
+    "how", "who", "where", "when", "which", "really", "right", "sure", "great", "good", "fine",
+    "cool", "repeat", "again", "continue", "go",
+];
+
+/// Whether `after` is a phrase of one or two words, stated (ending in a
+/// full stop: not a question, an exclamation, a trailing ellipsis or no
+/// mark), none of which makes a reply or a request of its own, and not a
+/// number alone.
+fn a_phrase_of_what_went_before(after: &str) -> bool {
+    // whisper ends a phrase it hears as said with a full stop; no mark is
+    // often a guess at a sound ("7F Clopes")
+    let t = after.trim_end();
+    if !t.ends_with('.') || t.ends_with("..") {
+        return false;
+    }
+    let words: Vec<String> = t
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
+    (1..=2).contains(&words.len())
+        && !words.iter().any(|w| ON_ITS_OWN.contains(&w.as_str()))
+        // a number alone after words ("7." after "… young man.") is the
+        // start of what comes next as often as an item of what went before
+        && !words.iter().all(|w| a_number(w))
+}
+
+/// Numbers said as words, as whisper writes a group of a number read
+/// aloud when it does not write digits.
+const NUMBER_WORDS: &[&str] = &[
+    "zero",
+    "oh",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+    "thirty",
+    "forty",
+    "fifty",
+    "sixty",
+    "seventy",
+    "eighty",
+    "ninety",
+    "hundred",
+    "thousand",
+    "double",
+    "triple",
+];
+
+/// Whether `word` (punctuation trimmed) is a number: in digits ("415",
+/// "238-9901") or a number word ("Three").
+fn a_number(word: &str) -> bool {
+    word.chars().next().is_some_and(|c| c.is_ascii_digit())
+        || NUMBER_WORDS.contains(&word.to_lowercase().as_str())
 }
 
 /// Whether every word of `t` is a number written in digits ("1.", "2, 3",
@@ -152,6 +259,12 @@ mod tests {
             ("My number is 415-238.", "9 9 0 1"),
             ("The code for the door is 7.", "7 3 1"),
             ("So I thought.", "...maybe not."),
+            ("The code for the door is 7, 7.", "Three, one."),
+            ("I need eggs.", "Milk."),
+            ("Go forward.", "10 meters."),
+            ("The meeting is on Tuesday.", "At three."),
+            ("7", "Three, one."),
+            ("My number is four one five.", "2 3 8"),
         ] {
             assert!(goes_on(before, after), "{before:?} {after:?}");
         }
@@ -166,7 +279,14 @@ mod tests {
                 "It was my reports from the North which chiefly induced people to buy.",
             ),
             ("Set a timer for 20 minutes.", "The code for the door is 7."),
-            ("Go forward.", "10 meters."),
+            ("It is at 3.", "One more thing."),
+            ("Set a timer for 20 minutes.", "Thank you."),
+            ("Tell me a story.", "Stop."),
+            ("Tell me a story.", "Why?"),
+            ("What is the capital of France?", "Germany?"),
+            ("He was not.", "An ill-disposed young man?"),
+            ("He was not an ill-disposed young man.", "7."),
+            ("He was not an old-sposed young man.", "7F Clopes"),
             ("I need eggs.", "[coughing]"),
             ("I need eggs.", ""),
         ] {
@@ -220,6 +340,20 @@ mod tests {
     }
 
     #[test]
+    fn digits_alone_are_a_number() {
+        all_read_as(
+            WordsVerdict::Number,
+            &["1.", "2, 3.", "0 7 9 1.", "415 238.", "1, 2, 3."],
+        );
+        // what follows says whether the number went on
+        assert!(goes_on("1.", "2, 3"));
+        assert!(!goes_on(
+            "1, 2, 3.",
+            "It was my reports from the North which chiefly induced people to buy."
+        ));
+    }
+
+    #[test]
     fn sounds_empty_text_and_no_final_mark_cannot_tell() {
         all_read_as(
             WordsVerdict::Unknown,
@@ -229,10 +363,6 @@ mod tests {
                 "(dramatic music)",
                 "[BLANK_AUDIO]",
                 "[noise: How far?]",
-                "1.",
-                "2, 3.",
-                "0 7 9 1.",
-                "415 238.",
                 "what is the capital of France",
                 "?!",
             ],

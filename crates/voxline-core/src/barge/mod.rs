@@ -130,9 +130,42 @@ const KEEP: usize = 64;
 
 /// Words that end an answer however few they are.
 const COMMANDS: &[&str] = &[
-    "stop", "wait", "no", "nope", "pause", "quiet", "enough", "cancel", "hold", "hang", "shush",
-    "silence", "hey", "actually", "but", "what", "why", "how", "who", "where", "when", "which",
-    "repeat", "again", "louder", "slower", "sorry", "pardon",
+    "stop",
+    "wait",
+    "no",
+    "nope",
+    "pause",
+    "quiet",
+    "enough",
+    "cancel",
+    "hold",
+    "hang",
+    "shush",
+    "silence",
+    "hey",
+    "actually",
+    "but",
+    "what",
+    "why",
+    "how",
+    "who",
+    "where",
+    "when",
+    "which",
+    "repeat",
+    "again",
+    "louder",
+    "slower",
+    "sorry",
+    "pardon",
+    "help",
+    "listen",
+    "excuse",
+    "shut",
+    "halt",
+    "quit",
+    "never",
+    "nevermind",
 ];
 
 /// Words of agreement, attention and hesitation: a listener's, not a turn.
@@ -209,8 +242,9 @@ fn words(text: &str) -> Vec<String> {
 /// backchannel rather than a turn: no words at all (a cough, a sound
 /// whisper annotates), fewer than two words, or only words of agreement
 /// and attention ("uh-huh", "mm-hmm", "okay", "yeah, I see", "go on") —
-/// unless one of them asks the assistant to stop or is a question word
-/// ("stop", "wait", "no", "what?").
+/// unless one of them asks the assistant to stop, for help, or is a
+/// question word ("stop", "wait", "no", "help!", "what?"), or the one word
+/// is asked ("Paris?") rather than agreed ("Really?" stays a listener's).
 #[must_use]
 pub fn backchannel(text: &str) -> bool {
     if crate::message::non_speech(text) {
@@ -221,7 +255,9 @@ pub fn backchannel(text: &str) -> bool {
     if words.iter().any(|w| COMMANDS.contains(&w.as_str())) {
         return false;
     }
-    words.len() < 2 || words.iter().all(|w| LISTENING.contains(&w.as_str()))
+    let listening = words.iter().all(|w| LISTENING.contains(&w.as_str()));
+    let asked = text.trim_end().ends_with('?');
+    listening || (words.len() < 2 && !asked)
 }
 
 impl BargeIn {
@@ -498,6 +534,8 @@ mod tests {
             "Thank you.",
             "Paris.",
             "[BLANK_AUDIO]",
+            "Really?",
+            "Right?",
         ] {
             assert!(backchannel(text), "{text:?} is a backchannel");
         }
@@ -511,6 +549,10 @@ mod tests {
             "How far is the moon?",
             "Yes please.",
             "Sorry?",
+            "Help!",
+            "Paris?",
+            "Excuse me.",
+            "Never mind.",
         ] {
             assert!(!backchannel(text), "{text:?} is a turn");
         }

@@ -25,7 +25,5 @@ pub use input::{
     open_inputs, open_inputs_until, Input, InputSpan, Pace, Pushed, PushedAudio, Source,
 };
 pub use live::{LiveOptions, LiveReport, VoiceOutputReport};
-pub use options::{
-    EventHook, Observer, RunOptions, SemanticTurn, SharedObserver, SpanHook, SEMANTIC_GAP_MARGIN_MS,
-};
+pub use options::{EventHook, Observer, RunOptions, SemanticTurn, SharedObserver, SpanHook};
 pub use run::{run, run_source, run_source_with, run_with, RunError, RunResult};

@@ -87,11 +87,6 @@ pub struct RunOptions {
     pub fault: Option<crate::fault::Fault>,
 }
 
-/// Silence beyond the semantic end of turn's longest wait that separates
-/// two recordings of a capacity user's script, ms (a replay keeps its
-/// [`RunOptions::gap_ms`] whatever the policy).
-pub const SEMANTIC_GAP_MARGIN_MS: u32 = 500;
-
 /// The semantic end of turn a run's VAD consults: the model (shared by
 /// every conversation of the process) and the policy.
 pub type SemanticTurn = (
