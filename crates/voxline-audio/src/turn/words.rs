@@ -25,8 +25,8 @@ pub enum WordsVerdict {
     /// Nothing but numbers in digits ("1.", "2, 3", "0 7 9 1"): a group of
     /// a number read aloud (a phone number, a code), whisper ending each
     /// group with a stop whether or not the string goes on, or the whole
-    /// of it ("1, 2, 3."). Final unless what follows goes on in digits
-    /// ([`goes_on`]).
+    /// of it ("1, 2, 3."). Final unless what follows is more of the number,
+    /// in digits or in number words ([`goes_on`]).
     Number,
     /// The words cannot tell (no words, a sound's annotation, no final mark).
     Unknown,
