@@ -678,11 +678,7 @@ fn a_synthetic_sentence_whisper_hears_go_on_after_its_comma_is_one_turn() {
     // the rest of a number ("238-9901.").
     let _g = util::engine_lock();
     let model = model();
-    let mut stt = voxline_stt::SttEngine::load(voxline_stt::SttConfig::new(
-        util::whisper_model(),
-        util::threads_each(),
-    ))
-    .expect("the whisper model");
+    let mut stt = whisper();
     let sentences = pauses::piper_sentences(&util::models_dir());
     for text in [
         "Set a timer for twenty minutes, and then remind me to call my sister.",
@@ -716,11 +712,7 @@ fn a_real_speaker_who_goes_on_after_a_pause_judged_unfinished_is_one_turn() {
     // mid-sentence, in lower case, so now it goes on and is one turn.
     let _g = util::engine_lock();
     let model = model();
-    let mut stt = voxline_stt::SttEngine::load(voxline_stt::SttConfig::new(
-        util::whisper_model(),
-        util::threads_each(),
-    ))
-    .expect("the whisper model");
+    let mut stt = whisper();
     let sentences = pauses::human_sentences(&util::fixture("human"));
     let corpus = pauses::corpus(&sentences);
     let clip = corpus
@@ -777,4 +769,13 @@ fn turns_whisper_hears(
         }),
     );
     (turns, merged, heard)
+}
+
+/// whisper as the pipeline runs it (the model and threads of the tests).
+fn whisper() -> voxline_stt::SttEngine {
+    voxline_stt::SttEngine::load(voxline_stt::SttConfig::new(
+        util::whisper_model(),
+        util::threads_each(),
+    ))
+    .expect("the whisper model (voxline models fetch)")
 }
