@@ -111,6 +111,14 @@ pub(crate) struct LiveArgs {
     /// Never stop the voice when the user speaks over it.
     #[arg(long)]
     pub(crate) no_barge_in: bool,
+    /// With --voice: do not take the voice's echo out of the microphone (the echo canceller,
+    /// WebRTC's AEC3, runs by default; it is what lets the voice play on a loudspeaker).
+    #[arg(long)]
+    pub(crate) no_aec: bool,
+    /// With --voice: also suppress steady background noise (WebRTC's suppressor, moderate)
+    /// after the echo canceller.
+    #[arg(long, conflicts_with = "no_aec")]
+    pub(crate) noise_suppression: bool,
     /// While the voice plays, the speech probability a frame needs (above --vad-threshold, so
     /// the assistant's own voice from a loudspeaker does not stop it).
     #[arg(long, default_value_t = 0.8)]

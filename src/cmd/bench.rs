@@ -244,6 +244,7 @@ pub(crate) fn bench(args: BenchArgs) -> anyhow::Result<Outcome> {
         fault,
         cancel_on_stop: false,
         barge_in: None,
+        echo_cancellation: None,
         probe_host: true,
         before_load: &|| {
             bar.set_style(

@@ -16,7 +16,13 @@ pub(crate) fn devices(args: &DevicesArgs) -> anyhow::Result<Outcome> {
     // the outputs are where the voice plays (`live --output-device`)
     let outputs = voxline_audio::list_output_devices().map_err(BadInput::from_display)?;
     println!();
-    list_devices(args, outputs, "output", "play");
+    if list_devices(args, outputs, "output", "play") {
+        println!();
+        println!(
+            "echo cancellation: on with `live --voice` (WebRTC's AEC3: what the output plays is taken \
+             out of the input before the VAD), so the voice may play on a loudspeaker; `--no-aec` turns it off"
+        );
+    }
     Ok(Outcome::Ok)
 }
 
@@ -193,6 +199,9 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
             min_speech_ms: args.barge_in_ms,
             backchannel_max_ms: args.backchannel_max_ms,
         }),
+        echo_cancellation: (!args.no_aec).then_some(voxline_audio::AecOptions {
+            noise_suppression: args.noise_suppression,
+        }),
         probe_host: false,
         before_load: &|| {
             if !quiet {
@@ -232,6 +241,19 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
                 l.timing.clock_gap_ms,
                 l.timing.clock_gaps,
                 if l.timing.clock_gaps == 1 { "" } else { "s" }
+            );
+        }
+        let aec = l
+            .voice_output
+            .as_ref()
+            .and_then(|v| v.echo_cancellation.as_ref());
+        if let (Some(a), false) = (aec, quiet) {
+            let fig = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1} dB"));
+            eprintln!(
+                "voxline: echo cancellation: {:.1} s of the voice taken out of the microphone; echo return loss enhancement {}, echo delay {}",
+                a.blocks_with_voice as f64 / 100.0,
+                fig(a.erle_db),
+                a.delay_ms.map_or("-".to_owned(), |d| format!("{d} ms"))
             );
         }
     }

@@ -59,6 +59,7 @@ pub(crate) fn replay(args: ReplayArgs) -> anyhow::Result<Outcome> {
         fault,
         cancel_on_stop: false,
         barge_in: None,
+        echo_cancellation: None,
         probe_host: false,
         before_load: &|| {
             if !quiet {

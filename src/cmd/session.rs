@@ -68,6 +68,8 @@ pub(crate) struct Run<'a> {
     pub(crate) cancel_on_stop: bool,
     /// How speech over the voice stops it (live; `None`: never).
     pub(crate) barge_in: Option<voxline_audio::BargeInOptions>,
+    /// Live with a voice: the echo canceller (`None`: `--no-aec`).
+    pub(crate) echo_cancellation: Option<voxline_audio::AecOptions>,
     /// Probe the host's speed before the models load and after the run
     /// (`bench` always; any run whose budget has `[host]`).
     pub(crate) probe_host: bool,
@@ -192,6 +194,7 @@ impl Session {
             on_event: run.on_event,
             cancel_on_stop: run.cancel_on_stop,
             barge_in: run.barge_in,
+            echo_cancellation: run.echo_cancellation,
             observer: tally.clone().map(|t| t as pipeline::SharedObserver),
             gap_ms: run.gap_ms.unwrap_or(RunOptions::default().gap_ms),
             fault: run.fault,

@@ -1302,8 +1302,11 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
 /// and `db` down. One question is asked; while and after the answer plays,
 /// what the microphone hears of it is echo, and must not become a turn:
 /// nothing but the question is answered (no loop of the assistant
-/// answering itself), and the report counts the echoes it dropped.
-fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64) {
+/// answering itself), and the report counts the echoes it dropped. With
+/// the echo canceller (`aec`) the report says how much of the echo it took
+/// out; without it (`--no-aec`) the echo guard alone keeps the echo from
+/// becoming a turn.
+fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64, aec: bool) {
     use std::time::Duration;
     let _g = util::engine_lock();
     let pulse = Pulse::start_with(
@@ -1335,19 +1338,18 @@ fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64) {
     let dir = pulse.dir.path().to_path_buf();
     let report = dir.join("report.json");
     let events = dir.join("events.jsonl");
-    let (vox, err_thread) = speaking_live(
-        &pulse,
-        &[
-            "--voice",
-            voice,
-            "--max-duration",
-            "30s",
-            "--max-tokens",
-            "60",
-        ],
-        &report,
-        Some(&events),
-    );
+    let mut args = vec![
+        "--voice",
+        voice,
+        "--max-duration",
+        "30s",
+        "--max-tokens",
+        "60",
+    ];
+    if !aec {
+        args.push("--no-aec");
+    }
+    let (vox, err_thread) = speaking_live(&pulse, &args, &report, Some(&events));
     std::thread::sleep(Duration::from_millis(800));
     pulse.play(&util::fixture("q_capital.wav"));
     let out = vox.wait_with_output().unwrap();
@@ -1387,8 +1389,22 @@ fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64) {
         answered[0],
         heard.join("\n")
     );
+    let cancelled = &r["live"]["voice_output"]["echo_cancellation"];
+    if aec {
+        // the canceller heard the whole answer play, and took its echo out
+        assert!(
+            cancelled["blocks_with_voice"].as_u64() > Some(100),
+            "{cancelled}"
+        );
+        assert!(
+            cancelled["erle_db"].as_f64().is_some_and(|e| e >= 6.0),
+            "{cancelled}\n{err}"
+        );
+    } else {
+        assert!(cancelled.is_null(), "{cancelled}");
+    }
     eprintln!(
-        "{voice}, echo at {db} dB: {} echo turn(s) dropped, {} false interruption(s); heard:\n{}",
+        "{voice}, echo at {db} dB: {} echo turn(s) dropped, {} false interruption(s); echo cancellation {cancelled}; heard:\n{}",
         s["echoes"],
         s["false_interruptions"],
         heard.join("\n")
@@ -1400,8 +1416,8 @@ fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64) {
     not(feature = "slow-tests"),
     ignore = "slow tier: --features slow-tests"
 )]
-fn the_espeak_voice_heard_back_at_minus_12_db_is_no_turn() {
-    own_voice_through_the_loudspeaker_is_no_turn("espeak", -12.0);
+fn the_espeak_voice_heard_back_at_minus_12_db_without_the_canceller_is_no_turn() {
+    own_voice_through_the_loudspeaker_is_no_turn("espeak", -12.0, false);
 }
 
 #[test]
@@ -1409,6 +1425,6 @@ fn the_espeak_voice_heard_back_at_minus_12_db_is_no_turn() {
     not(feature = "slow-tests"),
     ignore = "slow tier: --features slow-tests"
 )]
-fn the_neural_voice_heard_back_at_minus_6_db_is_no_turn() {
-    own_voice_through_the_loudspeaker_is_no_turn("piper", -6.0);
+fn the_neural_voice_heard_back_at_minus_6_db_is_cancelled_and_no_turn() {
+    own_voice_through_the_loudspeaker_is_no_turn("piper", -6.0, true);
 }

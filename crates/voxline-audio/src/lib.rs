@@ -10,6 +10,7 @@
 //!   [`SegmentTracker`] is its detector-independent decision logic.
 #![warn(missing_docs)]
 
+pub mod aec;
 mod barge;
 pub mod capture;
 mod error;
@@ -21,6 +22,7 @@ pub mod turn;
 pub mod vad;
 pub mod wav;
 
+pub use aec::{AecMeter, AecOptions, AecStage, AecSummary, EchoReference, AEC_STAGE};
 pub use barge::BargeInOptions;
 pub use capture::{
     check_input_device, list_input_devices, list_output_devices, Capture, CaptureEnd, CaptureError,

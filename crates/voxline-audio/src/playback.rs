@@ -108,8 +108,27 @@ pub struct PlayedLevel {
 }
 
 /// A buffer's level as the callback records it: ns since the clock's
-/// origin, frames, mean square.
-type RawLevel = (u64, u32, f32);
+/// origin, frames, mean square, and whether its samples are in the
+/// samples' ring (they are left out whole when it is full).
+type RawLevel = (u64, u32, f32, bool);
+
+/// What the watcher reads of what played: each buffer's level, its
+/// samples (mono, at the device's rate), and the echo canceller's
+/// reference they go on to.
+struct PlayedRings {
+    levels: rtrb::Consumer<RawLevel>,
+    samples: rtrb::Consumer<f32>,
+    reference: crate::aec::EchoReference,
+}
+
+impl std::fmt::Debug for PlayedRings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlayedRings").finish_non_exhaustive()
+    }
+}
+
+/// Seconds of played samples the ring to the watcher holds.
+const PLAYED_SECONDS: u32 = 2;
 
 /// Buffers' levels the ring between the callback and the watcher holds.
 const LEVELS: usize = 4096;
@@ -146,7 +165,7 @@ pub struct Speaker {
     resampler: Option<(u32, StreamResampler)>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
-    levels: Arc<Mutex<rtrb::Consumer<RawLevel>>>,
+    levels: Arc<Mutex<PlayedRings>>,
     clock: Clock,
 }
 
@@ -231,7 +250,7 @@ impl Speaker {
                 device: device.unwrap_or("default").to_owned(),
                 reason: e.to_string(),
             })?;
-        let (format, producer, levels) = match ready_rx.recv() {
+        let (format, producer, (levels, samples)) = match ready_rx.recv() {
             Ok(Ok(ready)) => ready,
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -247,7 +266,11 @@ impl Speaker {
             }
         };
         Ok(Self {
-            levels: Arc::new(Mutex::new(levels)),
+            levels: Arc::new(Mutex::new(PlayedRings {
+                levels,
+                samples,
+                reference: crate::aec::EchoReference::new(),
+            })),
             clock,
             format,
             producer,
@@ -347,7 +370,7 @@ impl Speaker {
 #[derive(Debug, Clone)]
 pub struct SpeakerControl {
     shared: Arc<Shared>,
-    levels: Arc<Mutex<rtrb::Consumer<RawLevel>>>,
+    levels: Arc<Mutex<PlayedRings>>,
     clock: Clock,
     rate: u32,
 }
@@ -403,22 +426,48 @@ impl SpeakerControl {
         self.shared.paused.store(true, Ordering::Release);
     }
 
-    /// The levels of the buffers played since the last call, oldest first.
+    /// The levels of the buffers played since the last call, oldest first;
+    /// their samples go on to the [echo reference](Self::echo_reference).
     #[must_use]
     pub fn take_levels(&self) -> Vec<PlayedLevel> {
-        let mut c = self
+        let mut guard = self
             .levels
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut out = Vec::with_capacity(c.slots());
-        while let Ok((ns, frames, mean_square)) = c.pop() {
+        let rings = &mut *guard;
+        let mut out = Vec::with_capacity(rings.levels.slots());
+        while let Ok((ns, frames, mean_square, with_samples)) = rings.levels.pop() {
+            let at = self.clock.origin() + Duration::from_nanos(ns);
+            if with_samples {
+                let n = (frames as usize).min(rings.samples.slots());
+                if let Ok(chunk) = rings.samples.read_chunk(n) {
+                    let (a, b) = chunk.as_slices();
+                    let mut buf = Vec::with_capacity(n);
+                    buf.extend_from_slice(a);
+                    buf.extend_from_slice(b);
+                    chunk.commit_all();
+                    rings.reference.push(at, &buf, self.rate);
+                }
+            }
             out.push(PlayedLevel {
-                at: self.clock.origin() + Duration::from_nanos(ns),
+                at,
                 duration: Duration::from_secs_f64(f64::from(frames) / f64::from(self.rate.max(1))),
                 mean_square,
             });
         }
         out
+    }
+
+    /// What the device played, sample by sample, as
+    /// [`take_levels`](Self::take_levels) reads it: the echo canceller's
+    /// far end ([`AecStage`](crate::AecStage)).
+    #[must_use]
+    pub fn echo_reference(&self) -> crate::aec::EchoReference {
+        self.levels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .reference
+            .clone()
     }
 
     /// Whether it is paused ([`SpeakerControl::pause`]).
@@ -443,7 +492,14 @@ impl Drop for Speaker {
     }
 }
 
-type Ready = Result<(SpeakerFormat, rtrb::Producer<f32>, rtrb::Consumer<RawLevel>), PlaybackError>;
+type Ready = Result<
+    (
+        SpeakerFormat,
+        rtrb::Producer<f32>,
+        (rtrb::Consumer<RawLevel>, rtrb::Consumer<f32>),
+    ),
+    PlaybackError,
+>;
 
 /// The speaker's thread: builds and owns the stream, hands the ring's
 /// producer back, then reports marks as they play until stopped.
@@ -474,6 +530,8 @@ fn speaker_thread(
         let (producer, consumer) =
             rtrb::RingBuffer::<f32>::new((config.sample_rate() * RING_SECONDS) as usize);
         let (levels, levels_out) = rtrb::RingBuffer::<RawLevel>::new(LEVELS);
+        let (played, played_out) =
+            rtrb::RingBuffer::<f32>::new((config.sample_rate() * PLAYED_SECONDS) as usize);
         let stream_config: cpal::StreamConfig = config.into();
         let cb = Callback {
             consumer,
@@ -484,6 +542,7 @@ fn speaker_thread(
             fade_left: None,
             level: usize::MAX,
             levels,
+            played,
         };
         let stream = match config.sample_format() {
             SampleFormat::F32 => build::<f32>(&device, &stream_config, cb),
@@ -499,11 +558,11 @@ fn speaker_thread(
         }
         .map_err(|e| cannot(&e))?;
         stream.play().map_err(|e| cannot(&e))?;
-        Ok((format, producer, levels_out, stream))
+        Ok((format, producer, (levels_out, played_out), stream))
     })();
     let stream = match opened {
-        Ok((format, producer, levels_out, stream)) => {
-            if ready.send(Ok((format, producer, levels_out))).is_err() {
+        Ok((format, producer, rings, stream)) => {
+            if ready.send(Ok((format, producer, rings))).is_err() {
                 return;
             }
             stream
@@ -562,6 +621,9 @@ struct Callback {
     level: usize,
     /// Each buffer's level, for the echo guard (dropped when full).
     levels: rtrb::Producer<RawLevel>,
+    /// Each buffer's samples, mono as played, for the echo canceller
+    /// (a buffer is left out whole when they do not fit).
+    played: rtrb::Producer<f32>,
 }
 
 impl Callback {
@@ -587,6 +649,10 @@ impl Callback {
         let mark = self.shared.mark.load(Ordering::Acquire);
         let mut taken = self.shared.taken.load(Ordering::Acquire);
         let mut ran_dry = false;
+        // the buffer's samples go to the watcher whole, or not at all
+        // (with their level: the watcher pairs them by it)
+        let with_samples =
+            !self.levels.is_full() && self.played.slots() >= data.len() / self.channels.max(1);
         let mut energy = 0.0f32;
         let mut frames = 0u32;
         for (i, frame) in data.chunks_mut(self.channels).enumerate() {
@@ -624,6 +690,9 @@ impl Callback {
             }
             energy += s * s;
             frames += 1;
+            if with_samples {
+                let _ = self.played.push(s);
+            }
             let v = T::from_sample(s);
             for out in frame.iter_mut() {
                 *out = v;
@@ -645,7 +714,9 @@ impl Callback {
                 .saturating_duration_since(self.clock.origin())
                 .as_nanos() as u64;
             // a full ring (nobody reading) loses levels, never blocks
-            let _ = self.levels.push((at, frames, energy / frames as f32));
+            let _ = self
+                .levels
+                .push((at, frames, energy / frames as f32, with_samples));
         }
         if ran_dry && self.shared.pushed.load(Ordering::Acquire) > taken {
             self.shared.underruns.fetch_add(1, Ordering::Relaxed);

@@ -371,6 +371,29 @@ impl Topology {
         self
     }
 
+    /// Adds stage `id` in front of `before`: it reads what `before` read,
+    /// and `before` now reads its output, edge `input` (declared with
+    /// [`Topology::edge`]). Its latency term is [`Latency::Off`]: a stage
+    /// in front of the endpointer works on the audio, not on turns. No
+    /// change when `before` is not a stage.
+    #[must_use]
+    pub fn insert_before(mut self, before: &StageId, id: StageId, input: EdgeId) -> Self {
+        let Some(i) = self.stages.iter().position(|s| &s.id == before) else {
+            return self;
+        };
+        let old = std::mem::replace(&mut self.stages[i].input, input.clone());
+        self.stages.insert(
+            i,
+            StageSpec {
+                id,
+                input: old,
+                output: Some(input),
+                latency: Latency::Off,
+            },
+        );
+        self
+    }
+
     /// The stages, in flow order.
     #[must_use]
     pub fn stages(&self) -> &[StageSpec] {

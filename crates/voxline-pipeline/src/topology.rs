@@ -7,6 +7,10 @@
 
 use voxline_core::{EdgeId, FullPolicy, Latency, StageId, Topology};
 
+/// The echo canceller: the microphone's audio in, the same audio with the
+/// loudspeaker's echo taken out (a live pipeline that speaks;
+/// [`with_echo_cancellation`]).
+pub const AEC: StageId = voxline_audio::AEC_STAGE;
 /// The voice-activity detector: audio in, utterances out.
 pub const VAD: StageId = voxline_audio::VAD_STAGE;
 /// Speech to text: utterances in, transcripts out.
@@ -79,6 +83,20 @@ pub fn with_voice(t: Topology) -> Topology {
         .latency(&TTS, Latency::Off)
 }
 
+/// `t` with the echo canceller in front of the VAD, on an edge (`to_vad`)
+/// like the audio edge. It works on the audio, not on turns: no latency
+/// term of its own (the ≤ 10 ms it holds audio back is in the endpoint's).
+#[must_use]
+pub fn with_echo_cancellation(t: Topology) -> Topology {
+    let (capacity, policy) = t
+        .edge_spec(&AUDIO)
+        .map_or((REPLAY_AUDIO_FRAMES, FullPolicy::Block), |e| {
+            (e.capacity, e.policy)
+        });
+    t.edge(edge_into(&VAD), capacity, policy)
+        .insert_before(&VAD, AEC, edge_into(&VAD))
+}
+
 /// The edge into a stage added after `after`: `to_<stage>`.
 #[must_use]
 pub fn edge_into(stage: &StageId) -> EdgeId {
@@ -100,7 +118,7 @@ pub fn watched(topology: &Topology) -> Vec<(StageId, EdgeId)> {
         .map_or(stages.len(), |i| i + 1);
     stages[..upto]
         .iter()
-        .filter(|s| s.id != VAD && !s.is_sink())
+        .filter(|s| s.id != VAD && s.id != AEC && !s.is_sink())
         .map(|s| (s.id.clone(), s.input.clone()))
         .collect()
 }
@@ -148,6 +166,22 @@ mod tests {
         assert_eq!(t.latency_terms(), plain.latency_terms());
         let w: Vec<String> = watched(&t).iter().map(|(s, _)| s.to_string()).collect();
         // the voice's edge holds an answer's tokens: not turns falling behind
+        assert_eq!(w, ["stt", "llm"]);
+    }
+
+    #[test]
+    fn the_echo_canceller_goes_in_front_of_the_vad_off_the_latency_terms() {
+        let plain = with_voice(standard(AudioEdge::Live(32), 2));
+        let t = with_echo_cancellation(plain.clone());
+        let names: Vec<&str> = t.stages().iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(names, ["aec", "vad", "stt", "llm", "tts", "sink"]);
+        assert_eq!(t.input_of("aec"), Some(&AUDIO));
+        assert_eq!(t.output_of("aec"), Some(&edge_into(&VAD)));
+        assert_eq!(t.input_of("vad"), Some(&edge_into(&VAD)));
+        let into = t.edge_spec(&edge_into(&VAD)).unwrap();
+        assert_eq!((into.capacity, into.policy), (32, FullPolicy::DropOldest));
+        assert_eq!(t.latency_terms(), plain.latency_terms());
+        let w: Vec<String> = watched(&t).iter().map(|(s, _)| s.to_string()).collect();
         assert_eq!(w, ["stt", "llm"]);
     }
 

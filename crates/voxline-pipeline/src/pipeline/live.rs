@@ -68,6 +68,8 @@ pub struct VoiceOutputReport {
     pub output_latency_ms: f64,
     /// Callbacks that ran dry while more of the voice was coming.
     pub underruns: u64,
+    /// What the echo canceller did (`None`: none ran, `--no-aec`).
+    pub echo_cancellation: Option<voxline_audio::AecSummary>,
 }
 
 /// `frames` at `rate` Hz as 16 kHz frames (rounded).

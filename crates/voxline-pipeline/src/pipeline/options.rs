@@ -79,6 +79,10 @@ pub struct RunOptions {
     /// A live pipeline that speaks: how speech over the voice stops it
     /// (`None`: it never does).
     pub barge_in: Option<voxline_audio::BargeInOptions>,
+    /// A live pipeline that speaks: the echo canceller in front of the VAD,
+    /// which takes what the loudspeaker played out of the microphone
+    /// (`None`: off, `--no-aec`).
+    pub echo_cancellation: Option<voxline_audio::AecOptions>,
     /// The semantic end of turn: the model that judges each pause and the
     /// policy (`None`: the hangover alone ends a turn).
     pub semantic_turn: Option<SemanticTurn>,
@@ -145,6 +149,7 @@ impl RunOptions {
             cancel_on_stop: false,
             drain: None,
             barge_in: Some(voxline_audio::BargeInOptions::default()),
+            echo_cancellation: Some(voxline_audio::AecOptions::default()),
             semantic_turn: None,
             fault: None,
         }

@@ -202,7 +202,14 @@ where
         Source::Replay(_) | Source::Pushed(_) => AudioEdge::Replay,
         Source::Live(l) => AudioEdge::Live(l.audio_queue_frames),
     };
-    let topology = extras.topology(audio, opts.queue_capacity)?;
+    let mut topology = extras.topology(audio, opts.queue_capacity)?;
+    // a live pipeline that speaks takes its voice out of the microphone
+    let aec = opts
+        .echo_cancellation
+        .filter(|_| matches!(source, Source::Live(_)) && extras.speaks());
+    if aec.is_some() {
+        topology = topology::with_echo_cancellation(topology);
+    }
     let (audio_tx, audio_rx) = topology.channel::<AudioFrame>(&topology::AUDIO)?;
     // drops are counted in 16 kHz frames, like the capture ring's
     let audio_tx = audio_tx.measure_drops(|f| f.samples.len() as u64);
@@ -294,6 +301,15 @@ where
     }
     // every edge as the topology declares it: the one each stage writes
     let (utt_tx, utt_rx) = topology.channel_from::<Utterance>(topology::VAD.as_str())?;
+    // the echo canceller, between the capture and the VAD
+    let audio_rx = match (aec, &speaker) {
+        (Some(options), Some(v)) => {
+            let (tx, rx) = topology.channel_from::<AudioFrame>(topology::AEC.as_str())?;
+            p.spawn_stage(v.echo_canceller(options), audio_rx, tx)?;
+            rx
+        }
+        _ => audio_rx,
+    };
     let (tr_tx, mut tr_rx) = topology.channel_from::<Transcript>(topology::STT.as_str())?;
     for stage in extras.after_stt {
         let (tx, rx) = topology.channel_from::<Transcript>(stage.name())?;

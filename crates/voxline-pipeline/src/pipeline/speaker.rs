@@ -42,6 +42,9 @@ pub(super) struct Voice {
     complete: Arc<Mutex<Option<u64>>>,
     stop: Arc<AtomicBool>,
     watcher: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// The echo canceller's figures, when one takes this voice out of the
+    /// microphone ([`Voice::echo_canceller`]).
+    aec: Arc<Mutex<Option<voxline_audio::AecMeter>>>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -76,6 +79,7 @@ impl Voice {
             complete: Arc::default(),
             stop: Arc::default(),
             watcher: Arc::default(),
+            aec: Arc::default(),
         };
         let w = voice.clone();
         let handle = std::thread::Builder::new()
@@ -84,6 +88,17 @@ impl Voice {
             .map_err(RunError::Thread)?;
         *locked(&voice.watcher) = Some(handle);
         Ok(voice)
+    }
+
+    /// An echo canceller that takes this voice, as it played, out of the
+    /// microphone; its figures go in the voice's report.
+    pub(super) fn echo_canceller(
+        &self,
+        options: voxline_audio::AecOptions,
+    ) -> voxline_audio::AecStage {
+        let meter = voxline_audio::AecMeter::default();
+        *locked(&self.aec) = Some(meter.clone());
+        voxline_audio::AecStage::new(self.control.echo_reference(), meter, options)
     }
 
     pub(super) fn publish_to(&self, bus: voxline_core::EventBus) {
@@ -300,6 +315,9 @@ impl Voice {
             ),
             output_latency_ms: self.control.output_latency().as_secs_f64() * 1000.0,
             underruns: self.control.underruns(),
+            echo_cancellation: locked(&self.aec)
+                .as_ref()
+                .map(voxline_audio::AecMeter::summary),
         };
         drop(s);
         locked(&self.bus).take();

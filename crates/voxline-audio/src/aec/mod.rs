@@ -1,0 +1,304 @@
+//! Acoustic echo cancellation: what the loudspeaker played, taken out of
+//! what the microphone hears, before the VAD and the recogniser.
+//!
+//! The voice's output callback records the exact samples it sent and when
+//! they reached the device ([`EchoReference`], fed by the output's watcher;
+//! the callback itself never blocks or allocates). [`AecStage`] runs on its
+//! own thread between the capture and the VAD: for each 10 ms block of the
+//! microphone, captured at `t`, it hands WebRTC's echo canceller (AEC3,
+//! through the pure-Rust port `sonora`) the far end that sounded from
+//! `t + LEAD` on, then the block. AEC3 finds the echo's delay behind that
+//! far end itself (its matched filters search some hundreds of ms), so
+//! the sound server's buffering, which moves under load, is followed;
+//! the lead covers a device that reports its playback a little late, so
+//! the echo never comes before its reference.
+
+mod reference;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sonora::config::{EchoCanceller, HighPassFilter, NoiseSuppression, NoiseSuppressionLevel};
+use sonora::{AudioProcessing, Config, StreamConfig};
+use voxline_core::{AudioFrame, Emitter, Stage, StageError, StageId};
+
+pub use reference::EchoReference;
+
+/// The stage's name.
+pub const AEC_STAGE_NAME: &str = "aec";
+/// The stage's id in a topology.
+pub const AEC_STAGE: StageId = StageId::new(AEC_STAGE_NAME);
+
+/// Samples in one 10 ms block at 16 kHz: what AEC3 processes at a time.
+pub const BLOCK: usize = 160;
+
+/// How far ahead of a microphone block the far end is read: a device
+/// that reports its playback up to this late still has its echo after
+/// the reference.
+pub const LEAD: Duration = Duration::from_millis(40);
+
+/// Blocks between two readings of the canceller's figures (1 s).
+const STATS_EVERY: u64 = 100;
+
+/// How the echo canceller runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AecOptions {
+    /// WebRTC's noise suppressor (moderate) after the canceller: off by
+    /// default (`--noise-suppression`).
+    pub noise_suppression: bool,
+}
+
+/// What the echo canceller did over a session.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct AecSummary {
+    /// 10 ms blocks of the microphone it processed.
+    pub blocks: u64,
+    /// Of them, blocks with the voice sounding in the far end.
+    pub blocks_with_voice: u64,
+    /// Echo return loss enhancement (dB): how much quieter the microphone's
+    /// audio left the canceller than it came in, over the blocks the voice
+    /// sounded in, the mean of its one-second figures; `None` before a
+    /// second of the voice. The person speaking over the voice is in both,
+    /// so double talk makes it lower than the echo alone would.
+    pub erle_db: Option<f64>,
+    /// The echo's delay behind the far end it was handed, as AEC3 found it
+    /// (ms; the lead, the sound server's buffering and the room), the
+    /// median of its one-second figures.
+    pub delay_ms: Option<i32>,
+    /// Whether noise suppression ran too.
+    pub noise_suppression: bool,
+}
+
+/// Where a session's [`AecSummary`] is kept while the stage runs; cloning
+/// shares it.
+#[derive(Debug, Clone, Default)]
+pub struct AecMeter(Arc<Mutex<Meter>>);
+
+#[derive(Debug, Default)]
+struct Meter {
+    summary: AecSummary,
+    erle: Vec<f64>,
+    delays: Vec<i32>,
+}
+
+impl AecMeter {
+    /// What the canceller did so far.
+    #[must_use]
+    pub fn summary(&self) -> AecSummary {
+        let m = self.lock();
+        let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        let mut delays = m.delays.clone();
+        delays.sort_unstable();
+        AecSummary {
+            erle_db: mean(&m.erle),
+            delay_ms: delays.get(delays.len() / 2).copied(),
+            ..m.summary.clone()
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Meter> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The echo canceller as a pipeline stage: 16 kHz frames in, the same
+/// frames with the loudspeaker's echo taken out (10 ms later at most: it
+/// works in whole blocks).
+pub struct AecStage {
+    apm: AudioProcessing,
+    reference: EchoReference,
+    meter: AecMeter,
+    /// Microphone samples not yet a whole block, from `pending_start`
+    /// (stream position, when captured).
+    pending: Vec<f32>,
+    pending_start: Option<(u64, Instant)>,
+    /// The next frame's flag, carried to the first frame sent after it.
+    new_recording: bool,
+    /// Blocks with the voice in the far end since the last reading, and
+    /// the microphone's energy in them before and after the canceller.
+    loud_blocks: u64,
+    energy_in: f64,
+    energy_out: f64,
+    far: [f32; BLOCK],
+    near: [f32; BLOCK],
+}
+
+impl std::fmt::Debug for AecStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AecStage").finish_non_exhaustive()
+    }
+}
+
+impl AecStage {
+    /// A canceller taking `reference` out of the microphone, its figures
+    /// kept in `meter`, as `options` say.
+    #[must_use]
+    pub fn new(reference: EchoReference, meter: AecMeter, options: AecOptions) -> Self {
+        let suppress_noise = options.noise_suppression;
+        let config = Config {
+            echo_canceller: Some(EchoCanceller::default()),
+            high_pass_filter: Some(HighPassFilter::default()),
+            noise_suppression: suppress_noise.then(|| NoiseSuppression {
+                level: NoiseSuppressionLevel::Moderate,
+                ..NoiseSuppression::default()
+            }),
+            ..Config::default()
+        };
+        let stream = StreamConfig::new(voxline_core::SAMPLE_RATE, 1);
+        let apm = AudioProcessing::builder()
+            .config(config)
+            .capture_config(stream)
+            .render_config(stream)
+            .build();
+        meter.lock().summary.noise_suppression = suppress_noise;
+        Self {
+            apm,
+            reference,
+            meter,
+            pending: Vec::with_capacity(BLOCK * 8),
+            pending_start: None,
+            new_recording: false,
+            loud_blocks: 0,
+            energy_in: 0.0,
+            energy_out: 0.0,
+            far: [0.0; BLOCK],
+            near: [0.0; BLOCK],
+        }
+    }
+
+    /// Cancels one block in place; `captured` is when its first sample was.
+    fn block(&mut self, block: &mut [f32], captured: Instant) -> Result<(), StageError> {
+        self.reference.read(captured + LEAD, &mut self.far);
+        // the voice sounds in the block: above -60 dBFS
+        let loud = self.far.iter().map(|x| x * x).sum::<f32>() / BLOCK as f32 > 1e-6;
+        let bad = |e: sonora::Error| StageError::fatal(format!("echo cancellation failed: {e}"));
+        let mut far_out = [0.0f32; BLOCK];
+        self.apm
+            .process_render_f32(&[&self.far], &mut [&mut far_out])
+            .map_err(bad)?;
+        let n = block.len();
+        self.near[..n].copy_from_slice(block);
+        self.near[n..].fill(0.0);
+        let mut out = [0.0f32; BLOCK];
+        self.apm
+            .process_capture_f32(&[&self.near], &mut [&mut out])
+            .map_err(bad)?;
+        block.copy_from_slice(&out[..n]);
+        let mut m = self.meter.lock();
+        m.summary.blocks += 1;
+        if loud {
+            m.summary.blocks_with_voice += 1;
+            self.loud_blocks += 1;
+            let energy = |s: &[f32]| s.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>();
+            self.energy_in += energy(&self.near[..n]);
+            self.energy_out += energy(block);
+        }
+        if m.summary.blocks % STATS_EVERY == 0 {
+            // figures of a second the voice sounded through
+            if self.loud_blocks >= STATS_EVERY / 2 {
+                if self.energy_in > 0.0 {
+                    m.erle
+                        .push(10.0 * (self.energy_in / self.energy_out.max(1e-12)).log10());
+                }
+                if let Some(d) = self.apm.statistics().delay_ms {
+                    m.delays.push(d);
+                }
+            }
+            self.loud_blocks = 0;
+            self.energy_in = 0.0;
+            self.energy_out = 0.0;
+        }
+        Ok(())
+    }
+
+    /// Sends what is pending as a frame: the whole blocks, or everything
+    /// (the last block padded for the canceller) when `all`.
+    fn send(
+        &mut self,
+        all: bool,
+        end_of_stream: bool,
+        out: &mut Emitter<'_, AudioFrame>,
+    ) -> Result<(), StageError> {
+        let Some((start, captured)) = self.pending_start else {
+            return Ok(());
+        };
+        let whole = if all {
+            self.pending.len()
+        } else {
+            self.pending.len() - self.pending.len() % BLOCK
+        };
+        if whole == 0 && !end_of_stream {
+            return Ok(());
+        }
+        let mut samples: Vec<f32> = self.pending.drain(..whole).collect();
+        for (i, b) in samples.chunks_mut(BLOCK).enumerate() {
+            let at = captured + Duration::from_secs_f64((i * BLOCK) as f64 / 16_000.0);
+            self.block(b, at)?;
+        }
+        let sent = samples.len() as u64;
+        out.emit(AudioFrame {
+            start_sample: start,
+            samples,
+            captured,
+            new_recording: std::mem::take(&mut self.new_recording),
+            end_of_stream,
+        });
+        self.pending_start = (!self.pending.is_empty()).then(|| {
+            (
+                start + sent,
+                captured + Duration::from_secs_f64(sent as f64 / 16_000.0),
+            )
+        });
+        Ok(())
+    }
+}
+
+impl Stage for AecStage {
+    type In = AudioFrame;
+    type Out = AudioFrame;
+
+    fn name(&self) -> &str {
+        AEC_STAGE_NAME
+    }
+
+    /// No engine: ~0.1 ms of one core per 10 ms block, beside them.
+    fn leased(&self) -> bool {
+        false
+    }
+
+    fn process(
+        &mut self,
+        frame: AudioFrame,
+        out: &mut Emitter<'_, AudioFrame>,
+    ) -> Result<(), StageError> {
+        let expected = self
+            .pending_start
+            .map(|(s, _)| s + self.pending.len() as u64);
+        if expected.is_some_and(|e| e != frame.start_sample) || frame.new_recording {
+            // audio was lost before this frame: what came before goes on
+            // its own, and the blocks start again at the frame
+            self.send(true, false, out)?;
+        }
+        if frame.new_recording {
+            self.new_recording = true;
+        }
+        if self.pending_start.is_none() {
+            self.pending_start = Some((frame.start_sample, frame.captured));
+        }
+        self.pending.extend_from_slice(&frame.samples);
+        if frame.end_of_stream {
+            self.send(true, true, out)
+        } else {
+            self.send(false, false, out)
+        }
+    }
+
+    fn finish(&mut self, out: &mut Emitter<'_, AudioFrame>) -> Result<(), StageError> {
+        self.send(true, false, out)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,203 @@
+//! The canceller on real recordings through a simulated echo path: the
+//! fixtures' espeak-ng answer as the loudspeaker, a human recording as the
+//! person at the microphone.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use voxline_core::{AudioFrame, Emitter, Stage};
+
+use super::{AecMeter, AecOptions, AecStage, EchoReference, BLOCK};
+use crate::WavSource;
+
+fn fixture(name: &str) -> Vec<f32> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../audio-fixtures")
+        .join(name);
+    let mut w = WavSource::open(&path).unwrap();
+    let mut out = Vec::new();
+    while let Some(c) = w.next_chunk().unwrap() {
+        out.extend(c);
+    }
+    out
+}
+
+fn db(x: f64) -> f64 {
+    10.0 * x.max(1e-20).log10()
+}
+
+fn power(s: &[f32]) -> f64 {
+    s.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>() / s.len().max(1) as f64
+}
+
+/// The loudspeaker plays `far` from 0 s; the microphone hears it through a
+/// room (`gain`, and a weaker reflection 15 ms later) plus
+/// `near` from `near_at` s; the path's delay is `delay_ms.0` for the first
+/// half of the voice and `delay_ms.1` after. The reference is pushed in
+/// 10 ms buffers as the output would push it, 60 ms ahead of the capture.
+/// Returns the canceller's output, the echo alone and the
+/// near speech alone as heard, and the meter.
+fn through_the_room(
+    far: &[f32],
+    near: &[f32],
+    near_at: f64,
+    gain: f32,
+    delay_ms: (usize, usize),
+    options: AecOptions,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, AecMeter) {
+    let len = (far.len() + 32_000).max((near_at * 16_000.0) as usize + near.len() + 8_000);
+    let mut echo = vec![0.0f32; len + 16_000];
+    for (i, x) in far.iter().enumerate() {
+        // the path's delay moves halfway through the voice
+        let d = 16
+            * if i < far.len() / 2 {
+                delay_ms.0
+            } else {
+                delay_ms.1
+            };
+        echo[i + d] += gain * x;
+        echo[i + d + 240] += 0.4 * gain * x;
+    }
+    let mut speech = vec![0.0f32; len];
+    let at = (near_at * 16_000.0) as usize;
+    speech[at..at + near.len()].copy_from_slice(near);
+    let mic: Vec<f32> = echo.iter().zip(&speech).map(|(e, s)| e + s).collect();
+
+    let reference = EchoReference::new();
+    let meter = AecMeter::default();
+    let mut stage = AecStage::new(reference.clone(), meter.clone(), options);
+    let t0 = Instant::now();
+    let mut played = far.to_vec();
+    played.resize(len + 16_000, 0.0);
+    let mut out_frames: Vec<AudioFrame> = Vec::new();
+    let mut pushed = 0;
+    // 20 ms microphone frames; the output runs 60 ms ahead of the capture
+    for (n, chunk) in mic.chunks(320).enumerate() {
+        let start = n * 320;
+        while pushed < start + 960 + 320 {
+            let at = t0 + Duration::from_secs_f64(pushed as f64 / 16_000.0);
+            reference.push(at, &played[pushed..pushed + BLOCK], 16_000);
+            pushed += BLOCK;
+        }
+        let frame = AudioFrame {
+            start_sample: start as u64,
+            samples: chunk.to_vec(),
+            captured: t0 + Duration::from_secs_f64(start as f64 / 16_000.0),
+            new_recording: n == 0,
+            end_of_stream: false,
+        };
+        let mut emitted = Vec::new();
+        stage
+            .process(frame, &mut Emitter::to_vec(&mut emitted))
+            .unwrap();
+        out_frames.extend(emitted);
+    }
+    let mut emitted = Vec::new();
+    stage.finish(&mut Emitter::to_vec(&mut emitted)).unwrap();
+    out_frames.extend(emitted);
+    // the frames are the stream, in order, without a hole
+    let mut next = 0;
+    let mut out = Vec::new();
+    for f in &out_frames {
+        assert_eq!(f.start_sample, next);
+        next = f.end_sample();
+        out.extend_from_slice(&f.samples);
+    }
+    assert_eq!(out.len(), mic.len());
+    assert!(out_frames[0].new_recording);
+    (out, echo, speech, meter)
+}
+
+#[test]
+fn the_loudspeakers_echo_is_taken_out_and_the_person_is_kept() {
+    let far = fixture("q_story.wav");
+    let near = fixture("human/arctic-a0024.wav");
+    let near_at = far.len() as f64 / 16_000.0 + 1.0;
+    let (out, echo, speech, meter) =
+        through_the_room(&far, &near, near_at, 0.5, (60, 60), AecOptions::default());
+    // once converged (from 1.5 s), while only the voice sounds
+    let from = 24_000;
+    let to = far.len();
+    let erle = db(power(&echo[from..to]) / power(&out[from..to]));
+    // the person alone: as loud as heard (the high-pass filter aside)
+    let at = (near_at * 16_000.0) as usize;
+    let kept = db(power(&out[at..at + near.len()]) / power(&speech[at..at + near.len()]));
+    let s = meter.summary();
+    eprintln!("echo at -6 dB: ERLE {erle:.1} dB measured, {s:?}; the person kept at {kept:+.2} dB");
+    assert!(erle >= 20.0, "only {erle:.1} dB of the echo was taken out");
+    assert!(kept.abs() <= 1.0, "the person was changed by {kept:+.2} dB");
+    // its own figure, over the seconds the voice sounded
+    assert!(s.erle_db.is_some_and(|e| e >= 20.0), "{s:?}");
+    // the lead (40 ms) and the room's 60 ms
+    assert!(s.delay_ms.is_some_and(|d| (80..=130).contains(&d)), "{s:?}");
+    let sounding = far
+        .chunks(BLOCK)
+        .filter(|b| b.iter().map(|x| x * x).sum::<f32>() / BLOCK as f32 > 1e-6)
+        .count() as u64;
+    assert!(
+        s.blocks_with_voice.abs_diff(sounding) <= 5,
+        "{s:?}, {sounding} sounding"
+    );
+}
+
+/// Double talk: the person speaks over the voice's echo, which is as loud
+/// as them or louder (a loudspeaker turned up). What the canceller gives is
+/// compared with what it gives of the person alone (its high-pass filter
+/// and gain are in both): the echo and what its suppressor does to the
+/// person while the voice plays are what differ.
+#[test]
+fn a_person_speaking_over_the_voice_is_heard_through_it() {
+    let far = fixture("q_story.wav");
+    let near = fixture("human/arctic-a0024.wav");
+    let silent = vec![0.0; far.len()];
+    // the person starts 2 s into the voice's answer (it has converged)
+    let (alone, _, _, _) =
+        through_the_room(&silent, &near, 2.0, 1.0, (60, 60), AecOptions::default());
+    for gain in [2.0f32, 4.0] {
+        let (out, echo, speech, _) =
+            through_the_room(&far, &near, 2.0, gain, (60, 60), AecOptions::default());
+        let span = 32_000..32_000 + near.len().min(far.len() - 32_000);
+        let before = db(power(&speech[span.clone()]) / power(&echo[span.clone()]));
+        let residual: Vec<f32> = out[span.clone()]
+            .iter()
+            .zip(&alone[span.clone()])
+            .map(|(o, s)| o - s)
+            .collect();
+        let after = db(power(&alone[span.clone()]) / power(&residual));
+        let kept = db(power(&out[span.clone()]) / power(&alone[span.clone()]));
+        eprintln!(
+            "double talk, echo x{gain}: the person over the echo {before:+.1} dB as heard, {after:+.1} dB after; their level {kept:+.1} dB"
+        );
+        assert!(
+            after >= 5.0 && after >= before + 3.0,
+            "{before:.1} -> {after:.1} dB"
+        );
+        assert!(kept.abs() <= 3.0, "the person's level moved {kept:+.1} dB");
+    }
+}
+
+/// The sound server's buffering moves under load: the echo comes 60 ms
+/// behind the voice, then 400 ms (the canceller reads the voice 40 ms
+/// ahead, so 440 ms behind what it was handed). It finds the new delay
+/// within seconds and takes the echo out again.
+#[test]
+fn an_echo_whose_delay_moves_by_hundreds_of_ms_is_followed() {
+    let story = fixture("q_story.wav");
+    let far: Vec<f32> = std::iter::repeat_n(story.iter(), 4)
+        .flatten()
+        .copied()
+        .collect();
+    let near = fixture("human/arctic-a0024.wav");
+    let near_at = far.len() as f64 / 16_000.0 + 1.0;
+    let (out, echo, _, meter) =
+        through_the_room(&far, &near, near_at, 0.5, (60, 400), AecOptions::default());
+    let half = far.len() / 2;
+    let erle = |from: usize, to: usize| db(power(&echo[from..to]) / power(&out[from..to]));
+    let (first, second) = (erle(24_000, half), erle(half + 48_000, far.len()));
+    let s = meter.summary();
+    eprintln!("echo 60 ms then 400 ms behind: ERLE {first:.1} dB, then {second:.1} dB from 3 s after the move; {s:?}");
+    assert!(
+        first >= 20.0 && second >= 20.0,
+        "{first:.1}, {second:.1} dB"
+    );
+}
