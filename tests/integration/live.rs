@@ -1297,18 +1297,10 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
     );
 }
 
-/// The assistant's own voice through a loudspeaker: a private PulseAudio
-/// whose loopback plays the voice's sink into the microphone's, 40 ms late
-/// and `db` down. One question is asked; while and after the answer plays,
-/// what the microphone hears of it is echo, and must not become a turn:
-/// nothing but the question is answered (no loop of the assistant
-/// answering itself), and the report counts the echoes it dropped. With
-/// the echo canceller (`aec`) the report says how much of the echo it took
-/// out; without it (`--no-aec`) the echo guard alone keeps the echo from
-/// becoming a turn.
-fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64, aec: bool) {
-    use std::time::Duration;
-    let _g = util::engine_lock();
+/// A private PulseAudio with an echo path: what plays on the voice's sink
+/// (`voxout`) reaches the microphone's (`voxsink`) through a loopback,
+/// 40 ms late and `db` down: a loudspeaker and an open microphone.
+fn with_an_echo_path(db: f64) -> Pulse {
     let pulse = Pulse::start_with(
         "load-module module-null-sink sink_name=voxout rate=22050 channels=1 format=s16le\n\
          load-module module-loopback source=voxout.monitor sink=voxsink latency_msec=40\n",
@@ -1335,6 +1327,22 @@ fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64, aec: bool)
         .status()
         .unwrap();
     assert!(status.success(), "pactl set-sink-input-volume failed");
+    pulse
+}
+
+/// The assistant's own voice through a loudspeaker: a private PulseAudio
+/// whose loopback plays the voice's sink into the microphone's, 40 ms late
+/// and `db` down. One question is asked; while and after the answer plays,
+/// what the microphone hears of it is echo, and must not become a turn:
+/// nothing but the question is answered (no loop of the assistant
+/// answering itself), and the report counts the echoes it dropped. With
+/// the echo canceller (`aec`) the report says how much of the echo it took
+/// out; without it (`--no-aec`) the echo guard alone keeps the echo from
+/// becoming a turn.
+fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64, aec: bool) {
+    use std::time::Duration;
+    let _g = util::engine_lock();
+    let pulse = with_an_echo_path(db);
     let dir = pulse.dir.path().to_path_buf();
     let report = dir.join("report.json");
     let events = dir.join("events.jsonl");
@@ -1427,4 +1435,92 @@ fn the_espeak_voice_heard_back_at_minus_12_db_without_the_canceller_is_no_turn()
 )]
 fn the_neural_voice_heard_back_at_minus_6_db_is_cancelled_and_no_turn() {
     own_voice_through_the_loudspeaker_is_no_turn("piper", -6.0, true);
+}
+
+/// Talking over the voice on a loudspeaker: the neural voice's echo reaches
+/// the microphone at -6 dB while the user asks for a story, then, 1 s into
+/// the answer, asks another question over it. The echo canceller takes the
+/// voice out, so the question is what is heard: the answer stops, the
+/// question is answered, the conversation keeps what was heard of the first
+/// answer, and no turn is made of the assistant's own words.
+#[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
+fn speaking_over_the_voice_on_a_loudspeaker_stops_it() {
+    use std::time::Duration;
+    let _g = util::engine_lock();
+    let pulse = with_an_echo_path(-6.0);
+    let dir = pulse.dir.path().to_path_buf();
+    let report = dir.join("report.json");
+    let (vox, err_thread) = speaking_live(
+        &pulse,
+        &[
+            "--voice",
+            "piper",
+            "--max-turns",
+            "2",
+            "--max-tokens",
+            "300",
+        ],
+        &report,
+        None,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let mut rec_out = recorder(&pulse, "voxout.monitor");
+    let heard = live_reader(rec_out.stdout.take().unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    a_story_1_s_into_its_answer(&pulse, &heard);
+    pulse.play(&util::fixture("q_moon.wav"));
+    let out = vox.wait_with_output().unwrap();
+    let err = err_thread.join().unwrap();
+    let _ = rec_out.kill();
+    let _ = rec_out.wait();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let r = util::read_json(&report);
+    let turns = r["turns"].as_array().unwrap();
+    let s = &r["summary"];
+    assert_eq!(turns.len(), 2, "{s}\n{err}");
+    let (first, next) = (&turns[0], &turns[1]);
+    let heard_text = first["voice_heard"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the first answer was not interrupted: {first}\n{err}"));
+    let said = voxline_tts::chunk::speakable(first["response"].as_str().unwrap());
+    assert!(
+        said.starts_with(heard_text) && heard_text.len() < said.len(),
+        "heard {heard_text:?} of {said:?}"
+    );
+    assert!(
+        next["transcript"]
+            .as_str()
+            .is_some_and(|t| t.to_lowercase().contains("moon")),
+        "the second question was not what was heard: {next}"
+    );
+    assert!(
+        next["response"].as_str().is_some_and(|t| !t.is_empty()),
+        "{next}"
+    );
+    let kept = err
+        .lines()
+        .find(|l| {
+            l.contains("the conversation keeps what was heard")
+                && l.contains(&format!("turn={}", first["id"]))
+        })
+        .unwrap_or_else(|| panic!("the conversation kept the whole first answer: {err}"));
+    assert!(
+        kept.contains(&format!("{heard_text} [interrupted]"))
+            || (heard_text.is_empty() && kept.contains("kept=[interrupted]")),
+        "heard {heard_text:?}, kept: {kept}"
+    );
+    let cancelled = &r["live"]["voice_output"]["echo_cancellation"];
+    assert!(
+        cancelled["blocks_with_voice"].as_u64() > Some(50),
+        "{cancelled}"
+    );
+    let barge_in = first["barge_in_ms"].as_f64().unwrap();
+    eprintln!(
+        "over a -6 dB echo: barge-in {barge_in:.0} ms, heard {heard_text:?}; {} echo turn(s) dropped, {} false interruption(s); echo cancellation {cancelled}",
+        s["echoes"], s["false_interruptions"]
+    );
 }

@@ -195,7 +195,7 @@ impl AecStage {
             self.energy_in += energy(&self.near[..n]);
             self.energy_out += energy(block);
         }
-        if m.summary.blocks % STATS_EVERY == 0 {
+        if m.summary.blocks.is_multiple_of(STATS_EVERY) {
             // figures of a second the voice sounded through
             if self.loud_blocks >= STATS_EVERY / 2 {
                 if self.energy_in > 0.0 {
