@@ -7,7 +7,8 @@
 //! own thread between the capture and the VAD: for each 10 ms block of the
 //! microphone, captured at `t`, it hands WebRTC's echo canceller (AEC3,
 //! through the pure-Rust port `sonora`) the far end that sounded from
-//! `t + LEAD` on, then the block. AEC3 finds the echo's delay behind that
+//! `t + LEAD` on (waiting for it to be known, up to 20 ms), then the
+//! block. AEC3 finds the echo's delay behind that
 //! far end itself (its matched filters search some hundreds of ms), so
 //! the sound server's buffering, which moves under load, is followed;
 //! the lead covers a device that reports its playback a little late, so
@@ -34,8 +35,19 @@ pub const BLOCK: usize = 160;
 
 /// How far ahead of a microphone block the far end is read: a device
 /// that reports its playback up to this late still has its echo after
-/// the reference.
+/// the reference. The far end must also be known by the time the block
+/// is processed: the capture's and the output's latencies (~20 ms each
+/// through PulseAudio here) bound the lead, or every block waits (below).
+/// Measured through PulseAudio, the echo came 12-76 ms after a far end
+/// read 40 ms ahead (runs differ); 80 ms made each block wait ~50 ms and
+/// barge-in ~40 ms later, for no fewer echo turns over four runs.
 pub const LEAD: Duration = Duration::from_millis(40);
+
+/// The longest a block waits for the far end it needs: the output's
+/// watcher moves what played every few ms; beyond this (a stalled output,
+/// or a lead longer than the two latencies) the far end not yet known is
+/// taken as silence, rather than holding the microphone back.
+const REFERENCE_WAIT: Duration = Duration::from_millis(20);
 
 /// Blocks between two readings of the canceller's figures (1 s).
 const STATS_EVERY: u64 = 100;
@@ -79,6 +91,18 @@ struct Meter {
     summary: AecSummary,
     erle: Vec<f64>,
     delays: Vec<i32>,
+    /// The voice's blocks since the last ERLE figure, and the microphone's
+    /// energy in them before and after the canceller.
+    loud: u64,
+    energy_in: f64,
+    energy_out: f64,
+}
+
+impl Meter {
+    /// ERLE over the blocks counted since the last figure, in dB.
+    fn erle(&self) -> Option<f64> {
+        (self.energy_in > 0.0).then(|| 10.0 * (self.energy_in / self.energy_out.max(1e-12)).log10())
+    }
 }
 
 impl AecMeter {
@@ -86,11 +110,16 @@ impl AecMeter {
     #[must_use]
     pub fn summary(&self) -> AecSummary {
         let m = self.lock();
+        let mut erle = m.erle.clone();
+        // a short answer: what a quarter of a second of it shows
+        if m.loud >= STATS_EVERY / 4 {
+            erle.extend(m.erle());
+        }
         let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
         let mut delays = m.delays.clone();
         delays.sort_unstable();
         AecSummary {
-            erle_db: mean(&m.erle),
+            erle_db: mean(&erle),
             delay_ms: delays.get(delays.len() / 2).copied(),
             ..m.summary.clone()
         }
@@ -116,13 +145,13 @@ pub struct AecStage {
     pending_start: Option<(u64, Instant)>,
     /// The next frame's flag, carried to the first frame sent after it.
     new_recording: bool,
-    /// Blocks with the voice in the far end since the last reading, and
-    /// the microphone's energy in them before and after the canceller.
+    /// Blocks with the voice in the far end since the canceller's delay
+    /// was last read.
     loud_blocks: u64,
-    energy_in: f64,
-    energy_out: f64,
     far: [f32; BLOCK],
     near: [f32; BLOCK],
+    /// The echo guard, told how loud each block was before the canceller.
+    guard: Option<voxline_core::BargeIn>,
 }
 
 impl std::fmt::Debug for AecStage {
@@ -161,15 +190,30 @@ impl AecStage {
             pending_start: None,
             new_recording: false,
             loud_blocks: 0,
-            energy_in: 0.0,
-            energy_out: 0.0,
             far: [0.0; BLOCK],
             near: [0.0; BLOCK],
+            guard: None,
         }
+    }
+
+    /// Tells `guard` how loud each block was before the canceller: the echo
+    /// guard follows the voice's level in that, not in what is left of the
+    /// echo after it ([`voxline_core::BargeIn::heard_raw`]).
+    #[must_use]
+    pub fn with_echo_guard(mut self, guard: voxline_core::BargeIn) -> Self {
+        self.guard = Some(guard);
+        self
     }
 
     /// Cancels one block in place; `captured` is when its first sample was.
     fn block(&mut self, block: &mut [f32], captured: Instant) -> Result<(), StageError> {
+        // the far end this block needs may not have reached the reference yet
+        let needed = captured + LEAD + Duration::from_millis(10);
+        let deadline = Instant::now() + REFERENCE_WAIT;
+        while self.reference.known_until().is_some_and(|k| k < needed) && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         self.reference.read(captured + LEAD, &mut self.far);
         // the voice sounds in the block: above -60 dBFS
         let loud = self.far.iter().map(|x| x * x).sum::<f32>() / BLOCK as f32 > 1e-6;
@@ -179,6 +223,12 @@ impl AecStage {
             .process_render_f32(&[&self.far], &mut [&mut far_out])
             .map_err(bad)?;
         let n = block.len();
+        if let Some(g) = &self.guard {
+            g.heard_raw(
+                captured,
+                block.iter().map(|x| x * x).sum::<f32>() / n.max(1) as f32,
+            );
+        }
         self.near[..n].copy_from_slice(block);
         self.near[n..].fill(0.0);
         let mut out = [0.0f32; BLOCK];
@@ -192,23 +242,24 @@ impl AecStage {
             m.summary.blocks_with_voice += 1;
             self.loud_blocks += 1;
             let energy = |s: &[f32]| s.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>();
-            self.energy_in += energy(&self.near[..n]);
-            self.energy_out += energy(block);
+            m.loud += 1;
+            m.energy_in += energy(&self.near[..n]);
+            m.energy_out += energy(block);
+            // a figure for each second of the voice
+            if m.loud == STATS_EVERY {
+                let e = m.erle();
+                m.erle.extend(e);
+                (m.loud, m.energy_in, m.energy_out) = (0, 0.0, 0.0);
+            }
         }
+        // AEC3's delay, aggregated by the second, for a second the voice sounded in
         if m.summary.blocks.is_multiple_of(STATS_EVERY) {
-            // figures of a second the voice sounded through
-            if self.loud_blocks >= STATS_EVERY / 2 {
-                if self.energy_in > 0.0 {
-                    m.erle
-                        .push(10.0 * (self.energy_in / self.energy_out.max(1e-12)).log10());
-                }
+            if self.loud_blocks >= STATS_EVERY / 4 {
                 if let Some(d) = self.apm.statistics().delay_ms {
                     m.delays.push(d);
                 }
             }
             self.loud_blocks = 0;
-            self.energy_in = 0.0;
-            self.energy_out = 0.0;
         }
         Ok(())
     }

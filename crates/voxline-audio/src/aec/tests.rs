@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use voxline_core::{AudioFrame, Emitter, Stage};
 
-use super::{AecMeter, AecOptions, AecStage, EchoReference, BLOCK};
+use super::{AecMeter, AecOptions, AecStage, EchoReference, BLOCK, LEAD};
 use crate::WavSource;
 
 fn fixture(name: &str) -> Vec<f32> {
@@ -34,7 +34,7 @@ fn power(s: &[f32]) -> f64 {
 /// room (`gain`, and a weaker reflection 15 ms later) plus
 /// `near` from `near_at` s; the path's delay is `delay_ms.0` for the first
 /// half of the voice and `delay_ms.1` after. The reference is pushed in
-/// 10 ms buffers as the output would push it, 60 ms ahead of the capture.
+/// 10 ms buffers as the output would push it, ahead of the capture.
 /// Returns the canceller's output, the echo alone and the
 /// near speech alone as heard, and the meter.
 fn through_the_room(
@@ -71,10 +71,12 @@ fn through_the_room(
     played.resize(len + 16_000, 0.0);
     let mut out_frames: Vec<AudioFrame> = Vec::new();
     let mut pushed = 0;
-    // 20 ms microphone frames; the output runs 60 ms ahead of the capture
+    // 20 ms microphone frames; the output's far end is known 20 ms past
+    // what the canceller reads
+    let ahead = (LEAD.as_millis() as usize + 40) * 16;
     for (n, chunk) in mic.chunks(320).enumerate() {
         let start = n * 320;
-        while pushed < start + 960 + 320 {
+        while pushed < start + 320 + ahead {
             let at = t0 + Duration::from_secs_f64(pushed as f64 / 16_000.0);
             reference.push(at, &played[pushed..pushed + BLOCK], 16_000);
             pushed += BLOCK;

@@ -101,12 +101,55 @@ impl BargeIn {
         }
     }
 
+    /// The microphone heard a block this loud (mean square) from
+    /// `captured`, before an echo canceller took the voice out of it
+    /// ([`BargeIn::echo_likeness`] then follows these).
+    pub fn heard_raw(&self, captured: Instant, mean_square: f32) {
+        let mut s = self.lock();
+        s.heard_raw.push_back((captured, mean_square));
+        while s
+            .heard_raw
+            .front()
+            .is_some_and(|(at, _)| captured.saturating_duration_since(*at) > ECHO_MEMORY)
+        {
+            s.heard_raw.pop_front();
+        }
+    }
+
+    /// The microphone's level before the canceller, frame by frame
+    /// (`n` frames of [`ECHO_FRAME`] from `start`, in dB), where its blocks
+    /// cover every frame.
+    fn raw_levels(&self, start: Instant, n: usize) -> Option<Vec<f32>> {
+        let s = self.lock();
+        let width = ECHO_FRAME.as_secs_f64();
+        let mut sum = vec![0.0f64; n];
+        let mut count = vec![0u32; n];
+        for &(at, ms) in &s.heard_raw {
+            let Some(offset) = at.checked_duration_since(start) else {
+                continue;
+            };
+            let k = (offset.as_secs_f64() / width) as usize;
+            if k < n {
+                sum[k] += f64::from(ms);
+                count[k] += 1;
+            }
+        }
+        count.iter().all(|&c| c > 0).then(|| {
+            sum.iter()
+                .zip(&count)
+                .map(|(e, c)| 10.0 * ((e / f64::from(*c)) as f32 + 1e-9).log10())
+                .collect()
+        })
+    }
+
     /// How much `samples` (16 kHz, ending at `end`) sound like the voice as
     /// it played: the best correlation, over lags up to [`ECHO_MAX_LAG`],
     /// of the heard level with the played level, frame by frame (20 ms, in
     /// dB). `None` when the voice did not play over it (no variation to
     /// compare with). Echo scores near 1; the user speaking over the voice
-    /// does not follow its level, and scores low.
+    /// does not follow its level, and scores low. Where an echo canceller
+    /// reported the microphone's level before it ([`BargeIn::heard_raw`]),
+    /// that level is compared instead of the samples'.
     #[must_use]
     pub fn echo_likeness(&self, samples: &[f32], end: Instant) -> Option<f32> {
         let frame =
@@ -120,10 +163,12 @@ impl BargeIn {
             samples.len() as f64 / f64::from(crate::SAMPLE_RATE),
         ))?;
         let db = |ms: f32| 10.0 * (ms + 1e-9).log10();
-        let heard: Vec<f32> = samples
-            .chunks_exact(frame)
-            .map(|c| db(c.iter().map(|x| x * x).sum::<f32>() / frame as f32))
-            .collect();
+        let heard: Vec<f32> = self.raw_levels(start, n).unwrap_or_else(|| {
+            samples
+                .chunks_exact(frame)
+                .map(|c| db(c.iter().map(|x| x * x).sum::<f32>() / frame as f32))
+                .collect()
+        });
         // the played level on the same grid, reaching back by the longest lag
         let lags = (ECHO_MAX_LAG.as_millis() / ECHO_FRAME.as_millis()) as usize;
         let origin = start.checked_sub(ECHO_MAX_LAG)?;
@@ -266,5 +311,19 @@ mod tests {
         assert!(talk < ECHO_MIN_LIKENESS, "the user over the voice: {talk}");
         // nothing played then: nothing to tell
         assert_eq!(b.echo_likeness(&heard, end + Duration::from_secs(60)), None);
+        // an echo canceller left only a flat trace of the echo: the
+        // microphone's level before it, block by block, is what is followed
+        let residual = syllables(40_000, 0.0, 0.5, 11);
+        let residual: Vec<f32> = residual.iter().map(|x| 0.001 * x).collect();
+        assert!(b
+            .echo_likeness(&residual, end)
+            .is_none_or(|l| l < ECHO_MIN_LIKENESS));
+        let from = end - Duration::from_millis(2_500);
+        for (i, block) in heard.chunks(160).enumerate() {
+            let ms = block.iter().map(|x| x * x).sum::<f32>() / block.len() as f32;
+            b.heard_raw(from + Duration::from_millis(10 * i as u64), ms);
+        }
+        let raw = b.echo_likeness(&residual, end).unwrap();
+        assert!(raw > 0.9, "echo before the canceller: {raw}");
     }
 }

@@ -116,6 +116,12 @@ struct State {
     /// How loud the voice was at the device lately, buffer by buffer:
     /// (from, to, mean square), oldest first.
     played: std::collections::VecDeque<(Instant, Instant, f32)>,
+    /// How loud the microphone was before an echo canceller took the
+    /// voice out of it, block by block: (captured, mean square), oldest
+    /// first. The echo guard compares these with the voice, where they
+    /// cover what it is asked about: the canceller leaves too little of
+    /// the echo to follow the voice's level.
+    heard_raw: std::collections::VecDeque<(Instant, f32)>,
 }
 
 /// The barge-in state a pipeline's endpointer, output and runtime share.

@@ -99,6 +99,7 @@ impl Voice {
         let meter = voxline_audio::AecMeter::default();
         *locked(&self.aec) = Some(meter.clone());
         voxline_audio::AecStage::new(self.control.echo_reference(), meter, options)
+            .with_echo_guard(self.barge.clone())
     }
 
     pub(super) fn publish_to(&self, bus: voxline_core::EventBus) {
