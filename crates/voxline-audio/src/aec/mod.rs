@@ -335,8 +335,19 @@ impl Stage for AecStage {
         if frame.new_recording {
             self.new_recording = true;
         }
-        if self.pending_start.is_none() {
-            self.pending_start = Some((frame.start_sample, frame.captured));
+        match self.pending_start.as_mut() {
+            None => self.pending_start = Some((frame.start_sample, frame.captured)),
+            // the samples carried over are placed by the newest frame's
+            // instant: the capture re-anchors its instants on the device's
+            // clock, and a position counted on from the first frame would
+            // drift from them (by 0.66 s in a live test's first turn)
+            Some((_, captured)) => {
+                let carried = Duration::from_secs_f64(self.pending.len() as f64 / 16_000.0);
+                *captured = frame
+                    .captured
+                    .checked_sub(carried)
+                    .unwrap_or(frame.captured);
+            }
         }
         self.pending.extend_from_slice(&frame.samples);
         if frame.end_of_stream {
