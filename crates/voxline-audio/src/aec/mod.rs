@@ -43,9 +43,9 @@ pub const BLOCK: usize = 160;
 pub const LEAD: Duration = Duration::from_millis(40);
 
 /// The longest a block waits for the far end it needs: the output's
-/// watcher moves what played every few ms; beyond this (a stalled output,
-/// or a lead longer than the two latencies) the far end not yet known is
-/// taken as silence, rather than holding the microphone back.
+/// watcher moves what played every few ms. A far end further behind than
+/// this (a stalled output) is not waited for at all, and what is not known
+/// is taken as silence, rather than holding the microphone back.
 const REFERENCE_WAIT: Duration = Duration::from_millis(20);
 
 /// Blocks between two readings of the canceller's figures (1 s).
@@ -206,10 +206,16 @@ impl AecStage {
 
     /// Cancels one block in place; `captured` is when its first sample was.
     fn block(&mut self, block: &mut [f32], captured: Instant) -> Result<(), StageError> {
-        // the far end this block needs may not have reached the reference yet
+        // the far end this block needs may not have reached the reference
+        // yet; one further behind than the wait (a stalled output) is not
+        // waited for, or every block would wait and the audio fall behind
         let needed = captured + LEAD + Duration::from_millis(10);
         let deadline = Instant::now() + REFERENCE_WAIT;
-        while self.reference.known_until().is_some_and(|k| k < needed) && Instant::now() < deadline
+        while self
+            .reference
+            .known_until()
+            .is_some_and(|k| k < needed && needed.duration_since(k) <= REFERENCE_WAIT)
+            && Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_millis(1));
         }
