@@ -957,6 +957,24 @@ fn a_story_1_s_into_its_answer(
     (all, answer_from)
 }
 
+/// The conversation the next answer came from holds what was heard of the
+/// interrupted `first` answer, not what was generated (through the CLI's
+/// own wiring of the language model's stage, which logs what it keeps).
+fn kept_what_was_heard(err: &str, first: &serde_json::Value, heard_text: &str) {
+    let kept = err
+        .lines()
+        .find(|l| {
+            l.contains("the conversation keeps what was heard")
+                && l.contains(&format!("turn={}", first["id"]))
+        })
+        .unwrap_or_else(|| panic!("the conversation kept the whole first answer: {err}"));
+    assert!(
+        kept.contains(&format!("{heard_text} [interrupted]"))
+            || (heard_text.is_empty() && kept.contains("kept=[interrupted]")),
+        "heard {heard_text:?}, kept: {kept}"
+    );
+}
+
 /// Barge-in through a real sound server: the user asks for a story, and 1 s
 /// into the spoken answer (heard on the voice's own sink) asks another. The
 /// answer stops: the voice's sink is silent from shortly after the second
@@ -1072,21 +1090,7 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
         next["response"].as_str().is_some_and(|s| !s.is_empty()),
         "{next}"
     );
-    // the conversation the next answer came from holds what was heard of
-    // the first answer, not what was generated (through the CLI's own
-    // wiring of the language model's stage)
-    let kept = err
-        .lines()
-        .find(|l| {
-            l.contains("the conversation keeps what was heard")
-                && l.contains(&format!("turn={}", first["id"]))
-        })
-        .unwrap_or_else(|| panic!("the conversation kept the whole first answer: {err}"));
-    assert!(
-        kept.contains(&format!("{heard_text} [interrupted]"))
-            || (heard_text.is_empty() && kept.contains("kept=[interrupted]")),
-        "heard {heard_text:?}, kept: {kept}"
-    );
+    kept_what_was_heard(&err, first, heard_text);
     eprintln!(
         "barge-in {barge_in:.0} ms (detected → stopped {stop_ms:.0} ms); generation {}; heard {heard_text:?}; {interrupted}",
         complete["stop"]
@@ -1503,18 +1507,7 @@ fn speaking_over_the_voice_on_a_loudspeaker_stops_it() {
         next["response"].as_str().is_some_and(|t| !t.is_empty()),
         "{next}"
     );
-    let kept = err
-        .lines()
-        .find(|l| {
-            l.contains("the conversation keeps what was heard")
-                && l.contains(&format!("turn={}", first["id"]))
-        })
-        .unwrap_or_else(|| panic!("the conversation kept the whole first answer: {err}"));
-    assert!(
-        kept.contains(&format!("{heard_text} [interrupted]"))
-            || (heard_text.is_empty() && kept.contains("kept=[interrupted]")),
-        "heard {heard_text:?}, kept: {kept}"
-    );
+    kept_what_was_heard(&err, first, heard_text);
     let cancelled = &r["live"]["voice_output"]["echo_cancellation"];
     assert!(
         cancelled["blocks_with_voice"].as_u64() > Some(25),
