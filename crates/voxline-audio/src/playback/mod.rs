@@ -94,41 +94,10 @@ struct Shared {
     latency_ns: AtomicU64,
 }
 
-/// How loud one buffer of the voice was as it reached the device: the
-/// echo guard compares what the microphone hears with it
-/// ([`SpeakerControl::take_levels`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PlayedLevel {
-    /// When the buffer's first frame reached the device.
-    pub at: Instant,
-    /// How long it played.
-    pub duration: Duration,
-    /// Its mean square (mono, as played: after the pause's fade).
-    pub mean_square: f32,
-}
+mod played;
 
-/// A buffer's level as the callback records it: ns since the clock's
-/// origin, frames, mean square, and whether its samples are in the
-/// samples' ring (they are left out whole when it is full).
-type RawLevel = (u64, u32, f32, bool);
-
-/// What the watcher reads of what played: each buffer's level, its
-/// samples (mono, at the device's rate), and the echo canceller's
-/// reference they go on to.
-struct PlayedRings {
-    levels: rtrb::Consumer<RawLevel>,
-    samples: rtrb::Consumer<f32>,
-    reference: crate::aec::EchoReference,
-}
-
-impl std::fmt::Debug for PlayedRings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PlayedRings").finish_non_exhaustive()
-    }
-}
-
-/// Seconds of played samples the ring to the watcher holds.
-const PLAYED_SECONDS: u32 = 2;
+pub use played::PlayedLevel;
+use played::{PlayedRings, RawLevel, PLAYED_SECONDS};
 
 /// Buffers' levels the ring between the callback and the watcher holds.
 const LEVELS: usize = 4096;
@@ -430,32 +399,10 @@ impl SpeakerControl {
     /// their samples go on to the [echo reference](Self::echo_reference).
     #[must_use]
     pub fn take_levels(&self) -> Vec<PlayedLevel> {
-        let mut guard = self
-            .levels
+        self.levels
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let rings = &mut *guard;
-        let mut out = Vec::with_capacity(rings.levels.slots());
-        while let Ok((ns, frames, mean_square, with_samples)) = rings.levels.pop() {
-            let at = self.clock.origin() + Duration::from_nanos(ns);
-            if with_samples {
-                let n = (frames as usize).min(rings.samples.slots());
-                if let Ok(chunk) = rings.samples.read_chunk(n) {
-                    let (a, b) = chunk.as_slices();
-                    let mut buf = Vec::with_capacity(n);
-                    buf.extend_from_slice(a);
-                    buf.extend_from_slice(b);
-                    chunk.commit_all();
-                    rings.reference.push(at, &buf, self.rate);
-                }
-            }
-            out.push(PlayedLevel {
-                at,
-                duration: Duration::from_secs_f64(f64::from(frames) / f64::from(self.rate.max(1))),
-                mean_square,
-            });
-        }
-        out
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take(self.clock.origin(), self.rate)
     }
 
     /// What the device played, sample by sample, as
