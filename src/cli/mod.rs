@@ -120,7 +120,8 @@ pub(crate) struct LiveArgs {
     #[arg(long, conflicts_with = "no_aec")]
     pub(crate) noise_suppression: bool,
     /// While the voice plays, the speech probability a frame needs (above --vad-threshold, so
-    /// the assistant's own voice from a loudspeaker does not stop it).
+    /// the assistant's own voice from a loudspeaker does not stop it), until the echo
+    /// canceller shows it takes the voice out (then --vad-threshold).
     #[arg(long, default_value_t = 0.8)]
     pub(crate) barge_in_threshold: f32,
     /// Speech over the voice for this long, in ms, pauses it; its words then decide: a

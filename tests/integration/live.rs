@@ -14,6 +14,7 @@ use std::io::BufRead;
 use std::path::Path;
 use std::process::Stdio;
 
+use crate::pulse::{is_loud, live_reader, recorder, speaking_live, with_an_echo_path, Pulse};
 use crate::util;
 
 /// A temporary `HOME` whose `.asoundrc` defines `voxtest`, reading `fixture`
@@ -223,146 +224,6 @@ fn devices_prints_no_audio_library_noise() {
         );
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("voxtest — voxline test input"), "{text}");
-    }
-}
-
-/// A private PulseAudio daemon: a null sink (16 kHz mono) whose monitor is
-/// the default source, on a socket in a temporary runtime directory.
-struct Pulse {
-    dir: tempfile::TempDir,
-    daemon: std::process::Child,
-}
-
-impl Pulse {
-    /// Starts the daemon; panics with one line saying why when it cannot.
-    fn start() -> Pulse {
-        Self::start_with("")
-    }
-
-    /// Starts the daemon with a second null sink, `voxout`, for the voice
-    /// (its monitor is where an outside recorder hears it).
-    fn start_with_output() -> Pulse {
-        Self::start_with(
-            "load-module module-null-sink sink_name=voxout rate=22050 channels=1 format=s16le\n",
-        )
-    }
-
-    fn start_with(extra: &str) -> Pulse {
-        let dir = tempfile::tempdir().unwrap();
-        let run = dir.path().join("run");
-        let home = dir.path().join("home");
-        for d in [&run, &home] {
-            std::fs::create_dir(d).unwrap();
-            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-                .unwrap();
-        }
-        let socket = run.join("native");
-        std::fs::write(
-            dir.path().join("test.pa"),
-            format!(
-                "load-module module-native-protocol-unix auth-anonymous=1 socket={}\n\
-                 load-module module-null-sink sink_name=voxsink rate=16000 channels=1 format=s16le\n\
-                 {extra}set-default-sink voxsink\n\
-                 set-default-source voxsink.monitor\n",
-                socket.display()
-            ),
-        )
-        .unwrap();
-        std::fs::write(dir.path().join("client.conf"), "autospawn = no\n").unwrap();
-        // ALSA's `default` PCM is PulseAudio (ALSA's pulse plugin).
-        std::fs::write(
-            home.join(".asoundrc"),
-            "pcm.!default { type pulse }\nctl.!default { type pulse }\n",
-        )
-        .unwrap();
-        let spawned = std::process::Command::new("pulseaudio")
-            .args([
-                "--daemonize=no",
-                "--exit-idle-time=-1",
-                "-n",
-                "--use-pid-file=no",
-                "--disable-shm=yes",
-                "--realtime=no",
-                "--high-priority=no",
-                "--log-target=stderr",
-                "--log-level=error",
-            ])
-            .arg(format!("--file={}", dir.path().join("test.pa").display()))
-            .env("HOME", &home)
-            .env("XDG_RUNTIME_DIR", &run)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("PULSE_RUNTIME_PATH", run.join("pulse"))
-            .env("PULSE_STATE_PATH", home.join("state"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn();
-        let daemon = match spawned {
-            Ok(d) => d,
-            Err(e) => panic!(
-                "PulseAudio cannot be started ({e}): install pulseaudio, pulseaudio-utils and \
-                 libasound2-plugins (.ci/setup.sh does, as root)"
-            ),
-        };
-        let mut pulse = Pulse { dir, daemon };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-        loop {
-            let ok = pulse
-                .client(std::process::Command::new("pactl").arg("info"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok {
-                return pulse;
-            }
-            if let Ok(Some(status)) = pulse.daemon.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = pulse.daemon.stderr.take() {
-                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
-                }
-                panic!(
-                    "PulseAudio could not be started here ({status}): {}",
-                    err.lines().last().unwrap_or("no message")
-                );
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "PulseAudio did not answer `pactl info` within 15 s"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-    }
-
-    /// Plays `file` into the microphone's sink, waiting for it to end.
-    fn play(&self, file: &Path) {
-        let status = self
-            .client(&mut std::process::Command::new("paplay"))
-            .arg(file)
-            .status()
-            .expect("paplay (pulseaudio-utils) runs");
-        assert!(status.success(), "paplay failed");
-    }
-
-    /// `cmd` as a client of this daemon (ALSA's `default` included).
-    fn client<'a>(&self, cmd: &'a mut std::process::Command) -> &'a mut std::process::Command {
-        let run = self.dir.path().join("run");
-        cmd.env("HOME", self.dir.path().join("home"))
-            .env("XDG_RUNTIME_DIR", &run)
-            .env(
-                "PULSE_SERVER",
-                format!("unix:{}", run.join("native").display()),
-            )
-            .env("PULSE_CLIENTCONFIG", self.dir.path().join("client.conf"))
-            .env("PULSE_SINK", "voxsink")
-            .env("PULSE_SOURCE", "voxsink.monitor")
-    }
-}
-
-impl Drop for Pulse {
-    fn drop(&mut self) {
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
     }
 }
 
@@ -742,85 +603,6 @@ fn first_sound_after(
     None
 }
 
-/// An arecord on `source` of this daemon, raw 16 kHz S16LE in 10 ms periods.
-fn recorder(pulse: &Pulse, source: &str) -> std::process::Child {
-    let mut rec = std::process::Command::new("arecord");
-    pulse
-        .client(&mut rec)
-        .env("PULSE_SOURCE", source)
-        .args([
-            "-D", "default", "-q", "-t", "raw", "-f", "S16_LE", "-r", "16000", "-c", "1",
-        ])
-        .args(["--period-time=10000", "--buffer-time=40000"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    rec.spawn().expect("arecord (alsa-utils) runs")
-}
-
-/// `voxline live --voice espeak` on this daemon (the microphone on
-/// `voxsink`'s monitor, the voice to `voxout`) with `extra` flags, waited for
-/// until it listens; its stderr, whole, from the thread that reads it.
-fn speaking_live(
-    pulse: &Pulse,
-    extra: &[&str],
-    report: &Path,
-    events: Option<&Path>,
-) -> (std::process::Child, std::thread::JoinHandle<String>) {
-    use std::time::{Duration, Instant};
-    let mut vox = util::voxline_bin();
-    pulse
-        .client(&mut vox)
-        .env("PULSE_SINK", "voxout")
-        // the default filter, and what the conversation keeps after a barge-in
-        .env(
-            "VOXLINE_LOG",
-            "warn,voxline_core=error,voxline_audio=error,voxline_llm=info,voxline_stt::stage=debug,llama-cpp-2=off,whisper_rs=off,symphonia=off",
-        )
-        .arg("live")
-        // espeak-ng for 90 s at most, unless the test says otherwise
-        .args(if extra.contains(&"--voice") { &[][..] } else { &["--voice", "espeak"][..] })
-        .args(if extra.contains(&"--max-duration") { &[][..] } else { &["--max-duration", "90s"][..] })
-        .args(extra)
-        .arg("--models-dir")
-        .arg(util::models_dir())
-        .arg("--report-json")
-        .arg(report)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    if let Some(e) = events {
-        vox.arg("--events").arg(e);
-    }
-    let mut vox = vox.spawn().unwrap();
-    let stderr = vox.stderr.take().unwrap();
-    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
-    let err_thread = std::thread::spawn(move || {
-        let mut all = Vec::new();
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = line_tx.send(line.clone());
-            all.push(line);
-        }
-        all.join("\n")
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match line_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(l) if l.contains("listening") => return (vox, err_thread),
-            Ok(_) => {}
-            Err(_) => {
-                let _ = vox.kill();
-                let _ = vox.wait();
-                panic!(
-                    "voxline never started listening:\n{}",
-                    err_thread.join().unwrap()
-                );
-            }
-        }
-    }
-}
-
 /// The voice through a real sound server, timed from outside: PulseAudio
 /// plays a question into one null sink, whose monitor `voxline live` hears;
 /// voxline speaks its answer (espeak-ng) to a second sink through ALSA's
@@ -903,34 +685,6 @@ fn live_voice_latency_through_pulseaudio_agrees_with_an_outside_stopwatch() {
     assert!(reported >= response, "{line}");
     assert!((reported - stopwatch).abs() <= tolerance, "{line}\n{err}");
     eprintln!("{line}");
-}
-
-/// A reader whose chunks arrive, stamped, on a channel as they are read.
-fn live_reader<R: std::io::Read + Send + 'static>(
-    mut r: R,
-) -> std::sync::mpsc::Receiver<(std::time::Instant, Vec<u8>)> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = r.read(&mut buf) {
-            if n == 0
-                || tx
-                    .send((std::time::Instant::now(), buf[..n].to_vec()))
-                    .is_err()
-            {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-/// Whether a chunk of raw S16LE holds a sample above the level a voice
-/// reaches (1,000).
-fn is_loud(bytes: &[u8]) -> bool {
-    bytes
-        .chunks_exact(2)
-        .any(|b| i16::from_le_bytes([b[0], b[1]]).unsigned_abs() > 1_000)
 }
 
 /// Asks for a story (a long answer) and waits for the answer's first sound
@@ -1299,39 +1053,6 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
             .join(", "),
         first["voice_heard"]
     );
-}
-
-/// A private PulseAudio with an echo path: what plays on the voice's sink
-/// (`voxout`) reaches the microphone's (`voxsink`) through a loopback,
-/// 40 ms late and `db` down: a loudspeaker and an open microphone.
-fn with_an_echo_path(db: f64) -> Pulse {
-    let pulse = Pulse::start_with(
-        "load-module module-null-sink sink_name=voxout rate=22050 channels=1 format=s16le\n\
-         load-module module-loopback source=voxout.monitor sink=voxsink latency_msec=40\n",
-    );
-    // the loopback's level: the echo path's attenuation
-    let inputs = pulse
-        .client(std::process::Command::new("pactl").args(["list", "short", "sink-inputs"]))
-        .output()
-        .unwrap();
-    let inputs = String::from_utf8_lossy(&inputs.stdout).to_string();
-    let loopback = inputs
-        .lines()
-        .find(|l| l.contains("loopback"))
-        .and_then(|l| l.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no loopback among {inputs}"))
-        .to_owned();
-    let factor = format!("{:.4}", 10f64.powf(db / 20.0));
-    let status = pulse
-        .client(std::process::Command::new("pactl").args([
-            "set-sink-input-volume",
-            &loopback,
-            &factor,
-        ]))
-        .status()
-        .unwrap();
-    assert!(status.success(), "pactl set-sink-input-volume failed");
-    pulse
 }
 
 /// The assistant's own voice through a loudspeaker: a private PulseAudio

@@ -19,6 +19,7 @@ mod outputs;
 #[path = "../../benches/support/pauses.rs"]
 #[allow(dead_code)] // the bench uses the rest
 mod pauses;
+mod pulse;
 mod remote;
 mod replay;
 mod report;

@@ -16,7 +16,8 @@ use crate::vad::OpenUtterance;
 pub struct BargeInOptions {
     /// The speech probability a frame needs while an answer plays (higher
     /// than the usual threshold: the assistant's own voice reaching the
-    /// microphone must not stop it).
+    /// microphone must not stop it), unless an echo canceller has shown it
+    /// takes the voice out.
     pub threshold: f32,
     /// Speech over the answer this long, in ms, pauses it until the words
     /// heard decide (a backchannel resumes it).
@@ -70,9 +71,11 @@ impl BargeWatch {
         }
     }
 
-    /// The threshold the next frames are judged against.
+    /// The threshold the next frames are judged against: the raised one
+    /// while an answer plays, unless an echo canceller has shown it takes
+    /// the voice out ([`BargeIn::echo_cancelled`]).
     pub(crate) fn threshold(&self) -> f32 {
-        if self.barge.playing().is_some() {
+        if self.barge.playing().is_some() && !self.barge.echo_cancelled() {
             self.options.threshold.max(self.base)
         } else {
             self.base
@@ -134,5 +137,27 @@ impl BargeWatch {
         if self.asked.is_some_and(|(_, from)| end_sample > from) {
             self.barge.heard_over(id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_raised_threshold_stands_in_only_until_the_canceller_takes_the_voice_out() {
+        let barge = BargeIn::new();
+        let w = BargeWatch::new(barge.clone(), BargeInOptions::default(), 0.5);
+        assert!((w.threshold() - 0.5).abs() < f32::EPSILON, "nothing plays");
+        barge.set_playing(Some(3));
+        assert!(
+            (w.threshold() - 0.8).abs() < f32::EPSILON,
+            "no canceller yet"
+        );
+        barge.set_echo_cancelled(true);
+        assert!((w.threshold() - 0.5).abs() < f32::EPSILON, "converged");
+        // a second it took less of the voice out in
+        barge.set_echo_cancelled(false);
+        assert!((w.threshold() - 0.8).abs() < f32::EPSILON);
     }
 }

@@ -48,6 +48,25 @@ pub const LEAD: Duration = Duration::from_millis(40);
 /// is taken as silence, rather than holding the microphone back.
 const REFERENCE_WAIT: Duration = Duration::from_millis(20);
 
+/// How far the far end may drift from where the instants place it, on
+/// average over the last blocks, before it is moved (see
+/// `AecStage::align`): more than the jitter of the devices' instants.
+const REALIGN_AFTER: Duration = Duration::from_millis(16);
+
+/// A jump of the instants this large moves the far end at once.
+const REALIGN_AT_ONCE: Duration = Duration::from_millis(120);
+
+/// The weight of each block's offset in the average drift (a time
+/// constant of ten blocks, 100 ms).
+const DRIFT_SMOOTHING: f64 = 0.1;
+
+/// The echo return loss enhancement over a second of the voice from which
+/// the canceller counts as converged: speech over the voice is then judged
+/// at the endpointer's usual threshold instead of the raised one. The
+/// person talking over the voice counts in the figure too, so a second of
+/// double talk may read lower.
+const CONVERGED_DB: f64 = 10.0;
+
 /// Blocks between two readings of the canceller's figures (1 s).
 const STATS_EVERY: u64 = 100;
 
@@ -78,6 +97,9 @@ pub struct AecSummary {
     pub delay_ms: Option<i32>,
     /// Whether noise suppression ran too.
     pub noise_suppression: bool,
+    /// Times the far end was moved because the devices' instants drifted
+    /// from it (see the stage).
+    pub realignments: u64,
 }
 
 /// Where a session's [`AecSummary`] is kept while the stage runs; cloning
@@ -151,6 +173,12 @@ pub struct AecStage {
     near: [f32; BLOCK],
     /// The echo guard, told how loud each block was before the canceller.
     guard: Option<voxline_core::BargeIn>,
+    /// Where the next block's far end starts in the reference (16 kHz
+    /// position), once anything played.
+    cursor: Option<i64>,
+    /// The average offset of where the instants place the far end from
+    /// the cursor, in samples.
+    drift: f64,
 }
 
 impl std::fmt::Debug for AecStage {
@@ -192,12 +220,16 @@ impl AecStage {
             far: [0.0; BLOCK],
             near: [0.0; BLOCK],
             guard: None,
+            cursor: None,
+            drift: 0.0,
         }
     }
 
     /// Tells `guard` how loud each block was before the canceller: the echo
     /// guard follows the voice's level in that, not in what is left of the
-    /// echo after it ([`voxline_core::BargeIn::heard_raw`]).
+    /// echo after it ([`voxline_core::BargeIn::heard_raw`]); and, after
+    /// each second of the voice, whether the canceller took it out
+    /// ([`voxline_core::BargeIn::set_echo_cancelled`]).
     #[must_use]
     pub fn with_echo_guard(mut self, guard: voxline_core::BargeIn) -> Self {
         self.guard = Some(guard);
@@ -206,20 +238,66 @@ impl AecStage {
 
     /// Cancels one block in place; `captured` is when its first sample was.
     fn block(&mut self, block: &mut [f32], captured: Instant) -> Result<(), StageError> {
+        self.align(captured);
+        let Some(cursor) = self.cursor else {
+            // nothing has played yet
+            self.far.fill(0.0);
+            return self.cancel(block, captured);
+        };
         // the far end this block needs may not have reached the reference
         // yet; one further behind than the wait (a stalled output) is not
         // waited for, or every block would wait and the audio fall behind
-        let needed = captured + LEAD + Duration::from_millis(10);
+        let needed = cursor + BLOCK as i64;
         let deadline = Instant::now() + REFERENCE_WAIT;
+        let wait = REFERENCE_WAIT.as_millis() as i64 * 16;
         while self
             .reference
-            .known_until()
-            .is_some_and(|k| k < needed && needed.duration_since(k) <= REFERENCE_WAIT)
+            .known_index()
+            .is_some_and(|k| k < needed && needed - k <= wait)
             && Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_millis(1));
         }
-        self.reference.read(captured + LEAD, &mut self.far);
+        self.reference.read_index(cursor, &mut self.far);
+        self.cursor = Some(needed);
+        self.cancel(block, captured)
+    }
+
+    /// Where the far end handed to AEC3 next starts. AEC3 needs it as one
+    /// continuous stream, each sample once and in order: its filter models
+    /// the echo path from it. The instants that place it (the capture's and
+    /// the output's, as their devices report them) jitter by some ms, so
+    /// the far end is read on from where the last block ended, and moved
+    /// only when the instants say it has drifted: by more than
+    /// `REALIGN_AFTER` on average (two devices' clocks drifting, the sound
+    /// server's buffering changing), or by more than `REALIGN_AT_ONCE` at
+    /// one block (the output restarted).
+    fn align(&mut self, captured: Instant) {
+        let Some(ideal) = self.reference.index_at(captured + LEAD) else {
+            return;
+        };
+        let Some(cursor) = self.cursor else {
+            self.cursor = Some(ideal.round() as i64);
+            return;
+        };
+        let off = ideal - cursor as f64;
+        self.drift += DRIFT_SMOOTHING * (off - self.drift);
+        let limit = |d: Duration| d.as_secs_f64() * 16_000.0;
+        if off.abs() > limit(REALIGN_AT_ONCE) || self.drift.abs() > limit(REALIGN_AFTER) {
+            let by = if off.abs() > limit(REALIGN_AT_ONCE) {
+                off
+            } else {
+                self.drift
+            };
+            self.cursor = Some(cursor + by.round() as i64);
+            self.drift = 0.0;
+            self.meter.lock().summary.realignments += 1;
+            tracing::debug!(by_ms = by / 16.0, "aec: the far end re-aligned");
+        }
+    }
+
+    /// Hands AEC3 the far end in `self.far`, then cancels `block`.
+    fn cancel(&mut self, block: &mut [f32], captured: Instant) -> Result<(), StageError> {
         // the voice sounds in the block: above -60 dBFS
         let loud = self.far.iter().map(|x| x * x).sum::<f32>() / BLOCK as f32 > 1e-6;
         let bad = |e: sonora::Error| StageError::fatal(format!("echo cancellation failed: {e}"));
@@ -255,6 +333,9 @@ impl AecStage {
                 let e = m.erle();
                 m.erle.extend(e);
                 (m.loud, m.energy_in, m.energy_out) = (0, 0.0, 0.0);
+                if let Some(g) = &self.guard {
+                    g.set_echo_cancelled(e.is_some_and(|e| e >= CONVERGED_DB));
+                }
             }
         }
         // AEC3's delay, aggregated by the second, for a second the voice sounded in

@@ -84,32 +84,60 @@ impl EchoReference {
     /// zeros where nothing is known (before the voice, or not played yet).
     /// Returns whether any of them is sound.
     pub fn read(&self, from: Instant, out: &mut [f32]) -> bool {
+        match self.index_at(from) {
+            Some(index) => self.read_index(index.round() as i64, out),
+            None => {
+                out.fill(0.0);
+                false
+            }
+        }
+    }
+
+    /// The position (16 kHz samples since the first pushed, fractional) of
+    /// the sample that sounded at `at`, through the last buffer's instant;
+    /// `None` before anything played. Each buffer's instant comes from the
+    /// device and jitters by some ms, and so does this.
+    #[must_use]
+    pub fn index_at(&self, at: Instant) -> Option<f64> {
+        let t = self.lock();
+        let (played, frame) = t.anchor?;
+        let (rate, _) = t.resampler.as_ref()?;
+        let anchor_s = frame as f64 / f64::from(*rate);
+        let offset_s = if at >= played {
+            at.duration_since(played).as_secs_f64()
+        } else {
+            -played.duration_since(at).as_secs_f64()
+        };
+        Some((anchor_s + offset_s) * 16_000.0)
+    }
+
+    /// Fills `out` with the samples from position `index` on (see
+    /// [`index_at`](Self::index_at)); zeros where nothing is known (no
+    /// longer kept, or not played yet). Returns whether any is sound.
+    pub fn read_index(&self, index: i64, out: &mut [f32]) -> bool {
         out.fill(0.0);
         let t = self.lock();
-        let (Some((at, frame)), Some((rate, _))) = (t.anchor, t.resampler.as_ref()) else {
-            return false;
-        };
-        // the 16 kHz index of `from`, through the last buffer's anchor
-        let anchor_s = frame as f64 / f64::from(*rate);
-        let offset_s = if from >= at {
-            from.duration_since(at).as_secs_f64()
-        } else {
-            -at.duration_since(from).as_secs_f64()
-        };
-        let index = ((anchor_s + offset_s) * 16_000.0).round();
         let mut loud = false;
         for (i, o) in out.iter_mut().enumerate() {
-            let k = index + i as f64;
-            if k < t.first as f64 {
+            let k = index + i as i64;
+            if k < t.first as i64 {
                 continue;
             }
-            let Some(s) = t.samples.get((k - t.first as f64) as usize) else {
+            let Some(s) = t.samples.get((k - t.first as i64) as usize) else {
                 break;
             };
             *o = *s;
             loud |= *s != 0.0;
         }
         loud
+    }
+
+    /// The position just past the last sample known (`None` before any).
+    #[must_use]
+    pub fn known_index(&self) -> Option<i64> {
+        let t = self.lock();
+        t.anchor?;
+        Some((t.first + t.samples.len() as u64) as i64)
     }
 
     /// When the last sample known sounds (`None` before any).

@@ -34,9 +34,11 @@ fn power(s: &[f32]) -> f64 {
 /// room (`gain`, and a weaker reflection 15 ms later) plus
 /// `near` from `near_at` s; the path's delay is `delay_ms.0` for the first
 /// half of the voice and `delay_ms.1` after. The reference is pushed in
-/// 10 ms buffers as the output would push it, ahead of the capture.
+/// 10 ms buffers as the output would push it, ahead of the capture. Each
+/// buffer's and each frame's instant is off by up to `jitter_ms` either
+/// way, as devices report them.
 /// Returns the canceller's output, the echo alone and the
-/// near speech alone as heard, and the meter.
+/// near speech alone as heard, the meter, and the barge-in state it told.
 fn through_the_room(
     far: &[f32],
     near: &[f32],
@@ -44,7 +46,14 @@ fn through_the_room(
     gain: f32,
     delay_ms: (usize, usize),
     options: AecOptions,
-) -> (Vec<f32>, Vec<f32>, Vec<f32>, AecMeter) {
+    jitter_ms: u64,
+) -> (
+    Vec<f32>,
+    Vec<f32>,
+    Vec<f32>,
+    AecMeter,
+    voxline_core::BargeIn,
+) {
     let len = (far.len() + 32_000).max((near_at * 16_000.0) as usize + near.len() + 8_000);
     let mut echo = vec![0.0f32; len + 16_000];
     for (i, x) in far.iter().enumerate() {
@@ -65,8 +74,22 @@ fn through_the_room(
 
     let reference = EchoReference::new();
     let meter = AecMeter::default();
-    let mut stage = AecStage::new(reference.clone(), meter.clone(), options);
+    let guard = voxline_core::BargeIn::new();
+    let mut stage =
+        AecStage::new(reference.clone(), meter.clone(), options).with_echo_guard(guard.clone());
     let t0 = Instant::now();
+    // a deterministic jitter in [-jitter_ms, +jitter_ms]
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut jitter = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % (2 * jitter_ms + 1)) as f64 - jitter_ms as f64
+    };
+    // instants from 1 s on, so a jitter never reaches before `t0`
+    let mut at = move |sample: usize| {
+        t0 + Duration::from_secs_f64(1.0 + sample as f64 / 16_000.0 + jitter() / 1000.0)
+    };
     let mut played = far.to_vec();
     played.resize(len + 16_000, 0.0);
     let mut out_frames: Vec<AudioFrame> = Vec::new();
@@ -77,14 +100,13 @@ fn through_the_room(
     for (n, chunk) in mic.chunks(320).enumerate() {
         let start = n * 320;
         while pushed < start + 320 + ahead {
-            let at = t0 + Duration::from_secs_f64(pushed as f64 / 16_000.0);
-            reference.push(at, &played[pushed..pushed + BLOCK], 16_000);
+            reference.push(at(pushed), &played[pushed..pushed + BLOCK], 16_000);
             pushed += BLOCK;
         }
         let frame = AudioFrame {
             start_sample: start as u64,
             samples: chunk.to_vec(),
-            captured: t0 + Duration::from_secs_f64(start as f64 / 16_000.0),
+            captured: at(start),
             new_recording: n == 0,
             end_of_stream: false,
         };
@@ -107,7 +129,7 @@ fn through_the_room(
     }
     assert_eq!(out.len(), mic.len());
     assert!(out_frames[0].new_recording);
-    (out, echo, speech, meter)
+    (out, echo, speech, meter, guard)
 }
 
 #[test]
@@ -115,8 +137,15 @@ fn the_loudspeakers_echo_is_taken_out_and_the_person_is_kept() {
     let far = fixture("q_story.wav");
     let near = fixture("human/arctic-a0024.wav");
     let near_at = far.len() as f64 / 16_000.0 + 1.0;
-    let (out, echo, speech, meter) =
-        through_the_room(&far, &near, near_at, 0.5, (60, 60), AecOptions::default());
+    let (out, echo, speech, meter, guard) = through_the_room(
+        &far,
+        &near,
+        near_at,
+        0.5,
+        (60, 60),
+        AecOptions::default(),
+        0,
+    );
     // once converged (from 1.5 s), while only the voice sounds
     let from = 24_000;
     let to = far.len();
@@ -130,6 +159,9 @@ fn the_loudspeakers_echo_is_taken_out_and_the_person_is_kept() {
     assert!(kept.abs() <= 1.0, "the person was changed by {kept:+.2} dB");
     // its own figure, over the seconds the voice sounded
     assert!(s.erle_db.is_some_and(|e| e >= 20.0), "{s:?}");
+    // and it told the endpointer it takes the voice out: speech over the
+    // voice is judged at the usual threshold
+    assert!(guard.echo_cancelled());
     // the lead (40 ms) and the room's 60 ms
     assert!(s.delay_ms.is_some_and(|d| (80..=130).contains(&d)), "{s:?}");
     let sounding = far
@@ -153,11 +185,11 @@ fn a_person_speaking_over_the_voice_is_heard_through_it() {
     let near = fixture("human/arctic-a0024.wav");
     let silent = vec![0.0; far.len()];
     // the person starts 2 s into the voice's answer (it has converged)
-    let (alone, _, _, _) =
-        through_the_room(&silent, &near, 2.0, 1.0, (60, 60), AecOptions::default());
+    let (alone, _, _, _, _) =
+        through_the_room(&silent, &near, 2.0, 1.0, (60, 60), AecOptions::default(), 0);
     for gain in [2.0f32, 4.0] {
-        let (out, echo, speech, _) =
-            through_the_room(&far, &near, 2.0, gain, (60, 60), AecOptions::default());
+        let (out, echo, speech, _, _) =
+            through_the_room(&far, &near, 2.0, gain, (60, 60), AecOptions::default(), 0);
         let span = 32_000..32_000 + near.len().min(far.len() - 32_000);
         let before = db(power(&speech[span.clone()]) / power(&echo[span.clone()]));
         let residual: Vec<f32> = out[span.clone()]
@@ -191,8 +223,15 @@ fn an_echo_whose_delay_moves_by_hundreds_of_ms_is_followed() {
         .collect();
     let near = fixture("human/arctic-a0024.wav");
     let near_at = far.len() as f64 / 16_000.0 + 1.0;
-    let (out, echo, _, meter) =
-        through_the_room(&far, &near, near_at, 0.5, (60, 400), AecOptions::default());
+    let (out, echo, _, meter, _) = through_the_room(
+        &far,
+        &near,
+        near_at,
+        0.5,
+        (60, 400),
+        AecOptions::default(),
+        0,
+    );
     let half = far.len() / 2;
     let erle = |from: usize, to: usize| db(power(&echo[from..to]) / power(&out[from..to]));
     let (first, second) = (erle(24_000, half), erle(half + 48_000, far.len()));
@@ -202,4 +241,34 @@ fn an_echo_whose_delay_moves_by_hundreds_of_ms_is_followed() {
         first >= 20.0 && second >= 20.0,
         "{first:.1}, {second:.1} dB"
     );
+}
+
+/// The devices' instants jitter: each output buffer's and each microphone
+/// frame's is off by up to 8 ms either way. The canceller reads the far
+/// end on as one stream, so AEC3's filter still models the room.
+#[test]
+fn instants_that_jitter_do_not_break_the_echo_path() {
+    let far = fixture("q_story.wav");
+    let near = fixture("human/arctic-a0024.wav");
+    let near_at = far.len() as f64 / 16_000.0 + 1.0;
+    let (out, echo, speech, meter, _) = through_the_room(
+        &far,
+        &near,
+        near_at,
+        0.5,
+        (60, 60),
+        AecOptions::default(),
+        8,
+    );
+    let erle = db(power(&echo[24_000..far.len()]) / power(&out[24_000..far.len()]));
+    let at = (near_at * 16_000.0) as usize;
+    let kept = db(power(&out[at..at + near.len()]) / power(&speech[at..at + near.len()]));
+    let s = meter.summary();
+    eprintln!(
+        "instants jittering by 8 ms: ERLE {erle:.1} dB; the person kept at {kept:+.2} dB; {s:?}"
+    );
+    assert!(erle >= 20.0, "only {erle:.1} dB of the echo was taken out");
+    assert!(kept.abs() <= 1.0, "the person was changed by {kept:+.2} dB");
+    // jitter alone never moves the far end
+    assert_eq!(s.realignments, 0, "{s:?}");
 }

@@ -116,6 +116,21 @@ impl BargeIn {
         }
     }
 
+    /// An echo canceller's verdict on the last second the voice sounded in:
+    /// whether it took the voice out of the microphone (it had converged).
+    pub fn set_echo_cancelled(&self, cancelled: bool) {
+        self.lock().cancelled = cancelled;
+    }
+
+    /// Whether an echo canceller takes the voice out of the microphone, by
+    /// its last verdict: then speech over the voice is judged as speech
+    /// anywhere else; otherwise (no canceller, one still converging, or
+    /// one that lost the echo path) a raised threshold stands in for it.
+    #[must_use]
+    pub fn echo_cancelled(&self) -> bool {
+        self.lock().cancelled
+    }
+
     /// The microphone's level before the canceller, frame by frame
     /// (`n` frames of [`ECHO_FRAME`] from `start`, in dB), where its blocks
     /// cover every frame.

@@ -122,6 +122,10 @@ struct State {
     /// cover what it is asked about: the canceller leaves too little of
     /// the echo to follow the voice's level.
     heard_raw: std::collections::VecDeque<(Instant, f32)>,
+    /// Whether an echo canceller takes the voice out of the microphone:
+    /// its last figure, over a second the voice sounded in, showed it
+    /// converged ([`BargeIn::echo_cancelled`]).
+    cancelled: bool,
 }
 
 /// The barge-in state a pipeline's endpointer, output and runtime share.
