@@ -67,14 +67,7 @@ fn human() -> Vec<(String, Vec<f32>, String, PathBuf)> {
     }
     let mut out = Vec::new();
     for dir in dirs {
-        let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "wav"))
-            .collect();
-        paths.sort();
-        for p in paths {
+        for p in util::wavs_in(&dir) {
             let Ok(Some(sc)) = voxline_pipeline::sidecar::Sidecar::load_for(&p) else {
                 continue;
             };
@@ -319,15 +312,29 @@ fn answer_ended(
             Err(_) => break false,
         }
     };
+    quiet_for(heard, Duration::from_secs(1), deadline);
+    ended
+}
+
+/// Reads the voice's sink until it has been silent for `quiet` (or until
+/// `deadline`), leaving nothing older unread.
+fn quiet_for(
+    heard: &std::sync::mpsc::Receiver<(Instant, Vec<u8>)>,
+    quiet: Duration,
+    deadline: Instant,
+) {
     let mut last_loud = Instant::now();
-    while last_loud.elapsed() < Duration::from_secs(1) && Instant::now() < deadline {
-        if let Ok((at, bytes)) = heard.recv_timeout(Duration::from_millis(100)) {
+    loop {
+        for (at, bytes) in heard.try_iter() {
             if pulse::is_loud(&bytes) {
                 last_loud = at;
             }
         }
+        if last_loud.elapsed() >= quiet || Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
-    ended
 }
 
 /// The words of `text` found among `among`, as a fraction of its words.
@@ -524,6 +531,8 @@ fn live_run(voice: &str, db: Option<f64>, aec: bool, n: usize) -> Live {
 /// What talking over the voice showed, over one session.
 #[derive(Default)]
 struct Barge {
+    /// Stories that had ended 1 s into them: no question played over them.
+    not_over: usize,
     stopped: usize,
     answered: usize,
     kept: usize,
@@ -538,8 +547,11 @@ struct Barge {
 fn barge_run(voice: &str, db: Option<f64>, aec: bool, n: usize) -> Barge {
     let clips = human();
     let session = Session::start(voice, db, aec, "120");
+    let mut b = Barge::default();
     for (name, _, _, path) in clips.iter().cycle().take(n) {
         session.pulse.play(&util::fixture("q_story.wav"));
+        // what sounded before the story's answer is not its first sound
+        let _ = session.heard.try_iter().count();
         let deadline = Instant::now() + Duration::from_secs(30);
         let answer_from = loop {
             match session.heard.recv_timeout(Duration::from_millis(200)) {
@@ -553,31 +565,62 @@ fn barge_run(voice: &str, db: Option<f64>, aec: bool, n: usize) -> Barge {
             continue;
         };
         std::thread::sleep(Duration::from_secs(1).saturating_sub(answer_from.elapsed()));
-        session.pulse.play(path);
-        if !answer_ended(
-            &session.events,
-            &session.heard,
-            &mut Vec::new(),
-            &["voice_ended"],
-        ) {
-            eprintln!("{voice}: no answer ended within 60 s of {name} over the story");
+        // the story still sounds: something loud within the last 300 ms
+        let sounding = session
+            .heard
+            .try_iter()
+            .any(|(at, bytes)| at.elapsed() < Duration::from_millis(300) && pulse::is_loud(&bytes));
+        if !sounding {
+            eprintln!("{voice}: the story had ended 1 s into it; {name} not played over it");
+            b.not_over += 1;
+            let _ = answer_played(&session.events, &session.heard, &mut Vec::new());
+            continue;
         }
+        session.pulse.play(path);
+        // the question's answer played to its end: a `voice_ended` of a
+        // turn whose answer was not stopped
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut stopped = Vec::new();
+        loop {
+            match session
+                .events
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(e) if e["type"] == "voice_interrupted" => stopped.extend(e["id"].as_u64()),
+                Ok(e)
+                    if e["type"] == "voice_ended"
+                        && e["id"].as_u64().is_some_and(|id| !stopped.contains(&id)) =>
+                {
+                    break
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    eprintln!("{voice}: no answer ended within 60 s of {name} over the story");
+                    break;
+                }
+            }
+        }
+        quiet_for(
+            &session.heard,
+            Duration::from_secs(1),
+            Instant::now() + Duration::from_secs(60),
+        );
         std::thread::sleep(Duration::from_millis(300));
     }
     let (r, _, err, _) = session.end();
     let turns = r["turns"].as_array().cloned().unwrap_or_default();
-    let mut b = Barge {
-        echoes: r["summary"]["echoes"].as_u64().unwrap_or(0),
-        false_interruptions: r["summary"]["false_interruptions"].as_u64().unwrap_or(0),
-        erle: r["live"]["voice_output"]["echo_cancellation"]["erle_db"].as_f64(),
-        ..Barge::default()
-    };
+    b.echoes = r["summary"]["echoes"].as_u64().unwrap_or(0);
+    b.false_interruptions = r["summary"]["false_interruptions"].as_u64().unwrap_or(0);
+    b.erle = r["live"]["voice_output"]["echo_cancellation"]["erle_db"].as_f64();
     for (i, t) in turns.iter().enumerate() {
         let story = t["transcript"]
             .as_str()
             .is_some_and(|s| s.to_lowercase().contains("story"));
         if !story {
             continue;
+        }
+        if t["voice_heard"].is_null() {
+            eprintln!("{voice}: not stopped: {t}");
         }
         if let Some(heard) = t["voice_heard"].as_str() {
             b.stopped += 1;
@@ -608,9 +651,9 @@ fn barge() {
         .unwrap_or(10);
     let aec = env_list("VOXLINE_BENCH_AEC", "on") != ["off"];
     println!(
-        "\n| voice | echo | canceller | stopped | the question answered | history kept what was heard | barge-in p50 / max ms | echo utterances dropped | false interruptions | ERLE dB |"
+        "\n| voice | echo | canceller | stories asked over | stopped | the question answered | history kept what was heard | barge-in p50 / max ms | echo utterances dropped | false interruptions | ERLE dB |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for voice in env_list("VOXLINE_BENCH_VOICES", "espeak,piper") {
         for echo in env_list("VOXLINE_BENCH_ECHO_DB", "-12,-6") {
             let db: Option<f64> = echo.parse().ok();
@@ -618,9 +661,10 @@ fn barge() {
             b.latencies.sort_by(f64::total_cmp);
             let p50 = b.latencies.get(b.latencies.len() / 2).copied();
             println!(
-                "| {voice} | {} | {} | {} of {n} | {} | {} | {} / {} | {} | {} | {} |",
+                "| {voice} | {} | {} | {} of {n} | {} | {} | {} | {} / {} | {} | {} | {} |",
                 db.map_or("none".into(), |d| format!("{d} dB")),
                 if aec { "on" } else { "off" },
+                n - b.not_over,
                 b.stopped,
                 b.answered,
                 b.kept,

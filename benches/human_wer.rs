@@ -61,13 +61,7 @@ fn main() {
         )
     };
 
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "wav"))
-        .collect();
-    paths.sort();
+    let paths = util::wavs_in(&dir);
     let mut clips: Vec<Clip> = Vec::new();
     for path in paths {
         let Ok(Some(sc)) = voxline_pipeline::sidecar::Sidecar::load_for(&path) else {

@@ -114,16 +114,9 @@ fn speech() -> Vec<(String, Vec<f32>)> {
     }
     let mut out = Vec::new();
     for dir in dirs {
-        let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| {
-                p.extension().is_some_and(|e| e == "wav")
-                    && p.file_stem().is_none_or(|s| s != "silence")
-            })
-            .collect();
-        paths.sort();
+        let paths = util::wavs_in(&dir)
+            .into_iter()
+            .filter(|p| p.file_stem().is_none_or(|s| s != "silence"));
         for p in paths {
             let x = util::read_16k(&p);
             let name = p.file_stem().unwrap().to_string_lossy().into_owned();

@@ -59,6 +59,20 @@ pub fn expected_texts(name: &str) -> Vec<String> {
 }
 
 /// Reads a whole fixture as 16 kHz mono through the replay reader.
+/// The WAV files in `dir`, sorted; panics with the folder's name when it
+/// cannot be read.
+#[allow(dead_code)] // the benches use it
+pub fn wavs_in(dir: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wav"))
+        .collect();
+    paths.sort();
+    paths
+}
+
 pub fn read_16k(path: &Path) -> Vec<f32> {
     let mut src = voxline_audio::wav::WavSource::open(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));

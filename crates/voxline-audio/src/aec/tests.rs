@@ -132,8 +132,12 @@ fn through_the_room(
     (out, echo, speech, meter, guard)
 }
 
-#[test]
-fn the_loudspeakers_echo_is_taken_out_and_the_person_is_kept() {
+/// The voice (`q_story.wav`) through the room at −6 dB, 60 ms, then 1 s
+/// after it the person alone, with instants off by up to `jitter_ms`.
+/// Returns the echo taken out once converged (from 1.5 s, while only the
+/// voice sounds), the person's level after against as heard (the
+/// high-pass filter aside), the meter and the barge-in state.
+fn voice_then_person(jitter_ms: u64) -> (f64, f64, AecMeter, voxline_core::BargeIn) {
     let far = fixture("q_story.wav");
     let near = fixture("human/arctic-a0024.wav");
     let near_at = far.len() as f64 / 16_000.0 + 1.0;
@@ -144,15 +148,17 @@ fn the_loudspeakers_echo_is_taken_out_and_the_person_is_kept() {
         0.5,
         (60, 60),
         AecOptions::default(),
-        0,
+        jitter_ms,
     );
-    // once converged (from 1.5 s), while only the voice sounds
-    let from = 24_000;
-    let to = far.len();
-    let erle = db(power(&echo[from..to]) / power(&out[from..to]));
-    // the person alone: as loud as heard (the high-pass filter aside)
+    let erle = db(power(&echo[24_000..far.len()]) / power(&out[24_000..far.len()]));
     let at = (near_at * 16_000.0) as usize;
     let kept = db(power(&out[at..at + near.len()]) / power(&speech[at..at + near.len()]));
+    (erle, kept, meter, guard)
+}
+
+#[test]
+fn the_loudspeakers_echo_is_taken_out_and_the_person_is_kept() {
+    let (erle, kept, meter, guard) = voice_then_person(0);
     let s = meter.summary();
     eprintln!("echo at -6 dB: ERLE {erle:.1} dB measured, {s:?}; the person kept at {kept:+.2} dB");
     assert!(erle >= 20.0, "only {erle:.1} dB of the echo was taken out");
@@ -164,6 +170,7 @@ fn the_loudspeakers_echo_is_taken_out_and_the_person_is_kept() {
     assert!(guard.echo_cancelled());
     // the lead (40 ms) and the room's 60 ms
     assert!(s.delay_ms.is_some_and(|d| (80..=130).contains(&d)), "{s:?}");
+    let far = fixture("q_story.wav");
     let sounding = far
         .chunks(BLOCK)
         .filter(|b| b.iter().map(|x| x * x).sum::<f32>() / BLOCK as f32 > 1e-6)
@@ -248,21 +255,7 @@ fn an_echo_whose_delay_moves_by_hundreds_of_ms_is_followed() {
 /// end on as one stream, so AEC3's filter still models the room.
 #[test]
 fn instants_that_jitter_do_not_break_the_echo_path() {
-    let far = fixture("q_story.wav");
-    let near = fixture("human/arctic-a0024.wav");
-    let near_at = far.len() as f64 / 16_000.0 + 1.0;
-    let (out, echo, speech, meter, _) = through_the_room(
-        &far,
-        &near,
-        near_at,
-        0.5,
-        (60, 60),
-        AecOptions::default(),
-        8,
-    );
-    let erle = db(power(&echo[24_000..far.len()]) / power(&out[24_000..far.len()]));
-    let at = (near_at * 16_000.0) as usize;
-    let kept = db(power(&out[at..at + near.len()]) / power(&speech[at..at + near.len()]));
+    let (erle, kept, meter, _) = voice_then_person(8);
     let s = meter.summary();
     eprintln!(
         "instants jittering by 8 ms: ERLE {erle:.1} dB; the person kept at {kept:+.2} dB; {s:?}"
