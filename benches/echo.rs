@@ -155,17 +155,6 @@ fn cost() {
     }
 }
 
-/// A deterministic noise source (xorshift), uniform in [-1, 1].
-fn white(seed: u64) -> impl FnMut() -> f32 {
-    let mut s = seed;
-    move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s as f64 / u64::MAX as f64 * 2.0 - 1.0) as f32
-    }
-}
-
 fn rms(x: &[f32]) -> f32 {
     (x.iter().map(|s| s * s).sum::<f32>() / x.len().max(1) as f32).sqrt()
 }
@@ -186,13 +175,13 @@ fn noise_wer() {
     let mut stt = SttEngine::load(SttConfig::new(util::whisper_model(), util::threads_each()))
         .expect("the whisper model (voxline models fetch)");
     let longest = clips.iter().map(|c| c.1.len()).max().unwrap_or(0);
-    let mut w = white(7);
-    let white_noise: Vec<f32> = (0..longest).map(|_| w()).collect();
-    let mut w = white(11);
+    let mut w = util::noise(7);
+    let white_noise: Vec<f32> = (0..longest).map(|_| w() as f32).collect();
+    let mut w = util::noise(11);
     let mut brown = 0.0f32;
     let fan: Vec<f32> = (0..longest)
         .map(|_| {
-            brown = (brown + 0.05 * w()) * 0.995;
+            brown = (brown + 0.05 * w() as f32) * 0.995;
             brown
         })
         .collect();

@@ -32,17 +32,6 @@ fn sound(secs: f64, level: f64, mut f: impl FnMut(f64) -> f64) -> Vec<f32> {
     raw.iter().map(|x| (x / peak * level) as f32).collect()
 }
 
-/// A deterministic noise source (xorshift), uniform in [-1, 1].
-fn noise(seed: u64) -> impl FnMut() -> f64 {
-    let mut s = seed;
-    move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-    }
-}
-
 fn sounds() -> Vec<(String, Vec<f32>)> {
     let hum = |base: f64| {
         move |t: f64| {
@@ -81,9 +70,9 @@ fn sounds() -> Vec<(String, Vec<f32>)> {
                 env * ((TAU * f * t).sin() + 0.3 * (TAU * 2.0 * f * t).sin())
             }),
         );
-        let mut n = noise(7);
+        let mut n = util::noise(7);
         add("white noise", sound(4.0, level, |_| n()));
-        let mut n = noise(11);
+        let mut n = util::noise(11);
         let mut brown = 0.0;
         add(
             "fan (brown noise)",

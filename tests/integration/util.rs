@@ -73,6 +73,18 @@ pub fn wavs_in(dir: &Path) -> Vec<PathBuf> {
     paths
 }
 
+/// A deterministic noise source (xorshift), uniform in [-1, 1].
+#[allow(dead_code)] // the benches use it
+pub fn noise(seed: u64) -> impl FnMut() -> f64 {
+    let mut s = seed;
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+}
+
 pub fn read_16k(path: &Path) -> Vec<f32> {
     let mut src = voxline_audio::wav::WavSource::open(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
