@@ -16,8 +16,11 @@
 //! it; whisper (the pipeline's model and settings) transcribes every
 //! attempt the stage sends, and its words reach the board a fixed stream
 //! time after the attempt was sent: 1 000 ms (what this 2-core CPU gives)
-//! and 400 ms (a faster machine). No LLM runs; stream time, so the host's
-//! speed moves no figure but whisper's words.
+//! and 400 ms (a faster machine). One row adds a voice (`voxline live
+//! --voice`, barge-in on): each answer begins to play 400 ms after its
+//! words (the first token and the voice's first block on this CPU), and a
+//! turn stays revocable until it has. No LLM runs; stream time, so the
+//! host's speed moves no figure but whisper's words.
 //!
 //! `cargo bench --bench pairs` (optimised build; needs `voxline models
 //! fetch`; `VOXLINE_BENCH_ROWS=words` runs only the rows whose name holds
@@ -46,6 +49,8 @@ struct Row {
     hangover_ms: u32,
     policy: Option<TurnPolicy>,
     words_after_ms: Option<u32>,
+    /// With a voice: its answer begins this long after the words.
+    voice_after_ms: Option<u32>,
 }
 
 fn rows() -> Vec<Row> {
@@ -60,24 +65,35 @@ fn rows() -> Vec<Row> {
             hangover_ms: 700,
             policy: None,
             words_after_ms: None,
+            voice_after_ms: None,
         },
         Row {
             name: "semantic, no words",
             hangover_ms: 700,
             policy: Some(no_words),
             words_after_ms: None,
+            voice_after_ms: None,
         },
         Row {
             name: "semantic + words after 1 000 ms",
             hangover_ms: 700,
             policy: Some(semantic),
             words_after_ms: Some(1_000),
+            voice_after_ms: None,
+        },
+        Row {
+            name: "semantic + words after 1 000 ms, voice 400 ms after them",
+            hangover_ms: 700,
+            policy: Some(semantic),
+            words_after_ms: Some(1_000),
+            voice_after_ms: Some(400),
         },
         Row {
             name: "semantic + words after 400 ms",
             hangover_ms: 700,
             policy: Some(semantic),
             words_after_ms: Some(400),
+            voice_after_ms: None,
         },
     ]
 }
@@ -120,6 +136,7 @@ fn turns(
     let hearing = row.words_after_ms.map(|ms| pauses::Hearing {
         hear: &mut hear,
         delay: u64::from(ms) * 16,
+        voice: row.voice_after_ms.map(|v| u64::from(v) * 16),
     });
     let (t, merged) = pauses::turns_heard(
         audio,

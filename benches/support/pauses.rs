@@ -438,6 +438,12 @@ pub struct Hearing<'a> {
     pub hear: &'a mut dyn FnMut(&[f32]) -> String,
     /// Stream time from an attempt's sending to its transcript.
     pub delay: u64,
+    /// With a voice that barge-in hears over: stream time from a turn's
+    /// transcript to its answer beginning to play (the language model's
+    /// first token and the voice's first block). The voice takes a turn
+    /// released or committed, and waits while it is held. The microphone
+    /// hears none of it (headphones, or a canceller that has converged).
+    pub voice: Option<u64>,
 }
 
 /// As [`turns_and_merged`], with each turn's start, and, with `hearing`,
@@ -465,6 +471,11 @@ pub fn turns_heard(
     if let Some((m, p)) = semantic {
         stage = stage.with_turn_model(m.clone(), p).unwrap();
     }
+    let barge = voxline_core::BargeIn::new();
+    if hearing.as_ref().is_some_and(|h| h.voice.is_some()) {
+        barge.set_echo_cancelled(true);
+        stage = stage.with_barge_in(barge.clone(), voxline_audio::BargeInOptions::default());
+    }
     let clock = Clock::start();
     // transcripts on their way: (due at, id, words)
     let heard: std::sync::Mutex<Vec<(u64, u64, String)>> = std::sync::Mutex::new(Vec::new());
@@ -489,7 +500,14 @@ pub fn turns_heard(
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         });
-        let r = stage_turns(audio, &mut stage, &board, &clock, &heard, &mut hearing);
+        let r = stage_turns(
+            audio,
+            &mut stage,
+            (&board, &barge),
+            &clock,
+            &heard,
+            &mut hearing,
+        );
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         r
     })
@@ -500,11 +518,14 @@ pub fn turns_heard(
 fn stage_turns(
     audio: &[f32],
     stage: &mut VadStage,
-    board: &SpecBoard,
+    (board, barge): (&SpecBoard, &voxline_core::BargeIn),
     clock: &Clock,
     heard: &std::sync::Mutex<Vec<(u64, u64, String)>>,
     hearing: &mut Option<Hearing<'_>>,
 ) -> (Vec<Turn>, Turns) {
+    let voice = hearing.as_ref().and_then(|h| h.voice);
+    // answers due to begin playing: (stream position, turn)
+    let mut answers: Vec<(u64, u64)> = Vec::new();
     let mut padded = audio.to_vec();
     padded.extend(std::iter::repeat_n(0.0, 48_000));
     let (mut sent, mut out, mut pending) = (Vec::new(), Vec::new(), Vec::new());
@@ -552,8 +573,21 @@ fn stage_turns(
         lock(heard).retain(|(due, id, words)| {
             if *due <= pos {
                 board.note_words(*id, words);
+                if let Some(v) = voice {
+                    answers.push((due + v, *id));
+                }
             }
             *due > pos
+        });
+        // the voice begins an answer once it is due and the turn is not
+        // held (a cancelled one never plays)
+        answers.retain(|&(due, id)| match board.state(id) {
+            SpecState::Cancelled => false,
+            SpecState::Released | SpecState::Committed if due <= pos => {
+                barge.set_playing(Some(id));
+                false
+            }
+            _ => true,
         });
     };
     for (i, c) in padded.chunks(320).enumerate() {

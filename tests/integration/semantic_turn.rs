@@ -561,6 +561,7 @@ fn the_words_of_a_finished_sentence_keep_the_next_one_a_turn_of_its_own() {
             Some(pauses::Hearing {
                 hear: &mut hear,
                 delay,
+                voice: None,
             }),
         )
         .0
@@ -637,6 +638,7 @@ fn words_that_come_after_the_speaker_went_on_still_end_a_pause_judged_incomplete
             Some(pauses::Hearing {
                 hear: &mut hear,
                 delay,
+                voice: None,
             }),
         )
         .0
@@ -688,7 +690,7 @@ fn a_synthetic_sentence_whisper_hears_go_on_after_its_comma_is_one_turn() {
             .iter()
             .find(|s| s.text == text)
             .expect("a Piper sentence");
-        let (turns, merged, heard) = turns_whisper_hears(&s.audio, &model, &mut stt);
+        let (turns, merged, heard) = turns_whisper_hears(&s.audio, &model, &mut stt, None);
         let (start, end) = (s.speech.0 as u64, s.speech.1 as u64);
         assert_eq!(turns.len(), 1, "{text:?}: {turns:?}, heard {heard:?}");
         assert!(
@@ -719,7 +721,7 @@ fn a_real_speaker_who_goes_on_after_a_pause_judged_unfinished_is_one_turn() {
         .iter()
         .find(|c| c.name == "arctic-a0024-p1000-0")
         .expect("the clip with a 1 s pause in arctic-a0024");
-    let (turns, merged, heard) = turns_whisper_hears(&clip.audio, &model, &mut stt);
+    let (turns, merged, heard) = turns_whisper_hears(&clip.audio, &model, &mut stt, None);
     let (start, end) = (clip.speech.0 as u64, clip.speech.1 as u64);
     assert_eq!(turns.len(), 1, "{turns:?}, heard {heard:?}");
     assert!(
@@ -744,14 +746,54 @@ fn a_real_speaker_who_goes_on_after_a_pause_judged_unfinished_is_one_turn() {
     );
 }
 
+#[test]
+fn a_speaker_who_goes_on_before_the_voice_has_begun_is_held_and_one_turn() {
+    // A reader pauses a second after "Mister Quilter is the apostle of the
+    // middle classes", then goes on "and we are glad to welcome his
+    // gospel". whisper's words of the first part are in (a finished
+    // sentence) before the reader goes on. As text, the answer shows from
+    // them: the turn is final, and what follows is a turn of its own. With
+    // a voice that has not begun the answer yet, the speaker is held, not
+    // talked over: what followed starts in lower case, so the turn is
+    // taken back and is one.
+    let _g = util::engine_lock();
+    let model = model();
+    let mut stt = whisper();
+    let sentences = pauses::human_sentences(&util::fixture("human"));
+    let corpus = pauses::corpus(&sentences);
+    let clip = corpus
+        .iter()
+        .find(|c| c.name == "ls-1272-128104-0000-p1000-0")
+        .expect("the clip with a 1 s pause in ls-1272-128104-0000");
+    let (start, end) = (clip.speech.0 as u64, clip.speech.1 as u64);
+    let (text, _, heard) = turns_whisper_hears(&clip.audio, &model, &mut stt, None);
+    assert_eq!(text.len(), 2, "as text: {text:?}, heard {heard:?}");
+    assert!(
+        heard.iter().any(|h| h.trim_end().ends_with("classes.")),
+        "the first part reads as a finished sentence: {heard:?}"
+    );
+    // the voice begins 400 ms after the words (the first token and the
+    // voice's first block on 2 cores): after the reader went on
+    let (voiced, merged, heard) =
+        turns_whisper_hears(&clip.audio, &model, &mut stt, Some(400 * 16));
+    assert_eq!(voiced.len(), 1, "with a voice: {voiced:?}, heard {heard:?}");
+    assert!(
+        voiced[0].start <= start + 3_200 && voiced[0].end + 3_200 >= end,
+        "the whole sentence: {voiced:?}, heard {heard:?}"
+    );
+    assert_eq!(merged.len(), 1, "the first part was shown, then taken back");
+}
+
 /// The turns of `audio` with the default policy, whisper (`stt`)
 /// transcribing each attempt and its words in 1 s after it, as whisper
-/// takes on 2 cores: the turns, the turns taken back once shown, and what
+/// takes on 2 cores (with `voice`, each answer begins to play that long
+/// after its words): the turns, the turns taken back once shown, and what
 /// whisper heard in each attempt.
 fn turns_whisper_hears(
     audio: &[f32],
     model: &SharedTurnModel,
     stt: &mut voxline_stt::SttEngine,
+    voice: Option<u64>,
 ) -> (Vec<pauses::Turn>, pauses::Turns, Vec<String>) {
     let mut heard = Vec::new();
     let mut hear = |a: &[f32]| {
@@ -766,6 +808,7 @@ fn turns_whisper_hears(
         Some(pauses::Hearing {
             hear: &mut hear,
             delay: 1_000 * 16,
+            voice,
         }),
     );
     (turns, merged, heard)

@@ -123,6 +123,11 @@ impl BargeWatch {
         Some((Over::Hold, key.1))
     }
 
+    /// Whether turn `id`'s answer has begun to play.
+    pub(crate) fn has_played(&self, id: UtteranceId) -> bool {
+        self.barge.has_played(id)
+    }
+
     /// Asks for the voice to pause or stop: the speech began at `start`.
     pub(crate) fn request(&self, over: Over, start: Instant) {
         match over {

@@ -94,15 +94,19 @@ impl VadStage {
             .map(|r| (r.id, r.sent_at))
             .and_then(|(id, sent_at)| self.words_verdict(id, sent_at, pos, out));
         let words_on = self.words_on();
+        let begun = self
+            .released
+            .as_ref()
+            .is_some_and(|r| self.answer_begun(r.id));
         let Some(r) = self.released.as_mut() else {
             return;
         };
         r.audio.extend_from_slice(part);
-        if words == Some(WordsVerdict::Complete) && r.held.is_none() {
-            // Its words are in, and make a finished sentence: its answer
-            // starts from them, and what the speaker says next is a new
-            // turn. Speech that resumed before they were in is held, and
-            // decides once it ends (`settle_held`).
+        if words == Some(WordsVerdict::Complete) && r.held.is_none() && begun {
+            // Its words are in, make a finished sentence, and its answer
+            // has reached the user: what the speaker says next is a new
+            // turn (or speech over the voice). Speech that resumed before
+            // that is held, and decides once it ends (`settle_held`).
             tracing::debug!(
                 turn = r.id,
                 "its words make a finished sentence: the turn is final"
@@ -255,6 +259,17 @@ impl VadStage {
             turn = r.id,
             "speech went on within the merge window: the turn is taken back"
         );
+    }
+
+    /// Whether turn `id`'s answer has reached the user, so that the turn is
+    /// no longer taken back. With a voice the stage hears over (barge-in
+    /// on), once the voice has begun to play it: until then the speaker
+    /// who goes on is held, not talked over, and what they say decides.
+    /// Without one the answer is text, shown as it streams, and it begins
+    /// once the words are in (the first token follows them within a few
+    /// hundred ms), so the turn is final then.
+    fn answer_begun(&self, id: UtteranceId) -> bool {
+        self.barge.as_ref().is_none_or(|w| w.has_played(id))
     }
 
     /// Whether the words of a turn are a second opinion (a model judges

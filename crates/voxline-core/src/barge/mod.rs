@@ -98,6 +98,8 @@ pub const HOLD_FOR_WORDS: Duration = Duration::from_secs(8);
 #[derive(Debug, Default)]
 struct State {
     playing: Option<UtteranceId>,
+    /// The turns whose answers began to play lately, newest last.
+    voiced: std::collections::VecDeque<UtteranceId>,
     /// The endpointer's request, not yet served.
     request: Option<Request>,
     /// The answer paused, if one is.
@@ -283,7 +285,22 @@ impl BargeIn {
 
     /// The output plays turn `id`'s answer now (`None`: nothing plays).
     pub fn set_playing(&self, id: Option<UtteranceId>) {
-        self.lock().playing = id;
+        let mut s = self.lock();
+        s.playing = id;
+        if let Some(id) = id.filter(|id| !s.voiced.contains(id)) {
+            s.voiced.push_back(id);
+            while s.voiced.len() > KEEP {
+                s.voiced.pop_front();
+            }
+        }
+    }
+
+    /// Whether turn `id`'s answer has begun to play (playing now, or
+    /// played lately): the user has heard it, so the endpointer no longer
+    /// takes the turn back when the speaker goes on.
+    #[must_use]
+    pub fn has_played(&self, id: UtteranceId) -> bool {
+        self.lock().voiced.contains(&id)
     }
 
     /// The turn whose answer is playing, if any.
@@ -458,6 +475,10 @@ mod tests {
         assert!(b.take_request().is_none());
         b.interrupt(3, "Paris is".into());
         assert_eq!(b.playing(), None);
+        assert!(
+            b.has_played(3) && !b.has_played(4),
+            "a turn whose answer began to play is remembered as played after it stops"
+        );
         assert!(b.is_interrupted(3) && !b.is_interrupted(4));
         let (new, cursor) = b.since(0);
         assert_eq!((new, cursor), (vec![(3, "Paris is".to_string())], 1));

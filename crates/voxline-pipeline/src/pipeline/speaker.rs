@@ -40,6 +40,10 @@ pub(super) struct Voice {
     /// The last turn whose voice is complete (its `VoiceDone` came): until
     /// then the answer is still being spoken, pauses between chunks included.
     complete: Arc<Mutex<Option<u64>>>,
+    /// The last turn whose first block was queued: the next turn's first
+    /// block is marked (its `VoicePlayed`), whichever chunk it comes from
+    /// (a first chunk that gave no audio, or failed, leaves none of its own).
+    marked: Arc<Mutex<Option<u64>>>,
     stop: Arc<AtomicBool>,
     watcher: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
     /// The echo canceller's figures, when one takes this voice out of the
@@ -77,6 +81,7 @@ impl Voice {
             bus,
             barge: voxline_core::BargeIn::new(),
             complete: Arc::default(),
+            marked: Arc::default(),
             stop: Arc::default(),
             watcher: Arc::default(),
             aec: Arc::default(),
@@ -131,7 +136,13 @@ impl Voice {
                 log.pop_front();
             }
         }
-        let first = (a.chunk == 0 && a.block == 0).then_some(a.id);
+        let first = {
+            let mut marked = locked(&self.marked);
+            (*marked != Some(a.id)).then(|| {
+                *marked = Some(a.id);
+                a.id
+            })
+        };
         self.barge.set_playing(Some(a.id));
         if let Err(e) = s.play(&a.samples, a.sample_rate, first) {
             tracing::warn!(error = %e, "the voice could not be played");
