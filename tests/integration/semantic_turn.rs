@@ -713,14 +713,8 @@ fn a_real_speaker_who_goes_on_after_a_pause_judged_unfinished_is_one_turn() {
     // used to split the turn there; what followed ("full to bye.") starts
     // mid-sentence, in lower case, so now it goes on and is one turn.
     let _g = util::engine_lock();
-    let model = model();
-    let mut stt = whisper();
-    let sentences = pauses::human_sentences(&util::fixture("human"));
-    let corpus = pauses::corpus(&sentences);
-    let clip = corpus
-        .iter()
-        .find(|c| c.name == "arctic-a0024-p1000-0")
-        .expect("the clip with a 1 s pause in arctic-a0024");
+    let (model, mut stt) = (model(), whisper());
+    let clip = human_clip("arctic-a0024-p1000-0");
     let (turns, merged, heard) = turns_whisper_hears(&clip.audio, &model, &mut stt, None);
     let (start, end) = (clip.speech.0 as u64, clip.speech.1 as u64);
     assert_eq!(turns.len(), 1, "{turns:?}, heard {heard:?}");
@@ -757,14 +751,8 @@ fn a_speaker_who_goes_on_before_the_voice_has_begun_is_held_and_one_turn() {
     // talked over: what followed starts in lower case, so the turn is
     // taken back and is one.
     let _g = util::engine_lock();
-    let model = model();
-    let mut stt = whisper();
-    let sentences = pauses::human_sentences(&util::fixture("human"));
-    let corpus = pauses::corpus(&sentences);
-    let clip = corpus
-        .iter()
-        .find(|c| c.name == "ls-1272-128104-0000-p1000-0")
-        .expect("the clip with a 1 s pause in ls-1272-128104-0000");
+    let (model, mut stt) = (model(), whisper());
+    let clip = human_clip("ls-1272-128104-0000-p1000-0");
     let (start, end) = (clip.speech.0 as u64, clip.speech.1 as u64);
     let (text, _, heard) = turns_whisper_hears(&clip.audio, &model, &mut stt, None);
     assert_eq!(text.len(), 2, "as text: {text:?}, heard {heard:?}");
@@ -782,6 +770,15 @@ fn a_speaker_who_goes_on_before_the_voice_has_begun_is_held_and_one_turn() {
         "the whole sentence: {voiced:?}, heard {heard:?}"
     );
     assert_eq!(merged.len(), 1, "the first part was shown, then taken back");
+}
+
+/// The clip of the pause corpus named `name`, made from the human
+/// recordings of the fixtures.
+fn human_clip(name: &str) -> pauses::PauseClip {
+    pauses::corpus(&pauses::human_sentences(&util::fixture("human")))
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no clip {name} in the pause corpus"))
 }
 
 /// The turns of `audio` with the default policy, whisper (`stt`)

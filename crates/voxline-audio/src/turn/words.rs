@@ -53,12 +53,14 @@ const NEVER_LAST: &[&str] = &[
 
 /// Words after which a statement does not end but a question may ("Where
 /// are you from?", "What is the moon made of?", "Who did you talk to?").
+/// Subject pronouns are here, but not "you", which is an object as often
+/// ("Thank you.", "… what your country can do for you.").
 const NOT_LAST_IN_A_STATEMENT: &[&str] = &[
     "of", "to", "in", "on", "at", "for", "with", "from", "by", "about", "into", "onto", "over",
     "under", "between", "through", "after", "before", "during", "without", "within", "is", "are",
     "was", "were", "be", "been", "am", "will", "would", "can", "could", "should", "shall", "must",
     "might", "may", "have", "has", "had", "do", "does", "did", "that", "which", "who", "whose",
-    "when", "where", "while", "what", "how", "why", "i", "we", "you", "they", "he", "she",
+    "when", "where", "while", "what", "how", "why", "i", "we", "they", "he", "she",
 ];
 
 /// Whether `text` (a transcript) reads as a finished sentence.
@@ -316,6 +318,8 @@ mod tests {
                 "Stop!",
                 "He said \"yes.\"",
                 "My number is 415-238-9901.",
+                "Thank you.",
+                "Ask not what your country can do for you.",
             ],
         );
     }
@@ -335,6 +339,8 @@ mod tests {
                 "Can you tell me um",
                 "The meeting is on Tuesday at.",
                 "I went to the.",
+                "And then I.",
+                "So what they.",
             ],
         );
     }
