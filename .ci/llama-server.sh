@@ -32,10 +32,18 @@ stamp=$root/bin/llama-server.stamp
 # (loopback only, and no libssl at run time). No web UI: neither built with
 # npm nor downloaded (LLAMA_BUILD_UI / LLAMA_USE_PREBUILT_UI); the server
 # embeds an empty asset table.
+#
+# Native, but without AMX: a CPU that lists amx_tile under a kernel or
+# hypervisor that does not grant the tile state traps on the first tile
+# instruction (SIGILL as the server starts, so every test that starts it
+# waited 60 s and failed). The explicit -mno-amx-* outrank -march=native.
+no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 cmake_flags=(
   -DCMAKE_BUILD_TYPE=Release
   -DBUILD_SHARED_LIBS=OFF
   -DGGML_NATIVE=ON
+  "-DCMAKE_C_FLAGS=${no_amx}"
+  "-DCMAKE_CXX_FLAGS=${no_amx}"
   -DLLAMA_BUILD_COMMON=ON
   -DLLAMA_BUILD_TOOLS=ON
   -DLLAMA_BUILD_SERVER=ON
