@@ -5,10 +5,12 @@
 //! fetch`). Transcribes, with the pipeline's STT settings:
 //!
 //! - non-speech sounds made here (hums at 50 and 60 Hz with their
-//!   harmonics, tones, a chord, noise, clicks, a fan), each at two levels;
+//!   harmonics, 1.5, 4 and 8 s long, alone and in room noise, mains
+//!   without harmonics, tones, a chord, noise, clicks, a fan), each at
+//!   three levels;
 //! - every recording in `audio-fixtures/human` and `VOXLINE_HUMAN_DIR`
 //!   (real people) and the espeak-ng questions in `audio-fixtures`, each as
-//!   recorded and 20 and 30 dB quieter.
+//!   recorded, 20 and 30 dB quieter, and over a 50 Hz hum.
 //!
 //! Prints each transcript with its no-speech probability and mean token
 //! log-probability, and whether [`voxline_stt::not_words`] (the rule the
@@ -32,20 +34,42 @@ fn sound(secs: f64, level: f64, mut f: impl FnMut(f64) -> f64) -> Vec<f32> {
     raw.iter().map(|x| (x / peak * level) as f32).collect()
 }
 
+/// A mains hum at `base` Hz with its harmonics.
+fn hum(base: f64) -> impl Fn(f64) -> f64 + Copy {
+    move |t: f64| {
+        (1..8)
+            .map(|k| 0.4 / f64::from(k) * (TAU * base * f64::from(k) * t).sin())
+            .sum::<f64>()
+    }
+}
+
 fn sounds() -> Vec<(String, Vec<f32>)> {
-    let hum = |base: f64| {
-        move |t: f64| {
-            (1..8)
-                .map(|k| 0.4 / f64::from(k) * (TAU * base * f64::from(k) * t).sin())
-                .sum::<f64>()
-        }
-    };
     let mut out = Vec::new();
-    for level in [0.3f64, 0.05] {
+    for level in [0.7f64, 0.3, 0.05] {
         let db = (20.0 * level.log10()).round();
         let mut add = |name: &str, x: Vec<f32>| out.push((format!("{name} {db} dBFS"), x));
         add("hum 50 Hz", sound(4.0, level, hum(50.0)));
         add("hum 60 Hz", sound(4.0, level, hum(60.0)));
+        // the VAD cuts a steady sound into utterances of any length
+        for secs in [1.5, 8.0] {
+            add(
+                &format!("hum 50 Hz, {secs} s"),
+                sound(secs, level, hum(50.0)),
+            );
+            add(
+                &format!("hum 60 Hz, {secs} s"),
+                sound(secs, level, hum(60.0)),
+            );
+        }
+        add(
+            "mains 50 Hz, no harmonics",
+            sound(4.0, level, |t| (TAU * 50.0 * t).sin()),
+        );
+        let mut n = util::noise(13);
+        add(
+            "hum 50 Hz in room noise",
+            sound(4.0, level, move |t| hum(50.0)(t) + 0.1 * n()),
+        );
         add("hum 100 Hz", sound(4.0, level, |t| (TAU * 100.0 * t).sin()));
         add(
             "tone 440 Hz",
@@ -116,6 +140,13 @@ fn speech() -> Vec<(String, Vec<f32>)> {
                     x.iter().map(|s| s * g).collect(),
                 ));
             }
+            // the same question asked over a mains hum (-26 dBFS)
+            let mut mixed = sound(x.len() as f64 / 16_000.0, 0.05, hum(50.0));
+            mixed.resize(x.len(), 0.0);
+            for (h, s) in mixed.iter_mut().zip(&x) {
+                *h += s;
+            }
+            out.push((format!("{name} over a 50 Hz hum"), mixed));
         }
     }
     out

@@ -279,9 +279,68 @@ fn main() {
             }
         }
     }
+    if "whisper on the whole clip".contains(only.as_str()) {
+        junctions(&corpus, &pairs, &mut ear);
+    }
     if std::env::var_os("VOXLINE_BENCH_VERBOSE").is_some() {
         for t in ear.seen.values() {
             eprintln!("heard: {t}");
         }
+    }
+}
+
+/// Whether whisper, hearing the speech before a pause and the speech after
+/// it as one clip, ends a sentence at the pause: the word at the end of
+/// what it heard before the pause alone (by count) carries a final `.`,
+/// `?` or `!`. Whether that separates a pause inside a sentence (whose
+/// first part whisper, hearing it alone, often writes as a sentence) from
+/// two sentences, on both corpora: a measure for a second look at a turn
+/// taken back, not a policy the stage runs.
+fn junctions(corpus: &[pauses::PauseClip], pairs: &[pauses::PairClip], ear: &mut Ear) {
+    let words = |t: &str| -> Vec<String> { t.split_whitespace().map(str::to_owned).collect() };
+    let verbose = std::env::var_os("VOXLINE_BENCH_VERBOSE").is_some();
+    let mut ends_at = |audio: &[f32], at: usize| -> Option<bool> {
+        let before = words(&ear.hear(&audio[..at]));
+        let whole = words(&ear.hear(audio));
+        // only where what came before reads as a sentence on its own
+        let alone = before.last()?;
+        if !alone.ends_with(['.', '?', '!']) {
+            return None;
+        }
+        // whisper may stop at a long pause and drop what follows: no reading
+        if whole.len() <= before.len() {
+            if verbose {
+                eprintln!("  dropped: {:?} / {:?}", before.join(" "), whole.join(" "));
+            }
+            return None;
+        }
+        let end = whole[before.len() - 1].ends_with(['.', '?', '!']);
+        if verbose {
+            eprintln!("  {end}: {:?} / {:?}", before.join(" "), whole.join(" "));
+        }
+        Some(end)
+    };
+    println!("\n| whisper on the whole clip | kind | clips whose part before the pause reads as a sentence alone, and whisper hears past the pause in the whole | of those, a sentence end at the pause in the whole |");
+    println!("|---|---|---|---|");
+    for kind in ["human", "piper"] {
+        let (mut n, mut ends) = (0, 0);
+        for c in corpus.iter().filter(|c| c.kind == kind) {
+            let Some(&(at, _)) = c.pauses.first() else {
+                continue;
+            };
+            if let Some(end) = ends_at(&c.audio, at) {
+                n += 1;
+                ends += usize::from(end);
+            }
+        }
+        println!("| a pause inside a sentence | {kind} | {n} | {ends} (should be 0) |");
+        let (mut n, mut ends) = (0, 0);
+        for p in pairs.iter().filter(|p| p.kind == kind) {
+            if let Some(end) = ends_at(&p.audio, p.speech[0].1) {
+                n += 1;
+                ends += usize::from(end);
+            }
+        }
+        println!("| two sentences | {kind} | {n} | {ends} (should be all) |");
     }
 }

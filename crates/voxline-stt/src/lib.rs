@@ -32,6 +32,7 @@ pub use stage::{SttStage, STAGE, STAGE_NAME};
 pub use text::{
     implausibly_short, join_continuation, not_words, word_error_rate, CHECKED_AFTER_S,
     MAX_OVERLAP_WORDS, MIN_WORDS_PER_S, NOISE_MIN_NO_SPEECH, OVERLAP_SLACK_WORDS,
+    UNSURE_MAX_AVG_LOGPROB, UNSURE_MIN_NO_SPEECH,
 };
 
 /// Encoder positions per second of audio (1500 for 30 s).

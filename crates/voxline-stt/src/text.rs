@@ -123,24 +123,47 @@ pub fn implausibly_short(text: &str, audio_s: f64) -> Option<String> {
 
 /// A transcript whose no-speech probability ([`crate::Confidence::no_speech`])
 /// is above this is whisper's guess at a sound, not words: faster-whisper's
-/// threshold, 0.6. Measured on tiny.en (`cargo bench --bench noise`): hums,
-/// tones, chords, a melody, noise, a fan and clicks at -10 and -26 dBFS
-/// scored 0.62-0.92; 20 recordings of real people and espeak-ng questions,
-/// as recorded and 20 and 30 dB quieter, 0.01-0.41.
+/// threshold, 0.6. Measured on tiny.en (`cargo bench --bench noise`): hums
+/// (1.5-8 s, alone and in room noise), tones, chords, a melody, noise, a
+/// fan and clicks at -3, -10 and -26 dBFS scored 0.58-0.95; 21 recordings
+/// of real people and espeak-ng questions, as recorded, 20 and 30 dB
+/// quieter and over a 50 Hz hum, 0.01-0.41.
 pub const NOISE_MIN_NO_SPEECH: f32 = 0.6;
+
+/// Between this and [`NOISE_MIN_NO_SPEECH`] whisper is unsure whether it
+/// heard speech; a transcript there is a sound when whisper is unsure of
+/// its words too (mean token log-probability under
+/// [`UNSURE_MAX_AVG_LOGPROB`]). Measured: a 440 Hz tone at -3 dBFS scored
+/// 0.58 with -0.87; no speech clip scored over 0.41.
+pub const UNSURE_MIN_NO_SPEECH: f32 = 0.5;
+
+/// See [`UNSURE_MIN_NO_SPEECH`]: the speech measured scored -0.73 to -0.06,
+/// and none of it over 0.41 no-speech; the sounds' guesses with text -0.34
+/// to -1.21.
+pub const UNSURE_MAX_AVG_LOGPROB: f32 = -0.5;
 
 /// Why the transcript `text` is whisper's guess at a sound rather than
 /// words, from its own signals (`c`): its no-speech probability is over
-/// [`NOISE_MIN_NO_SPEECH`]. `None`: words. faster-whisper also asks for a
-/// mean token log-probability under -1.0; on tiny.en the guesses at the
-/// sounds measured score -0.4 to -1.2 (a hum heard as "How far?" would pass
-/// it), so the log-probability is reported, not required.
+/// [`NOISE_MIN_NO_SPEECH`], or over [`UNSURE_MIN_NO_SPEECH`] with a mean
+/// token log-probability under [`UNSURE_MAX_AVG_LOGPROB`]. `None`: words.
+/// faster-whisper asks for both a no-speech probability over 0.6 and a
+/// mean log-probability under -1.0; on tiny.en the guesses at the sounds
+/// measured score -0.3 to -1.2 (a hum heard as "How far?" would pass it),
+/// so over 0.6 the log-probability is not required.
 #[must_use]
 pub fn not_words(text: &str, c: crate::Confidence) -> Option<String> {
-    (c.no_speech > NOISE_MIN_NO_SPEECH).then(|| {
-        format!(
+    if c.no_speech > NOISE_MIN_NO_SPEECH {
+        return Some(format!(
             "whisper heard {text:?} but judged it a sound, not words (no-speech probability \
              {:.2}, over {NOISE_MIN_NO_SPEECH}; mean token log-probability {:.2})",
+            c.no_speech, c.avg_logprob
+        ));
+    }
+    (c.no_speech > UNSURE_MIN_NO_SPEECH && c.avg_logprob < UNSURE_MAX_AVG_LOGPROB).then(|| {
+        format!(
+            "whisper heard {text:?} but was unsure of speech and of its words (no-speech \
+             probability {:.2}, over {UNSURE_MIN_NO_SPEECH}; mean token log-probability {:.2}, \
+             under {UNSURE_MAX_AVG_LOGPROB})",
             c.no_speech, c.avg_logprob
         )
     })
@@ -161,6 +184,11 @@ mod tests {
         assert!(not_words("How far?", c(0.92, -0.1)).is_some());
         assert!(not_words("Will it be Sunday tomorrow?", c(0.41, -0.21)).is_none());
         assert!(not_words("7 of clubs.", c(0.03, -0.59)).is_none());
+        // unsure of both: the 440 Hz tone at -3 dBFS
+        assert!(not_words("Ring.", c(0.576, -0.87)).is_some());
+        // unsure of speech, sure of the words; or sure of speech
+        assert!(not_words("How far away is the moon?", c(0.55, -0.2)).is_none());
+        assert!(not_words("7 of clubs.", c(0.45, -0.9)).is_none());
         let why = not_words("How far?", c(0.84, -1.1)).unwrap();
         assert!(
             why.contains("\"How far?\"") && why.contains("0.84"),
