@@ -139,7 +139,7 @@ pub const UNSURE_MIN_NO_SPEECH: f32 = 0.5;
 
 /// See [`UNSURE_MIN_NO_SPEECH`]: the speech measured scored -0.73 to -0.06,
 /// and none of it over 0.41 no-speech; the sounds' guesses with text -0.34
-/// to -1.21.
+/// to -1.42.
 pub const UNSURE_MAX_AVG_LOGPROB: f32 = -0.5;
 
 /// Why the transcript `text` is whisper's guess at a sound rather than
@@ -148,7 +148,7 @@ pub const UNSURE_MAX_AVG_LOGPROB: f32 = -0.5;
 /// token log-probability under [`UNSURE_MAX_AVG_LOGPROB`]. `None`: words.
 /// faster-whisper asks for both a no-speech probability over 0.6 and a
 /// mean log-probability under -1.0; on tiny.en the guesses at the sounds
-/// measured score -0.3 to -1.2 (a hum heard as "How far?" would pass it),
+/// measured score -0.3 to -1.4 (a hum heard as "How far?" would pass it),
 /// so over 0.6 the log-probability is not required.
 #[must_use]
 pub fn not_words(text: &str, c: crate::Confidence) -> Option<String> {
