@@ -435,7 +435,7 @@ pub struct Turn {
 /// words the semantic end of turn takes a second opinion from.
 pub struct Hearing<'a> {
     /// The transcript of an attempt's audio.
-    pub hear: &'a mut dyn FnMut(&[f32]) -> String,
+    pub hear: &'a mut (dyn FnMut(&[f32]) -> String + Send),
     /// Stream time from an attempt's sending to its transcript.
     pub delay: u64,
     /// With a voice that barge-in hears over: stream time from a turn's
@@ -456,7 +456,7 @@ pub fn turns_heard(
     audio: &[f32],
     hangover_ms: u32,
     semantic: Option<(&SharedTurnModel, TurnPolicy)>,
-    mut hearing: Option<Hearing<'_>>,
+    hearing: Option<Hearing<'_>>,
 ) -> (Vec<Turn>, Turns) {
     let board = SpecBoard::new();
     let mut stage = VadStage::new(VadConfig {
@@ -479,15 +479,40 @@ pub fn turns_heard(
     let clock = Clock::start();
     // transcripts on their way: (due at, id, words)
     let heard: std::sync::Mutex<Vec<(u64, u64, String)>> = std::sync::Mutex::new(Vec::new());
+    let delay = hearing.as_ref().map(|h| h.delay);
+    let voice = hearing.as_ref().and_then(|h| h.voice);
+    let hear = std::sync::Mutex::new(hearing.map(|h| h.hear));
+    let (tx, rx) = voxline_core::edge::<voxline_core::Utterance>(
+        "utterances",
+        1_024,
+        voxline_core::FullPolicy::Block,
+    );
+    // what the stage sent, heard, and not yet followed by the loop
+    let inbox: std::sync::Mutex<Vec<voxline_core::Utterance>> = std::sync::Mutex::new(Vec::new());
+    let receive = || {
+        let mut got = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            let u = e.item;
+            if board.state(u.id) != SpecState::Final {
+                if let (Some(hear), Some(delay)) = (lock(&hear).as_mut(), delay) {
+                    let words = hear(&u.samples);
+                    lock(&heard).push((u.closed_sample + delay, u.id, words));
+                }
+            }
+            got.push(u);
+        }
+        lock(&inbox).extend(got);
+    };
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         // The recogniser's words are noted when the stream reaches their
         // time; a stage that blocks for an attempt's words (the stream
         // cannot move on meanwhile) has them at once, or none without
-        // `hearing`.
+        // `hearing`: an attempt it sent in the same call is heard here.
         s.spawn(|| {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 if let Some(id) = board.awaited() {
+                    receive();
                     let mut h = lock(&heard);
                     if let Some(i) = h.iter().position(|e| e.1 == id) {
                         let (_, id, words) = h.remove(i);
@@ -505,8 +530,12 @@ pub fn turns_heard(
             &mut stage,
             (&board, &barge),
             &clock,
+            (&tx, &|| {
+                receive();
+                std::mem::take(&mut *lock(&inbox))
+            }),
             &heard,
-            &mut hearing,
+            voice,
         );
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         r
@@ -520,15 +549,18 @@ fn stage_turns(
     stage: &mut VadStage,
     (board, barge): (&SpecBoard, &voxline_core::BargeIn),
     clock: &Clock,
+    (tx, received): (
+        &voxline_core::EdgeSender<voxline_core::Utterance>,
+        &dyn Fn() -> Vec<voxline_core::Utterance>,
+    ),
     heard: &std::sync::Mutex<Vec<(u64, u64, String)>>,
-    hearing: &mut Option<Hearing<'_>>,
+    voice: Option<u64>,
 ) -> (Vec<Turn>, Turns) {
-    let voice = hearing.as_ref().and_then(|h| h.voice);
     // answers due to begin playing: (stream position, turn)
     let mut answers: Vec<(u64, u64)> = Vec::new();
     let mut padded = audio.to_vec();
     padded.extend(std::iter::repeat_n(0.0, 48_000));
-    let (mut sent, mut out, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut out, mut pending) = (Vec::new(), Vec::new());
     // released turns, by id: (end, released at)
     let mut shown = std::collections::BTreeMap::new();
     let mut merged = Vec::new();
@@ -550,24 +582,15 @@ fn stage_turns(
             _ => true,
         });
     };
-    let mut take = |sent: &mut Vec<voxline_core::Utterance>,
-                    pending: &mut Vec<(u64, u64, u64)>,
-                    out: &mut Vec<Turn>,
-                    pos: u64| {
-        for u in sent.drain(..) {
+    let mut take = |pending: &mut Vec<(u64, u64, u64)>, out: &mut Vec<Turn>, pos: u64| {
+        for u in received() {
             match board.state(u.id) {
                 SpecState::Final => out.push(Turn {
                     end: u.end_sample,
                     closed: u.closed_sample,
                     start: u.start_sample,
                 }),
-                _ => {
-                    if let Some(h) = hearing.as_mut() {
-                        let words = (h.hear)(&u.samples);
-                        lock(heard).push((pos + h.delay, u.id, words));
-                    }
-                    pending.push((u.id, u.start_sample, u.end_sample));
-                }
+                _ => pending.push((u.id, u.start_sample, u.end_sample)),
             }
         }
         lock(heard).retain(|(due, id, words)| {
@@ -594,15 +617,15 @@ fn stage_turns(
         let start = (i * 320) as u64;
         let frame = replay_frame(i, 320, c, clock);
         stage
-            .process(frame, &mut Emitter::to_vec(&mut sent))
+            .process(frame, &mut Emitter::to_edge(tx, None))
             .unwrap();
         let pos = start + c.len() as u64;
-        take(&mut sent, &mut pending, &mut out, pos);
+        take(&mut pending, &mut out, pos);
         decide(&mut pending, pos, &mut out);
     }
-    stage.finish(&mut Emitter::to_vec(&mut sent)).unwrap();
+    stage.finish(&mut Emitter::to_edge(tx, None)).unwrap();
     let end = padded.len() as u64;
-    take(&mut sent, &mut pending, &mut out, end);
+    take(&mut pending, &mut out, end);
     decide(&mut pending, end, &mut out);
     out.sort_unstable();
     (out, merged)

@@ -752,24 +752,69 @@ fn a_speaker_who_goes_on_before_the_voice_has_begun_is_held_and_one_turn() {
     // taken back and is one.
     let _g = util::engine_lock();
     let (model, mut stt) = (model(), whisper());
-    let clip = human_clip("ls-1272-128104-0000-p1000-0");
-    let (start, end) = (clip.speech.0 as u64, clip.speech.1 as u64);
-    let (text, _, heard) = turns_whisper_hears(&clip.audio, &model, &mut stt, None);
-    assert_eq!(text.len(), 2, "as text: {text:?}, heard {heard:?}");
+    let (heard, _) = two_as_text_one_with_a_voice("ls-1272-128104-0000-p1000-0", &model, &mut stt);
     assert!(
         heard.iter().any(|h| h.trim_end().ends_with("classes.")),
         "the first part reads as a finished sentence: {heard:?}"
     );
-    // the voice begins 400 ms after the words (the first token and the
-    // voice's first block on 2 cores): after the reader went on
-    let (voiced, merged, heard) =
-        turns_whisper_hears(&clip.audio, &model, &mut stt, Some(400 * 16));
+}
+
+/// Pause clip `name` is two turns as text and one with a voice that
+/// begins 400 ms after the words (the first token and the voice's first
+/// block on 2 cores), the first part shown and then taken back: what
+/// whisper heard as text, and with the voice.
+fn two_as_text_one_with_a_voice(
+    name: &str,
+    model: &SharedTurnModel,
+    stt: &mut voxline_stt::SttEngine,
+) -> (Vec<String>, Vec<String>) {
+    let clip = human_clip(name);
+    let (start, end) = (clip.speech.0 as u64, clip.speech.1 as u64);
+    let (text, _, as_text) = turns_whisper_hears(&clip.audio, model, stt, None);
+    assert_eq!(text.len(), 2, "as text: {text:?}, heard {as_text:?}");
+    let (voiced, merged, heard) = turns_whisper_hears(&clip.audio, model, stt, Some(400 * 16));
     assert_eq!(voiced.len(), 1, "with a voice: {voiced:?}, heard {heard:?}");
     assert!(
         voiced[0].start <= start + 3_200 && voiced[0].end + 3_200 >= end,
         "the whole sentence: {voiced:?}, heard {heard:?}"
     );
     assert_eq!(merged.len(), 1, "the first part was shown, then taken back");
+    (as_text, heard)
+}
+
+#[test]
+fn a_held_speaker_whom_whisper_hears_whole_as_one_sentence_is_one_turn_and_two_sentences_stay_two()
+{
+    // "Today only platforms 1 and 3 are used", with a second's pause after
+    // "platform": whisper hears the part before it as "Today only
+    // platform." and what followed as "Forms 1 and 3 are used.", two
+    // sentences by their own words. As text the first is final once its
+    // words are in (its answer shows from them), before the speaker goes
+    // on. With a voice that has not begun, the speaker is held; heard
+    // whole, whisper writes one sentence, so the turn is taken back.
+    let _g = util::engine_lock();
+    let (model, mut stt) = (model(), whisper());
+    let (_, heard) = two_as_text_one_with_a_voice("pv-cheetah-en-p1000-1", &model, &mut stt);
+    assert!(
+        heard
+            .iter()
+            .any(|h| voxline_audio::turn::heard_as_one("Today only platform.", h)),
+        "whisper heard the turn and what followed as one sentence: {heard:?}"
+    );
+    // Two sentences a second apart, the second before the voice began:
+    // held the same way, and heard whole they keep their stop.
+    let sentences = pauses::human_sentences(&util::fixture("human"));
+    let pair = pauses::pairs(&sentences)
+        .into_iter()
+        .find(|p| p.name == "ps-cards-003+ps-goforward-g1000")
+        .expect("the pair");
+    let (turns, _, heard) = turns_whisper_hears(&pair.audio, &model, &mut stt, Some(400 * 16));
+    let [(_, e1), (s2, _)] = pair.speech.map(|(a, b)| (a as u64, b as u64));
+    assert_eq!(turns.len(), 2, "{turns:?}, heard {heard:?}");
+    assert!(
+        turns[0].end + 3_200 >= e1 && turns[0].end < s2 && turns[1].start >= e1,
+        "each sentence its own turn: {turns:?}, heard {heard:?}"
+    );
 }
 
 /// The clip of the pause corpus named `name`, made from the human

@@ -10,7 +10,7 @@ use voxline_core::{Emitter, PipelineEvent, Utterance, UtteranceId, SAMPLE_RATE};
 const WORDS_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 use super::VadStage;
-use crate::turn::{goes_on, sentence_end, WordsVerdict};
+use crate::turn::{goes_on, heard_as_one, sentence_end, WordsVerdict};
 
 /// A turn released early (see [`voxline_core::SpecBoard::release`]), while
 /// speech starting before `until` would re-join it.
@@ -216,6 +216,68 @@ impl VadStage {
         };
         let on = goes_on(&before, &after);
         tracing::debug!(turn = id, before, after, on, "does what followed go on?");
+        on || self.heard_whole_goes_on(id, &before, out)
+    }
+
+    /// Whether whisper, hearing released turn `id` and the speech held
+    /// after it as one clip, writes them as one sentence
+    /// ([`heard_as_one`]; `before`: the turn's own words). The clip (the
+    /// turn's audio with everything since) is sent as an attempt of its
+    /// own, its words waited for as [`VadStage::await_words`] does, and it
+    /// is cancelled once they are in: nothing answers it (the language
+    /// model rolls back what it began of it). No words: it does not go on.
+    fn heard_whole_goes_on(
+        &mut self,
+        id: UtteranceId,
+        before: &str,
+        out: &mut Emitter<'_, Utterance>,
+    ) -> bool {
+        let Some((board, _)) = self.spec.clone() else {
+            return false;
+        };
+        let Some(r) = self.released.as_ref().filter(|r| r.id == id) else {
+            return false;
+        };
+        let (start, samples, continues, overlap_samples) =
+            (r.start, r.audio.clone(), r.continues, r.overlap_samples);
+        let end = start + samples.len() as u64;
+        let whole = self.next_id;
+        self.next_id += 1;
+        board.start(whole);
+        out.publish(PipelineEvent::SpecStart {
+            id: whole,
+            sample: end,
+        });
+        out.emit(Utterance {
+            id: whole,
+            start_sample: start,
+            end_sample: end,
+            end_wall: self.wall_of(end),
+            samples,
+            forced_split: false,
+            closed_sample: end,
+            continues,
+            overlap_samples,
+        });
+        let heard = out.waiting(|| board.wait_words(whole, WORDS_WAIT_LIMIT));
+        board.cancel(whole);
+        out.publish(PipelineEvent::SpecCancel {
+            id: whole,
+            sample: end,
+        });
+        let Some((words, took)) = heard else {
+            tracing::debug!(turn = id, "no words came for the turn heard whole");
+            return false;
+        };
+        let on = heard_as_one(before, &words);
+        tracing::debug!(
+            turn = id,
+            before,
+            whole = words,
+            ?took,
+            on,
+            "heard whole, is it one sentence?"
+        );
         on
     }
 

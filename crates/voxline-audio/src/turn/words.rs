@@ -240,9 +240,100 @@ fn digits_only(t: &str) -> bool {
     })
 }
 
+/// Whether whisper, hearing a turn and what followed it as one clip
+/// (`whole`), wrote them as one sentence: no final `.`, `?` or `!` where
+/// `before` (its transcript of the turn alone, which read as a finished
+/// sentence) ended. Heard alone, the start of a sentence before a pause
+/// is often written as a sentence ("Today only platform.", "And so, my
+/// fellow citizens."); heard whole, whisper hears the sentence run on
+/// ("Today only platforms 1 and 3 are used."), and keeps the stop between
+/// two sentences ("7 of clubs. Go forward 10 meters.").
+///
+/// The place is the last word of `before` found again in `whole` near
+/// the same count of words (whisper may drop or add a word when it hears
+/// more: "The code for the door is 7, 7, 3, 1." heard whole as "The code
+/// for the door 7, 7, 3, 1. My number …"); where that word changed
+/// ("platform." against "platforms"), no sentence may end within a word
+/// of the count. A `whole` no longer than `before` (whisper stopped at
+/// the pause) is not one sentence.
+#[must_use]
+pub fn heard_as_one(before: &str, whole: &str) -> bool {
+    let plain = |w: &str| {
+        w.trim_matches(|c: char| !c.is_alphanumeric())
+            .to_lowercase()
+    };
+    let ends = |w: &str| {
+        w.trim_end_matches(['"', '\'', ')', ']', '»', '”', '’'])
+            .ends_with(['.', '?', '!', '…'])
+    };
+    let Some(last) = before.split_whitespace().last().map(plain) else {
+        return false;
+    };
+    let n = before.split_whitespace().count();
+    let words: Vec<&str> = whole.split_whitespace().collect();
+    if words.len() <= n {
+        return false;
+    }
+    let found = (n.saturating_sub(3)..=n + 1)
+        .filter(|&i| words.get(i).is_some_and(|w| plain(w) == last))
+        .min_by_key(|&i| i.abs_diff(n - 1));
+    match found {
+        Some(i) => !ends(words[i]),
+        None => !(n.saturating_sub(2)..=n).any(|i| ends(words[i])),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{goes_on, sentence_end, WordsVerdict};
+    use super::{goes_on, heard_as_one, sentence_end, WordsVerdict};
+
+    #[test]
+    fn heard_whole_a_sentence_that_runs_on_is_one() {
+        // whisper's transcripts of the turn alone, then with what followed
+        let one = [
+            (
+                "Today only platform.",
+                "Today only platforms 1 and 3 are used.",
+            ),
+            (
+                "And so, my fellow citizens.",
+                "And so, my fellow citizens ask not what your country can do for you.",
+            ),
+            (
+                "Set a timer for 20 minutes.",
+                "Set a timer for 20 minutes and then remind me to call my sister.",
+            ),
+        ];
+        for (before, whole) in one {
+            assert!(heard_as_one(before, whole), "{before:?} / {whole:?}");
+        }
+        let two = [
+            // two sentences keep their stop
+            ("7 of clubs.", "7 of clubs. Go forward 10 meters."),
+            (
+                "Experience proves this.",
+                "Experience proves this. And Mr. John Dashwood had then leisure.",
+            ),
+            ("Why?", "Why? \"Because.\""),
+            // a word dropped, heard whole: the stop is found where it moved
+            (
+                "The code for the door is 7, 7, 3, 1.",
+                "The code for the door 7, 7, 3, 1. My number is 415-238-9901.",
+            ),
+            // a word changed: no stop within a word of the place
+            (
+                "He was not an illness.",
+                "He was not an Ilds. Fosed young man?",
+            ),
+            // whisper stopped at the pause, or heard nothing
+            ("Experience proves this.", "Experience proves this."),
+            ("", "Go forward 10 meters."),
+            ("Go forward.", ""),
+        ];
+        for (before, whole) in two {
+            assert!(!heard_as_one(before, whole), "{before:?} / {whole:?}");
+        }
+    }
 
     #[test]
     fn what_follows_goes_on_in_lower_case_or_in_the_same_number() {
