@@ -11,6 +11,10 @@
 //!   it and nothing of the other.
 //!
 //! And `multi_turn.wav`, the fixtures' three espeak-ng questions 1.5 s apart.
+//! A last table (`VOXLINE_BENCH_ROWS=whole` for it alone) asks whisper to
+//! hear each clip whole, and counts where it keeps a sentence end at the
+//! pause ([`voxline_audio::turn::heard_as_one`] is the rule the stage
+//! applies to a held turn).
 //!
 //! The VAD stage runs with the end-of-turn model as the command line has
 //! it; whisper (the pipeline's model and settings) transcribes every
