@@ -92,6 +92,21 @@ impl Server {
             .success());
     }
 
+    /// The server's resident memory, MB, once every session has ended
+    /// (its clients may have left a moment before, and a session still
+    /// closing holds its engines' memory: reading then measures timing).
+    pub fn rss_mb_when_idle(&self) -> f64 {
+        let asked = Instant::now();
+        while sample(&self.metrics(None), "voxline_sessions") != 0.0 {
+            assert!(
+                asked.elapsed() < Duration::from_secs(30),
+                "sessions still open after 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.rss_mb()
+    }
+
     /// The server's resident memory now, MB.
     pub fn rss_mb(&self) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();

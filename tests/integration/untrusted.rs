@@ -468,7 +468,7 @@ fn serve_on_a_hostile_language_model_errs_the_turn_keeps_serving_and_bounded() {
         let mut warm_mb = 0.0;
         for round in 0..4 {
             if round == 1 {
-                warm_mb = server.rss_mb();
+                warm_mb = server.rss_mb_when_idle();
             }
             let mut client = WsClient::connect(&server.url(), None, Hello::pcm16k()).unwrap();
             send_all(&mut client, &question);
@@ -500,7 +500,7 @@ fn serve_on_a_hostile_language_model_errs_the_turn_keeps_serving_and_bounded() {
                 (_, e) => panic!("{what} #{round}: ended with {e:?}"),
             }
         }
-        let grown = server.rss_mb() - warm_mb;
+        let grown = server.rss_mb_when_idle() - warm_mb;
         eprintln!(
             "{what}: RSS {warm_mb:.0} MB warm, grew {grown:.1} MB over three more conversations"
         );
@@ -643,24 +643,17 @@ fn serve_with_a_voice_under_a_hostile_language_model_voices_the_others_and_frees
         assert_eq!(voiced(endless), 0, "#{round}: nothing to say");
         // what is left is measured once the three have ended on the server
         // (their clients left a moment ago), not while they are torn down
-        let asked = std::time::Instant::now();
-        while voxline_serve::metrics::sample(&server.metrics(None), "voxline_sessions") != 0.0 {
-            assert!(
-                asked.elapsed().as_secs() < 30,
-                "#{round}: sessions still open"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        eprintln!("#{round}: ended; RSS {:.0} MB", server.rss_mb());
+        let ended_mb = server.rss_mb_when_idle();
+        eprintln!("#{round}: ended; RSS {ended_mb:.0} MB");
         if round == 0 {
-            warm_mb = server.rss_mb();
+            warm_mb = ended_mb;
         }
     }
     // the second round leaves nothing behind (196 -> 199 MB measured once
     // the sessions had ended). Read while the three were still closing,
     // resident memory was 445-568 MB, by how far their engines' teardown
     // had got: a figure of timing, which once failed this check
-    let rss = server.rss_mb();
+    let rss = server.rss_mb_when_idle();
     assert!(rss - warm_mb < 32.0, "RSS {warm_mb:.0} → {rss:.0} MB");
     assert!(rss < 600.0, "RSS {rss:.0} MB");
     server.interrupt();
