@@ -874,18 +874,7 @@ fn write_cough(path: &Path) {
 /// `text` spoken by `voice`, written to `path` as a WAV for paplay.
 fn spoken_wav(voice: &mut dyn voxline_tts::TextToSpeech, text: &str, path: &Path) {
     let samples = voice.synthesize(text).expect("the voice speaks");
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: voice.sample_rate(),
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(path, spec).unwrap();
-    for s in samples {
-        w.write_sample((s.clamp(-1.0, 1.0) * 32_767.0) as i16)
-            .unwrap();
-    }
-    w.finalize().unwrap();
+    util::write_wav(path, voice.sample_rate(), &samples);
 }
 
 /// False interruptions through a real sound server: the user asks for a

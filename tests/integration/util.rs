@@ -95,6 +95,22 @@ pub fn read_16k(path: &Path) -> Vec<f32> {
     out
 }
 
+/// Writes `samples` (mono at `rate`, -1..1) to `path` as 16-bit PCM WAV.
+pub fn write_wav(path: &Path, rate: u32, samples: &[f32]) {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    for v in samples {
+        w.write_sample((v.clamp(-1.0, 1.0) * 32_767.0) as i16)
+            .unwrap();
+    }
+    w.finalize().unwrap();
+}
+
 /// Threads per engine in tests: the machine's cores split in two, at least 1.
 pub fn threads_each() -> usize {
     (std::thread::available_parallelism().map_or(2, usize::from) / 2).max(1)

@@ -10,7 +10,7 @@ use voxline_core::{Emitter, PipelineEvent, Utterance, UtteranceId, SAMPLE_RATE};
 const WORDS_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 use super::VadStage;
-use crate::turn::{goes_on, heard_as_one, sentence_end, WordsVerdict};
+use crate::turn::{goes_on, heard_apart, heard_as_one, sentence_end, WordsVerdict};
 
 /// A turn released early (see [`voxline_core::SpecBoard::release`]), while
 /// speech starting before `until` would re-join it.
@@ -126,11 +126,11 @@ impl VadStage {
                 let lead = start - r.start;
                 if lead > max_lead || lead > r.audio.len() as u64 {
                     self.commit_released();
-                } else if keepable && words_on && words.is_none_or(WordsVerdict::may_end) {
+                } else if keepable && words_on && words.is_none_or(WordsVerdict::may_hold) {
                     // Its words are not in yet (or came in since, reading
-                    // as finished, or as a number that may go on): the new
-                    // speech is held until it ends, and what both say then
-                    // decides. Its answer has not begun (the language
+                    // as finished, as a number that may go on, or with no
+                    // final mark): the new speech is held until it ends,
+                    // and what both say then decides. Its answer has not begun (the language
                     // model needs its words), and the voice does not begin
                     // it meanwhile.
                     if r.held.is_none() {
@@ -158,10 +158,11 @@ impl VadStage {
 
     /// Before the utterance starting at `start` closes (any, with `None`):
     /// speech held after the released turn is decided now. A finished
-    /// sentence (or a number) stays its own turn unless what followed goes
-    /// on with it ([`crate::turn::goes_on`]: whisper heard it start
-    /// mid-sentence, more of the same number, or the next item of a list);
-    /// otherwise, or with no words yet, the turn is taken back.
+    /// sentence (or a number, or words with no final mark) stays its own
+    /// turn unless what followed goes on with it ([`crate::turn::goes_on`]:
+    /// whisper heard it start mid-sentence, more of the same number, or
+    /// the next item of a list; or heard whole, one sentence); otherwise,
+    /// or with no words yet, the turn is taken back.
     pub(super) fn settle_held(
         &mut self,
         start: Option<u64>,
@@ -178,14 +179,15 @@ impl VadStage {
         if start.is_some_and(|s| s != held_start) {
             return;
         }
-        let finished = self
+        let verdict = self
             .words_verdict(id, sent_at, pos, out)
-            .or_else(|| self.await_words(id, sent_at, out))
-            .is_some_and(WordsVerdict::may_end);
-        if finished && !self.held_goes_on(id, held_start, out) {
+            .or_else(|| self.await_words(id, sent_at, out));
+        let finished = verdict.is_some_and(WordsVerdict::may_hold);
+        let unmarked = verdict == Some(WordsVerdict::Unmarked);
+        if finished && !self.held_goes_on(id, held_start, unmarked, out) {
             tracing::debug!(
                 turn = id,
-                "its words make a finished sentence: the turn is final"
+                "what followed does not go on with its words: the turn is final"
             );
             self.commit_released();
         } else {
@@ -196,47 +198,53 @@ impl VadStage {
     /// Whether the speech held after released turn `id`, starting at
     /// `held_start`, goes on with that turn's sentence: read from the words
     /// of both, once the attempt sent on the held speech's pause has them
-    /// (waited for, as [`VadStage::await_words`]). No such attempt, or no
-    /// words: it does not.
+    /// (waited for, as [`VadStage::await_words`]), then heard whole. The
+    /// words of a finished sentence (or a number) end the turn unless
+    /// shown to go on; those with no final mark (`unmarked`) go on unless
+    /// shown apart. With nothing to show, that is the answer.
     fn held_goes_on(
         &mut self,
         id: UtteranceId,
         held_start: u64,
+        unmarked: bool,
         out: &mut Emitter<'_, Utterance>,
     ) -> bool {
         let Some(p) = self.pending.filter(|p| p.start == held_start) else {
-            return false;
+            return unmarked;
         };
         self.await_words(p.id, p.sent_at, out);
         let Some((board, _)) = &self.spec else {
-            return false;
+            return unmarked;
         };
         let (Some(before), Some(after)) = (board.words(id), board.words(p.id)) else {
-            return false;
+            return unmarked;
         };
         let on = goes_on(&before, &after);
         tracing::debug!(turn = id, before, after, on, "does what followed go on?");
-        on || self.heard_whole_goes_on(id, &before, out)
+        on || self.heard_whole_goes_on(id, &before, unmarked, out)
     }
 
     /// Whether whisper, hearing released turn `id` and the speech held
     /// after it as one clip, writes them as one sentence
-    /// ([`heard_as_one`]; `before`: the turn's own words). The clip (the
-    /// turn's audio with everything since) is sent as an attempt of its
-    /// own, its words waited for as [`VadStage::await_words`] does, and it
-    /// is cancelled once they are in: nothing answers it (the language
-    /// model rolls back what it began of it). No words: it does not go on.
+    /// ([`heard_as_one`]; `before`: the turn's own words), or, for words
+    /// with no final mark (`unmarked`), does not write a sentence end
+    /// where they ended ([`heard_apart`]). The clip (the turn's audio with
+    /// everything since) is sent as an attempt of its own, its words
+    /// waited for as [`VadStage::await_words`] does, and it is cancelled
+    /// once they are in: nothing answers it (the language model rolls back
+    /// what it began of it). No words: `unmarked`.
     fn heard_whole_goes_on(
         &mut self,
         id: UtteranceId,
         before: &str,
+        unmarked: bool,
         out: &mut Emitter<'_, Utterance>,
     ) -> bool {
         let Some((board, _)) = self.spec.clone() else {
-            return false;
+            return unmarked;
         };
         let Some(r) = self.released.as_ref().filter(|r| r.id == id) else {
-            return false;
+            return unmarked;
         };
         let (start, samples, continues, overlap_samples) =
             (r.start, r.audio.clone(), r.continues, r.overlap_samples);
@@ -267,9 +275,13 @@ impl VadStage {
         });
         let Some((words, took)) = heard else {
             tracing::debug!(turn = id, "no words came for the turn heard whole");
-            return false;
+            return unmarked;
         };
-        let on = heard_as_one(before, &words);
+        let on = if unmarked {
+            !heard_apart(before, &words)
+        } else {
+            heard_as_one(before, &words)
+        };
         tracing::debug!(
             turn = id,
             before,

@@ -1,12 +1,12 @@
 //! Splitting at a pause the words end: speech that resumes after a pause
 //! the model judged incomplete, before the words of the attempt sent on
 //! that pause are in, is held for them instead of cancelling the attempt.
-//! A finished sentence (or a number) then ends the turn at the pause, and
-//! the new speech is held in its turn: it stays a turn of its own unless
-//! the new speech goes on with it, read from the words of both once it
-//! ends (see [`VadStage::settle_held`]); otherwise the attempt is
-//! cancelled and the utterance goes on, as when the words come in time
-//! and say so.
+//! A finished sentence (or a number, or words with no final mark) then
+//! ends the turn at the pause, and the new speech is held in its turn: it
+//! stays a turn of its own unless the new speech goes on with it, read
+//! from the words of both once it ends, or heard whole (see
+//! [`VadStage::settle_held`]); otherwise the attempt is cancelled and the
+//! utterance goes on, as when the words come in time and say so.
 
 use voxline_core::{Emitter, PipelineEvent, Utterance, UtteranceId};
 
@@ -53,7 +53,7 @@ impl VadStage {
         }
         match self.words_verdict(p.id, p.sent_at, pos, out) {
             None => {}
-            Some(v) if v.may_end() => {
+            Some(v) if v.may_hold() => {
                 // in as the speech resumed (waited for to decide a turn
                 // held before it): they end the turn at the pause, and the
                 // speech that resumed is held in its turn
@@ -82,7 +82,7 @@ impl VadStage {
             return;
         };
         match self.words_verdict(p.id, p.sent_at, pos, out) {
-            Some(v) if v.may_end() => self.split_open_at(p, h, pos, out),
+            Some(v) if v.may_hold() => self.split_open_at(p, h, pos, out),
             Some(_) => self.unhold(pos, out),
             None => {}
         }
@@ -115,7 +115,7 @@ impl VadStage {
         let verdict = self
             .words_verdict(p.id, p.sent_at, pos, out)
             .or_else(|| self.await_words(p.id, p.sent_at, out));
-        if verdict.is_some_and(WordsVerdict::may_end) {
+        if verdict.is_some_and(WordsVerdict::may_hold) {
             self.split_open_at(p, h, pos, out);
         } else {
             self.unhold(pos, out);

@@ -28,7 +28,13 @@ pub enum WordsVerdict {
     /// of it ("1, 2, 3."). Final unless what follows is more of the number,
     /// in digits or in number words ([`goes_on`]).
     Number,
-    /// The words cannot tell (no words, a sound's annotation, no final mark).
+    /// Words with no final mark and nothing that needs more after them
+    /// ("7F Clubs", "what is the capital of France"): whisper left the
+    /// sentence open, or wrote a short or unclear one without its stop.
+    /// Not an end by itself, but speech that follows is weighed as after a
+    /// finished sentence ([`WordsVerdict::may_hold`]).
+    Unmarked,
+    /// The words cannot tell (no words, a sound's annotation).
     Unknown,
 }
 
@@ -38,6 +44,17 @@ impl WordsVerdict {
     #[must_use]
     pub fn may_end(self) -> bool {
         matches!(self, Self::Complete | Self::Number)
+    }
+
+    /// Whether a turn already ended (by the pause) on these words is held,
+    /// not taken back at once, when its speaker goes on: what follows
+    /// decides ([`goes_on`], [`heard_as_one`]). A turn that may end, and
+    /// one whose words have no final mark: heard alone a short sentence
+    /// may lack its stop ("7F Clubs" for "Seven of clubs."), and joining
+    /// it to the next sentence at once makes two sentences one turn.
+    #[must_use]
+    pub fn may_hold(self) -> bool {
+        self.may_end() || self == Self::Unmarked
     }
 }
 
@@ -101,7 +118,7 @@ pub fn sentence_end(text: &str) -> WordsVerdict {
         '.' | '?' | '!' if never => WordsVerdict::Fragment,
         '.' | '?' | '!' => WordsVerdict::Complete,
         _ if NEVER_LAST.contains(&last.as_str()) => WordsVerdict::Fragment,
-        _ => WordsVerdict::Unknown,
+        _ => WordsVerdict::Unmarked,
     }
 }
 
@@ -258,6 +275,23 @@ fn digits_only(t: &str) -> bool {
 /// the pause) is not one sentence.
 #[must_use]
 pub fn heard_as_one(before: &str, whole: &str) -> bool {
+    sentence_end_at_the_pause(before, whole) == Some(false)
+}
+
+/// Whether whisper, hearing a turn and what followed it as one clip
+/// (`whole`), ends a sentence where `before` ended: the same place as
+/// [`heard_as_one`] finds. For a turn whose words have no final mark
+/// ([`WordsVerdict::Unmarked`]), which goes on unless shown otherwise: a
+/// `whole` no longer than `before` (whisper stopped at the pause and
+/// dropped what followed) shows nothing, and it is not apart.
+#[must_use]
+pub fn heard_apart(before: &str, whole: &str) -> bool {
+    sentence_end_at_the_pause(before, whole) == Some(true)
+}
+
+/// Whether `whole` has a sentence end at the place `before` ended (see
+/// [`heard_as_one`]); `None` when `whole` is no longer than `before`.
+fn sentence_end_at_the_pause(before: &str, whole: &str) -> Option<bool> {
     let plain = |w: &str| {
         w.trim_matches(|c: char| !c.is_alphanumeric())
             .to_lowercase()
@@ -266,26 +300,24 @@ pub fn heard_as_one(before: &str, whole: &str) -> bool {
         w.trim_end_matches(['"', '\'', ')', ']', '»', '”', '’'])
             .ends_with(['.', '?', '!', '…'])
     };
-    let Some(last) = before.split_whitespace().last().map(plain) else {
-        return false;
-    };
+    let last = before.split_whitespace().last().map(plain)?;
     let n = before.split_whitespace().count();
     let words: Vec<&str> = whole.split_whitespace().collect();
     if words.len() <= n {
-        return false;
+        return None;
     }
     let found = (n.saturating_sub(3)..=n + 1)
         .filter(|&i| words.get(i).is_some_and(|w| plain(w) == last))
         .min_by_key(|&i| i.abs_diff(n - 1));
-    match found {
-        Some(i) => !ends(words[i]),
-        None => !(n.saturating_sub(2)..=n).any(|i| ends(words[i])),
-    }
+    Some(match found {
+        Some(i) => ends(words[i]),
+        None => (n.saturating_sub(2)..=n).any(|i| ends(words[i])),
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{goes_on, heard_as_one, sentence_end, WordsVerdict};
+    use super::{goes_on, heard_apart, heard_as_one, sentence_end, WordsVerdict};
 
     #[test]
     fn heard_whole_a_sentence_that_runs_on_is_one() {
@@ -451,7 +483,7 @@ mod tests {
     }
 
     #[test]
-    fn sounds_empty_text_and_no_final_mark_cannot_tell() {
+    fn sounds_and_empty_text_cannot_tell() {
         all_read_as(
             WordsVerdict::Unknown,
             &[
@@ -460,9 +492,40 @@ mod tests {
                 "(dramatic music)",
                 "[BLANK_AUDIO]",
                 "[noise: How far?]",
-                "what is the capital of France",
                 "?!",
             ],
         );
+        for v in [WordsVerdict::Unknown, WordsVerdict::Fragment] {
+            assert!(!v.may_end() && !v.may_hold(), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn words_without_a_final_mark_hold_but_do_not_end() {
+        all_read_as(
+            WordsVerdict::Unmarked,
+            &[
+                "what is the capital of France",
+                "7F Clubs",
+                "Go forward 10 meters",
+                "He was not",
+            ],
+        );
+        assert!(!WordsVerdict::Unmarked.may_end());
+        assert!(WordsVerdict::Unmarked.may_hold());
+        // speech that follows then decides: two sentences heard whole keep
+        // their stop, a sentence run on is one
+        assert!(heard_apart("7F Clubs", "7 of clubs. Go forward 10 meters."));
+        assert!(!heard_apart(
+            "He was not",
+            "He was not an ill-disposed young man."
+        ));
+        // whisper stopping at the pause, heard whole, shows nothing: a turn
+        // with no final mark is not apart, a finished one not one
+        let (before, whole) = (
+            "And Mr. John Dashwood had then leisure to consider how much",
+            "And Mr. John Dashwood had then leisure to consider how much.",
+        );
+        assert!(!heard_apart(before, whole) && !heard_as_one(before, whole));
     }
 }
