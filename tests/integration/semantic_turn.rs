@@ -291,23 +291,23 @@ fn replay_reports_each_decision_and_the_model_cost() {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("r.json");
     let human = util::fixture("human");
-    let out = util::voxline_bin()
-        .args(["replay", "--semantic-turn", "--pace", "fast", "--quiet"])
-        .args(["--max-tokens", "4", "--ctx", "512"])
-        .arg(human.join("ps-goforward.wav"))
-        .arg(human.join("ls-2830-3980-0043.wav"))
-        .arg("--report-json")
-        .arg(&report)
-        .arg("--models-dir")
-        .arg(util::models_dir())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let r = util::replay_report(
+        &[
+            "--semantic-turn",
+            "--pace",
+            "fast",
+            "--quiet",
+            "--max-tokens",
+            "4",
+            "--ctx",
+            "512",
+        ],
+        &[
+            &human.join("ps-goforward.wav"),
+            &human.join("ls-2830-3980-0043.wav"),
+        ],
+        &report,
     );
-    let r = util::read_json(&report);
     assert_eq!(r["config"]["semantic_turn"]["threshold"], 0.8);
     let turns = r["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 2, "{turns:?}");
@@ -335,18 +335,18 @@ fn replay_reports_each_decision_and_the_model_cost() {
     assert_eq!(counted, 2, "{s}");
     assert!(s["cost_ms"]["p50"].as_f64().unwrap() > 1.0, "{s}");
     // turned off: no model, nothing of it in the report
-    let out = util::voxline_bin()
-        .args(["replay", "--no-semantic-turn", "--pace", "fast", "--quiet"])
-        .args(["--max-tokens", "4"])
-        .arg(human.join("ps-goforward.wav"))
-        .arg("--report-json")
-        .arg(&report)
-        .arg("--models-dir")
-        .arg(util::models_dir())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let r = util::read_json(&report);
+    let r = util::replay_report(
+        &[
+            "--no-semantic-turn",
+            "--pace",
+            "fast",
+            "--quiet",
+            "--max-tokens",
+            "4",
+        ],
+        &[&human.join("ps-goforward.wav")],
+        &report,
+    );
     assert!(r["config"]["semantic_turn"].is_null());
     assert!(r["summary"]["end_of_turn"].is_null());
     assert!(r["turns"][0]["end_of_turn"].is_null());
@@ -835,22 +835,7 @@ fn two_sentences_a_second_apart_in_real_time_are_two_answered_turns() {
     pair.extend_from_slice(&second[start..]);
     let wav = dir.path().join("pair.wav");
     util::write_wav(&wav, 16_000, &pair);
-    let report = dir.path().join("r.json");
-    let out = util::voxline_bin()
-        .args(["replay", "--quiet"])
-        .arg(&wav)
-        .arg("--report-json")
-        .arg(&report)
-        .arg("--models-dir")
-        .arg(util::models_dir())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = util::read_json(&report);
+    let r = util::replay_report(&["--quiet"], &[&wav], &dir.path().join("r.json"));
     assert_eq!(r["config"]["semantic_turn"]["words"], true, "the defaults");
     let turns = r["turns"].as_array().unwrap();
     let said: Vec<String> = turns

@@ -193,6 +193,27 @@ pub fn voxline_bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_voxline"))
 }
 
+/// Runs `voxline replay` with `args` on `inputs`, the project's models and
+/// its report written to `report`; the report, once the run succeeded.
+pub fn replay_report(args: &[&str], inputs: &[&Path], report: &Path) -> serde_json::Value {
+    let out = voxline_bin()
+        .arg("replay")
+        .args(args)
+        .args(inputs)
+        .arg("--report-json")
+        .arg(report)
+        .arg("--models-dir")
+        .arg(models_dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    read_json(report)
+}
+
 /// Short questions the LLM answers in a few words (the first is about a capital).
 pub const QUESTIONS: &[&str] = &[
     "What is the capital of France?",
