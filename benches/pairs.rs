@@ -141,6 +141,7 @@ fn turns(
         hear: &mut hear,
         delay: u64::from(ms) * 16,
         voice: row.voice_after_ms.map(|v| u64::from(v) * 16),
+        played: None,
     });
     let (t, merged) = pauses::turns_heard(
         audio,

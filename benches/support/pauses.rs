@@ -444,6 +444,9 @@ pub struct Hearing<'a> {
     /// released or committed, and waits while it is held. The microphone
     /// hears none of it (headphones, or a canceller that has converged).
     pub voice: Option<u64>,
+    /// With a voice: where each answer began to play (stream position) is
+    /// noted here, in order.
+    pub played: Option<&'a std::sync::Mutex<Vec<u64>>>,
 }
 
 /// As [`turns_and_merged`], with each turn's start, and, with `hearing`,
@@ -481,6 +484,7 @@ pub fn turns_heard(
     let heard: std::sync::Mutex<Vec<(u64, u64, String)>> = std::sync::Mutex::new(Vec::new());
     let delay = hearing.as_ref().map(|h| h.delay);
     let voice = hearing.as_ref().and_then(|h| h.voice);
+    let played = hearing.as_ref().and_then(|h| h.played);
     let hear = std::sync::Mutex::new(hearing.map(|h| h.hear));
     let (tx, rx) = voxline_core::edge::<voxline_core::Utterance>(
         "utterances",
@@ -535,7 +539,7 @@ pub fn turns_heard(
                 std::mem::take(&mut *lock(&inbox))
             }),
             &heard,
-            voice,
+            voice.map(|v| (v, played)),
         );
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         r
@@ -554,7 +558,7 @@ fn stage_turns(
         &dyn Fn() -> Vec<voxline_core::Utterance>,
     ),
     heard: &std::sync::Mutex<Vec<(u64, u64, String)>>,
-    voice: Option<u64>,
+    voice: Option<(u64, Option<&std::sync::Mutex<Vec<u64>>>)>,
 ) -> (Vec<Turn>, Turns) {
     // answers due to begin playing: (stream position, turn)
     let mut answers: Vec<(u64, u64)> = Vec::new();
@@ -596,7 +600,7 @@ fn stage_turns(
         lock(heard).retain(|(due, id, words)| {
             if *due <= pos {
                 board.note_words(*id, words);
-                if let Some(v) = voice {
+                if let Some((v, _)) = voice {
                     answers.push((due + v, *id));
                 }
             }
@@ -608,6 +612,9 @@ fn stage_turns(
             SpecState::Cancelled => false,
             SpecState::Released | SpecState::Committed if due <= pos => {
                 barge.set_playing(Some(id));
+                if let Some(played) = voice.and_then(|v| v.1) {
+                    lock(played).push(pos);
+                }
                 false
             }
             _ => true,

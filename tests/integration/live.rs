@@ -851,6 +851,142 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
     );
 }
 
+/// A reader who goes on over the voice's first words, through a real sound
+/// server and the CLI's defaults: "Mister Quilter is the apostle of the
+/// middle classes", then, as soon as the answer is heard on the voice's
+/// sink, "and we are glad to welcome his gospel". Within the merge window
+/// (2 s after the end of speech) that is one sentence: the first turn is
+/// taken back, its voice stops, and the whole is answered as one turn.
+/// Should the voice begin later than the window (a busy host), what
+/// follows is a barge-in and a turn of its own, as before.
+#[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
+fn going_on_over_the_voices_first_words_takes_the_turn_back_and_answers_it_whole() {
+    use std::time::{Duration, Instant};
+    let _g = util::engine_lock();
+    let clip = crate::pauses::corpus(&crate::pauses::human_sentences(&util::fixture("human")))
+        .into_iter()
+        .find(|c| c.name == "ls-1272-128104-0000-p1500-0")
+        .expect("the pause clip");
+    let (at, len) = clip.pauses[0];
+    let pulse = Pulse::start_with_output();
+    let dir = pulse.dir.path().to_path_buf();
+    let (first, rest) = (dir.join("first.wav"), dir.join("rest.wav"));
+    util::write_wav(&first, 16_000, &clip.audio[..at]);
+    util::write_wav(&rest, 16_000, &clip.audio[at + len..]);
+    let report = dir.join("report.json");
+    let events = dir.join("events.jsonl");
+    let (vox, err_thread) = speaking_live(
+        &pulse,
+        &[
+            "--max-turns",
+            "2",
+            "--max-duration",
+            "40s",
+            "--max-tokens",
+            "60",
+        ],
+        &report,
+        Some(&events),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let mut rec_out = recorder(&pulse, "voxout.monitor");
+    let heard = live_reader(rec_out.stdout.take().unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    pulse.play(&first);
+    let ended = Instant::now();
+    let began = loop {
+        let (at, bytes) = heard
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the voice's sink stayed silent: no answer was spoken");
+        if is_loud(&bytes) {
+            break at;
+        }
+    };
+    pulse.play(&rest);
+    let voice_after = began.saturating_duration_since(ended);
+    let out = vox.wait_with_output().unwrap();
+    let err = err_thread.join().unwrap();
+    let _ = rec_out.kill();
+    let _ = rec_out.wait();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let turns = util::read_json(&report)["turns"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let said: Vec<String> = turns
+        .iter()
+        .map(|t| t["transcript"].as_str().unwrap_or_default().to_lowercase())
+        .collect();
+    let line = format!(
+        "the voice began {} ms after the first part; turns {said:?}",
+        voice_after.as_millis()
+    );
+    eprintln!("{line}");
+    if voice_after > Duration::from_millis(2_300) {
+        // past the window: a barge-in, the rest a turn of its own
+        assert!(
+            said.iter()
+                .any(|s| s.contains("gospel") && !s.contains("classes")),
+            "{line}\n{err}"
+        );
+        return;
+    }
+    let merged = lines
+        .iter()
+        .find(|e| e["type"] == "turn_merged")
+        .unwrap_or_else(|| panic!("no turn was taken back: {line}\n{err}"));
+    // the turn taken back is the one whose voice had begun
+    assert!(
+        lines
+            .iter()
+            .any(|e| e["type"] == "voice_played" && e["id"] == merged["id"]),
+        "{merged} {line}"
+    );
+    if voice_after < Duration::from_millis(1_600) {
+        let whole: Vec<&String> = said
+            .iter()
+            .filter(|s| s.contains("classes") && s.contains("gospel"))
+            .collect();
+        assert_eq!(
+            whole.len(),
+            1,
+            "one turn, the whole sentence: {line}\n{err}"
+        );
+        assert!(
+            turns.iter().all(|t| t["id"] != merged["id"]),
+            "the turn taken back is not reported as a turn: {line}"
+        );
+        let answered = turns
+            .iter()
+            .find(|t| {
+                t["transcript"]
+                    .as_str()
+                    .is_some_and(|s| s.to_lowercase().contains("gospel"))
+            })
+            .unwrap();
+        assert!(
+            answered["response"].as_str().is_some_and(|r| !r.is_empty()),
+            "{answered}"
+        );
+    }
+    // nothing of the turn taken back was synthesised once it was
+    assert!(
+        !lines.iter().any(|e| e["type"] == "voice_audio"
+            && e["id"] == merged["id"]
+            && e["t_ms"].as_f64() > merged["t_ms"].as_f64().map(|t| t + 500.0)),
+        "{merged}"
+    );
+}
+
 /// A cough, for paplay: 250 ms of noise, low-passed, with a sharp attack
 /// and a decay, at 16 kHz.
 fn write_cough(path: &Path) {

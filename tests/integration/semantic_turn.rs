@@ -549,6 +549,7 @@ fn the_words_of_a_finished_sentence_keep_the_next_one_a_turn_of_its_own() {
                 hear: &mut hear,
                 delay,
                 voice: None,
+                played: None,
             }),
         )
         .0
@@ -626,6 +627,7 @@ fn words_that_come_after_the_speaker_went_on_still_end_a_pause_judged_incomplete
                 hear: &mut hear,
                 delay,
                 voice: None,
+                played: None,
             }),
         )
         .0
@@ -677,7 +679,7 @@ fn a_synthetic_sentence_whisper_hears_go_on_after_its_comma_is_one_turn() {
             .iter()
             .find(|s| s.text == text)
             .expect("a Piper sentence");
-        let (turns, merged, heard) = turns_whisper_hears(&s.audio, &model, &mut stt, None);
+        let (turns, merged, heard, _) = turns_whisper_hears(&s.audio, &model, &mut stt, None);
         let (start, end) = (s.speech.0 as u64, s.speech.1 as u64);
         assert_eq!(turns.len(), 1, "{text:?}: {turns:?}, heard {heard:?}");
         assert!(
@@ -702,7 +704,7 @@ fn a_real_speaker_who_goes_on_after_a_pause_judged_unfinished_is_one_turn() {
     let _g = util::engine_lock();
     let (model, mut stt) = (model(), whisper());
     let clip = human_clip("arctic-a0024-p1000-0");
-    let (turns, merged, heard) = turns_whisper_hears(&clip.audio, &model, &mut stt, None);
+    let (turns, merged, heard, _) = turns_whisper_hears(&clip.audio, &model, &mut stt, None);
     let (start, end) = (clip.speech.0 as u64, clip.speech.1 as u64);
     assert_eq!(turns.len(), 1, "{turns:?}, heard {heard:?}");
     assert!(
@@ -746,6 +748,56 @@ fn a_speaker_who_goes_on_before_the_voice_has_begun_is_held_and_one_turn() {
     );
 }
 
+#[test]
+fn a_speaker_who_goes_on_over_the_voices_first_words_is_one_turn_and_two_sentences_stay_two() {
+    // The same reader pauses 1.5 s after "the middle classes": the voice
+    // has begun the answer (whisper's second, then 400 ms to the first
+    // block) when "and we are glad to welcome his gospel" comes. Until
+    // 2026-12-06 a turn whose voice had begun was final, and this was two
+    // turns, the second a barge-in. Now speech over the voice's first
+    // words, within the merge window, is held and decides as before the
+    // voice began: heard alone after so long a pause, whisper writes "And
+    // we are glad …" as a sentence of its own, but hearing the turn and it
+    // as one clip it writes one sentence, so the turn is taken back (its
+    // voice stopped) and answered whole.
+    let _g = util::engine_lock();
+    let (model, mut stt) = (model(), whisper());
+    let name = "ls-1272-128104-0000-p1500-0";
+    let (_, heard) = two_as_text_one_with_a_voice(name, &model, &mut stt);
+    assert!(
+        heard.iter().any(|h| voxline_audio::turn::heard_as_one(
+            "Mr. Quilter is the apostle of the middle classes.",
+            h
+        )),
+        "whisper heard the turn and what followed as one sentence: {heard:?}"
+    );
+    // the voice had begun when the speaker went on: the turn was shown,
+    // its words came a second later and the voice 400 ms after them
+    let clip = human_clip(name);
+    let (_, merged, _, played) = turns_whisper_hears(&clip.audio, &model, &mut stt, Some(400 * 16));
+    let (at, len) = clip.pauses[0];
+    assert_eq!(merged.len(), 1);
+    assert!(
+        played.first().is_some_and(|&p| p <= (at + len) as u64),
+        "the voice began before the speaker went on: {played:?}, pause {:?}",
+        clip.pauses
+    );
+    // Two sentences 1.5 s apart, the second over the voice's first words:
+    // held the same way, and heard whole they keep their stop.
+    let sentences = pauses::human_sentences(&util::fixture("human"));
+    let pair = pauses::pairs(&sentences)
+        .into_iter()
+        .find(|p| p.name == "ps-cards-003+ps-goforward-g1500")
+        .expect("the pair");
+    let (turns, _, heard, _) = turns_whisper_hears(&pair.audio, &model, &mut stt, Some(400 * 16));
+    let [(_, e1), (s2, _)] = pair.speech.map(|(a, b)| (a as u64, b as u64));
+    assert_eq!(turns.len(), 2, "{turns:?}, heard {heard:?}");
+    assert!(
+        turns[0].end + 3_200 >= e1 && turns[0].end < s2 && turns[1].start >= e1,
+        "each sentence its own turn: {turns:?}, heard {heard:?}"
+    );
+}
+
 /// Pause clip `name` is two turns as text and one with a voice that
 /// begins 400 ms after the words (the first token and the voice's first
 /// block on 2 cores), the first part shown and then taken back: what
@@ -757,9 +809,9 @@ fn two_as_text_one_with_a_voice(
 ) -> (Vec<String>, Vec<String>) {
     let clip = human_clip(name);
     let (start, end) = (clip.speech.0 as u64, clip.speech.1 as u64);
-    let (text, _, as_text) = turns_whisper_hears(&clip.audio, model, stt, None);
+    let (text, _, as_text, _) = turns_whisper_hears(&clip.audio, model, stt, None);
     assert_eq!(text.len(), 2, "as text: {text:?}, heard {as_text:?}");
-    let (voiced, merged, heard) = turns_whisper_hears(&clip.audio, model, stt, Some(400 * 16));
+    let (voiced, merged, heard, _) = turns_whisper_hears(&clip.audio, model, stt, Some(400 * 16));
     assert_eq!(voiced.len(), 1, "with a voice: {voiced:?}, heard {heard:?}");
     assert!(
         voiced[0].start <= start + 3_200 && voiced[0].end + 3_200 >= end,
@@ -795,7 +847,7 @@ fn a_held_speaker_whom_whisper_hears_whole_as_one_sentence_is_one_turn_and_two_s
         .into_iter()
         .find(|p| p.name == "ps-cards-003+ps-goforward-g1000")
         .expect("the pair");
-    let (turns, _, heard) = turns_whisper_hears(&pair.audio, &model, &mut stt, Some(400 * 16));
+    let (turns, _, heard, _) = turns_whisper_hears(&pair.audio, &model, &mut stt, Some(400 * 16));
     let [(_, e1), (s2, _)] = pair.speech.map(|(a, b)| (a as u64, b as u64));
     assert_eq!(turns.len(), 2, "{turns:?}, heard {heard:?}");
     assert!(
@@ -869,14 +921,15 @@ fn human_clip(name: &str) -> pauses::PauseClip {
 /// The turns of `audio` with the default policy, whisper (`stt`)
 /// transcribing each attempt and its words in 1 s after it, as whisper
 /// takes on 2 cores (with `voice`, each answer begins to play that long
-/// after its words): the turns, the turns taken back once shown, and what
-/// whisper heard in each attempt.
+/// after its words): the turns, the turns taken back once shown, what
+/// whisper heard in each attempt, and where each answer began to play.
 fn turns_whisper_hears(
     audio: &[f32],
     model: &SharedTurnModel,
     stt: &mut voxline_stt::SttEngine,
     voice: Option<u64>,
-) -> (Vec<pauses::Turn>, pauses::Turns, Vec<String>) {
+) -> (Vec<pauses::Turn>, pauses::Turns, Vec<String>, Vec<u64>) {
+    let played = std::sync::Mutex::new(Vec::new());
     let mut heard = Vec::new();
     let mut hear = |a: &[f32]| {
         let t = stt.transcribe(a).map(|t| t.text).unwrap_or_default();
@@ -891,9 +944,11 @@ fn turns_whisper_hears(
             hear: &mut hear,
             delay: 1_000 * 16,
             voice,
+            played: Some(&played),
         }),
     );
-    (turns, merged, heard)
+    let played = played.into_inner().unwrap_or_default();
+    (turns, merged, heard, played)
 }
 
 /// whisper as the pipeline runs it (the model and threads of the tests).

@@ -267,6 +267,16 @@ fn an_interrupted_answer_stays_in_the_conversation_as_what_was_heard() {
     let history = stage.engine().history();
     assert_eq!(history.len(), 2);
     assert!(history[0].1.ends_with("[interrupted]"), "{history:?}");
+    // a turn taken back after its voice began (the speaker went on with the
+    // same sentence): rolled back whole, and the interruption of its voice,
+    // heard of after the rollback, amends nothing that is left
+    let before = stage.engine().history().to_vec();
+    stage.speculate(3);
+    drive(&mut stage, [ask(3, "Go forward.")]).unwrap();
+    assert_eq!(stage.engine().history().len(), 3);
+    stage.rollback(3).unwrap();
+    stage.interrupted(3, "Sure");
+    assert_eq!(stage.engine().history(), before.as_slice());
 }
 
 /// `--voice-out` beside the other outputs: `-` is a valid WAV on standard

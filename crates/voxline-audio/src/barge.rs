@@ -128,6 +128,16 @@ impl BargeWatch {
         self.barge.has_played(id)
     }
 
+    /// Turn `id` was taken back by speech that began at `start`: its
+    /// answer, if it plays (or is paused for the words heard over it),
+    /// stops, and what the user heard of it is recorded as for any
+    /// interruption.
+    pub(crate) fn taken_back(&self, id: UtteranceId, start: Instant) {
+        if self.barge.playing() == Some(id) {
+            self.barge.confirm(start, Instant::now());
+        }
+    }
+
     /// Asks for the voice to pause or stop: the speech began at `start`.
     pub(crate) fn request(&self, over: Over, start: Instant) {
         match over {
@@ -164,5 +174,33 @@ mod tests {
         // a second it took less of the voice out in
         barge.set_echo_cancelled(false);
         assert!((w.threshold() - 0.8).abs() < f32::EPSILON);
+    }
+
+    #[test]
+    fn a_turn_taken_back_stops_its_own_voice_only() {
+        let barge = BargeIn::new();
+        let w = BargeWatch::new(barge.clone(), BargeInOptions::default(), 0.5);
+        let now = Instant::now();
+        // nothing plays, or another turn does: nothing to stop
+        w.taken_back(3, now);
+        assert!(barge.take_request().is_none());
+        barge.set_playing(Some(4));
+        w.taken_back(3, now);
+        assert!(barge.take_request().is_none());
+        // its voice plays: stopped
+        w.taken_back(4, now);
+        assert_eq!(
+            barge.take_request().map(|r| r.ask),
+            Some(voxline_core::barge::Ask::Stop)
+        );
+        // paused for the words heard over it: the pause ends in a stop
+        barge.request(now, now);
+        let r = barge.take_request().unwrap();
+        barge.hold(4, r, now);
+        w.taken_back(4, now);
+        assert!(matches!(
+            barge.take_verdict(),
+            Some(voxline_core::barge::Verdict::Stop(h)) if h.turn == 4
+        ));
     }
 }

@@ -172,6 +172,10 @@ impl<B: ChatBackend> Stage for RunningLlmStage<B> {
         // what came after it is undone with it
         let (_, cp) = self.checkpoints.swap_remove(i);
         self.checkpoints.retain(|(c, _)| *c < id);
+        if self.last_answered.is_some_and(|a| a >= id) {
+            // its answer is gone: an interruption heard of it later amends nothing
+            self.last_answered = None;
+        }
         self.backend.rollback(cp).map_err(|e| {
             StageError::fatal(format!("rolling back cancelled turn {id}: {e}")).caused_by(e)
         })

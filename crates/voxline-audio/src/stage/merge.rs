@@ -94,19 +94,16 @@ impl VadStage {
             .map(|r| (r.id, r.sent_at))
             .and_then(|(id, sent_at)| self.words_verdict(id, sent_at, pos, out));
         let words_on = self.words_on();
-        let begun = self
-            .released
-            .as_ref()
-            .is_some_and(|r| self.answer_begun(r.id));
+        let final_on_words = self.final_on_words();
         let Some(r) = self.released.as_mut() else {
             return;
         };
         r.audio.extend_from_slice(part);
-        if words == Some(WordsVerdict::Complete) && r.held.is_none() && begun {
+        if words == Some(WordsVerdict::Complete) && r.held.is_none() && final_on_words {
             // Its words are in, make a finished sentence, and its answer
-            // has reached the user: what the speaker says next is a new
-            // turn (or speech over the voice). Speech that resumed before
-            // that is held, and decides once it ends (`settle_held`).
+            // (text) shows from them: what the speaker says next is a new
+            // turn. Speech that resumed before that is held, and decides
+            // once it ends (`settle_held`).
             tracing::debug!(
                 turn = r.id,
                 "its words make a finished sentence: the turn is final"
@@ -130,9 +127,10 @@ impl VadStage {
                     // Its words are not in yet (or came in since, reading
                     // as finished, as a number that may go on, or with no
                     // final mark): the new speech is held until it ends,
-                    // and what both say then decides. Its answer has not begun (the language
-                    // model needs its words), and the voice does not begin
-                    // it meanwhile.
+                    // and what both say then decides. Its answer has not
+                    // begun (the language model needs its words), or only
+                    // its voice's first words, which barge-in pauses; the
+                    // voice takes no more of it meanwhile.
                     if r.held.is_none() {
                         if let Some((board, _)) = &self.spec {
                             board.hold(r.id);
@@ -221,6 +219,11 @@ impl VadStage {
         };
         let on = goes_on(&before, &after);
         tracing::debug!(turn = id, before, after, on, "does what followed go on?");
+        if !on && self.voice_begun(id) && voxline_core::barge::backchannel(&after) {
+            // a listener's word over the answer ("uh-huh", a cough): the
+            // voice plays on, and the turn is final
+            return false;
+        }
         on || self.heard_whole_goes_on(id, &before, unmarked, out)
     }
 
@@ -308,6 +311,10 @@ impl VadStage {
             id: r.id,
             sample: first_speech,
         });
+        if let Some(w) = &self.barge {
+            // its voice, if it began, stops: the turn is answered whole
+            w.taken_back(r.id, self.wall_of(first_speech));
+        }
         if let Some(p) = self.pending.filter(|p| p.start == start) {
             // an attempt on the open utterance alone lacks the lead-in
             board.cancel(p.id);
@@ -335,15 +342,22 @@ impl VadStage {
         );
     }
 
-    /// Whether turn `id`'s answer has reached the user, so that the turn is
-    /// no longer taken back. With a voice the stage hears over (barge-in
-    /// on), once the voice has begun to play it: until then the speaker
-    /// who goes on is held, not talked over, and what they say decides.
-    /// Without one the answer is text, shown as it streams, and it begins
-    /// once the words are in (the first token follows them within a few
-    /// hundred ms), so the turn is final then.
-    fn answer_begun(&self, id: UtteranceId) -> bool {
-        self.barge.as_ref().is_none_or(|w| w.has_played(id))
+    /// Whether a turn whose words read as a finished sentence is final
+    /// once they are in. Without a voice, yes: the answer is text, shown as
+    /// it streams, and it begins from the words (the first token follows
+    /// them within a few hundred ms). With a voice the stage hears over
+    /// (barge-in on), the turn stays revocable for the whole merge window:
+    /// a speaker who goes on before the voice begins is held, not talked
+    /// over; one who goes on over its first words pauses it (barge-in); and
+    /// what they say decides, as in [`VadStage::settle_held`]. Taken back,
+    /// the voice stops and the turn is answered whole.
+    fn final_on_words(&self) -> bool {
+        self.barge.is_none()
+    }
+
+    /// Whether turn `id`'s answer has begun to play.
+    fn voice_begun(&self, id: UtteranceId) -> bool {
+        self.barge.as_ref().is_some_and(|w| w.has_played(id))
     }
 
     /// Whether the words of a turn are a second opinion (a model judges

@@ -275,7 +275,7 @@ fn digits_only(t: &str) -> bool {
 /// the pause) is not one sentence.
 #[must_use]
 pub fn heard_as_one(before: &str, whole: &str) -> bool {
-    sentence_end_at_the_pause(before, whole) == Some(false)
+    mark_at_the_pause(before, whole) == Some(AtPause::RunsOn)
 }
 
 /// Whether whisper, hearing a turn and what followed it as one clip
@@ -283,22 +283,41 @@ pub fn heard_as_one(before: &str, whole: &str) -> bool {
 /// [`heard_as_one`] finds. For a turn whose words have no final mark
 /// ([`WordsVerdict::Unmarked`]), which goes on unless shown otherwise: a
 /// `whole` no longer than `before` (whisper stopped at the pause and
-/// dropped what followed) shows nothing, and it is not apart.
+/// dropped what followed) shows nothing, and it is not apart; nor is an
+/// ellipsis there ("… how much... There might be …"), whisper's mark of
+/// a pause rather than of an end.
 #[must_use]
 pub fn heard_apart(before: &str, whole: &str) -> bool {
-    sentence_end_at_the_pause(before, whole) == Some(true)
+    mark_at_the_pause(before, whole) == Some(AtPause::Ends)
 }
 
-/// Whether `whole` has a sentence end at the place `before` ended (see
-/// [`heard_as_one`]); `None` when `whole` is no longer than `before`.
-fn sentence_end_at_the_pause(before: &str, whole: &str) -> Option<bool> {
+/// What `whole` writes where `before` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AtPause {
+    /// No final mark: the sentence runs on.
+    RunsOn,
+    /// A final `.`, `?` or `!`.
+    Ends,
+    /// An ellipsis: whisper heard a pause, not whether it ended.
+    Trails,
+}
+
+/// What `whole` writes at the place `before` ended (see [`heard_as_one`]);
+/// `None` when `whole` is no longer than `before`.
+fn mark_at_the_pause(before: &str, whole: &str) -> Option<AtPause> {
     let plain = |w: &str| {
         w.trim_matches(|c: char| !c.is_alphanumeric())
             .to_lowercase()
     };
-    let ends = |w: &str| {
-        w.trim_end_matches(['"', '\'', ')', ']', '»', '”', '’'])
-            .ends_with(['.', '?', '!', '…'])
+    let mark = |w: &str| {
+        let w = w.trim_end_matches(['"', '\'', ')', ']', '»', '”', '’']);
+        if w.ends_with("..") || w.ends_with('…') {
+            AtPause::Trails
+        } else if w.ends_with(['.', '?', '!']) {
+            AtPause::Ends
+        } else {
+            AtPause::RunsOn
+        }
     };
     let last = before.split_whitespace().last().map(plain)?;
     let n = before.split_whitespace().count();
@@ -310,8 +329,15 @@ fn sentence_end_at_the_pause(before: &str, whole: &str) -> Option<bool> {
         .filter(|&i| words.get(i).is_some_and(|w| plain(w) == last))
         .min_by_key(|&i| i.abs_diff(n - 1));
     Some(match found {
-        Some(i) => ends(words[i]),
-        None => (n.saturating_sub(2)..=n).any(|i| ends(words[i])),
+        Some(i) => mark(words[i]),
+        None => (n.saturating_sub(2)..=n)
+            .map(|i| mark(words[i]))
+            .max_by_key(|m| match m {
+                AtPause::Ends => 2,
+                AtPause::Trails => 1,
+                AtPause::RunsOn => 0,
+            })
+            .unwrap_or(AtPause::RunsOn),
     })
 }
 
@@ -527,5 +553,14 @@ mod tests {
             "And Mr. John Dashwood had then leisure to consider how much.",
         );
         assert!(!heard_apart(before, whole) && !heard_as_one(before, whole));
+        // an ellipsis where it ended is a pause heard, not an end: not
+        // apart (so one turn), nor one where the turn's words had a stop
+        let whole = "And Mr. John Dashwood had then leisure to consider how much... There might be prudently in his power to do for them.";
+        assert!(!heard_apart(before, whole));
+        assert!(!heard_as_one(&format!("{before}."), whole));
+        assert!(!heard_apart(
+            "7F Clubs",
+            "7 of clubs… Go forward 10 meters."
+        ));
     }
 }
