@@ -856,9 +856,16 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
 /// middle classes", then, as soon as the answer is heard on the voice's
 /// sink, "and we are glad to welcome his gospel". Within the merge window
 /// (2 s after the end of speech) that is one sentence: the first turn is
-/// taken back, its voice stops, and the whole is answered as one turn.
-/// Should the voice begin later than the window (a busy host), what
-/// follows is a barge-in and a turn of its own, as before.
+/// taken back, its voice stops, the language model forgets it and what it
+/// answered, and the whole is answered as one turn. Should the voice begin
+/// later than the window (a busy host), what follows is a barge-in and a
+/// turn of its own, as before.
+///
+/// With headphones (`--no-aec`): with the canceller on and no echo to
+/// learn from, AEC3 takes the first half-second of speech over the voice's
+/// first words down with the voice (double talk before it has converged),
+/// whisper hears "Welcome to his gospel." and even heard whole the two
+/// parts read as two sentences.
 #[test]
 #[cfg_attr(
     not(feature = "slow-tests"),
@@ -876,7 +883,14 @@ fn going_on_over_the_voices_first_words_takes_the_turn_back_and_answers_it_whole
     let dir = pulse.dir.path().to_path_buf();
     let (first, rest) = (dir.join("first.wav"), dir.join("rest.wav"));
     util::write_wav(&first, 16_000, &clip.audio[..at]);
-    util::write_wav(&rest, 16_000, &clip.audio[at + len..]);
+    // spoken up over the voice, as people do: while the voice's first
+    // second plays the detector asks 0.8 of speech (the canceller has not
+    // shown yet that it takes the voice out), which this reader's soft
+    // continuation at its own level does not always reach
+    let rest_audio = &clip.audio[at + len..];
+    let peak = rest_audio.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    let louder: Vec<f32> = rest_audio.iter().map(|x| x * 0.9 / peak).collect();
+    util::write_wav(&rest, 16_000, &louder);
     let report = dir.join("report.json");
     let events = dir.join("events.jsonl");
     let (vox, err_thread) = speaking_live(
@@ -888,6 +902,7 @@ fn going_on_over_the_voices_first_words_takes_the_turn_back_and_answers_it_whole
             "40s",
             "--max-tokens",
             "60",
+            "--no-aec",
         ],
         &report,
         Some(&events),
@@ -976,6 +991,21 @@ fn going_on_over_the_voices_first_words_takes_the_turn_back_and_answers_it_whole
         "{}",
         whole[0]
     );
+    // the language model forgot the turn taken back and what it answered:
+    // the whole sentence's prompt is shorter than that exchange
+    if let Some(taken) = lines
+        .iter()
+        .find(|e| e["type"] == "turn_complete" && e["id"] == merged["id"])
+    {
+        let exchange = taken["n_prompt_tokens"].as_u64().unwrap_or(0)
+            + taken["n_generated"].as_u64().unwrap_or(0);
+        let prompt = whole[0]["llm_prompt_tokens"].as_u64().unwrap_or(u64::MAX);
+        assert!(
+            prompt < exchange,
+            "prompt {prompt} tokens after an exchange of {exchange}: {}",
+            whole[0]
+        );
+    }
     // nothing of the turn taken back was synthesised once it was
     assert!(
         !lines.iter().any(|e| e["type"] == "voice_audio"

@@ -755,21 +755,20 @@ fn a_speaker_who_goes_on_over_the_voices_first_words_is_one_turn_and_two_sentenc
     // block) when "and we are glad to welcome his gospel" comes. Until
     // 2026-12-06 a turn whose voice had begun was final, and this was two
     // turns, the second a barge-in. Now speech over the voice's first
-    // words, within the merge window, is held and decides as before the
-    // voice began: heard alone after so long a pause, whisper writes "And
-    // we are glad …" as a sentence of its own, but hearing the turn and it
-    // as one clip it writes one sentence, so the turn is taken back (its
-    // voice stopped) and answered whole.
+    // words, within the merge window, is held until it ends and decides as
+    // before the voice began: all of it heard, whisper writes "and we are
+    // glad to welcome his gospel." in lower case (a sentence going on), so
+    // the turn is taken back (its voice stopped) and answered whole. (Its
+    // first part alone, "And we're glad.", up to its own first pause, is
+    // too little to tell: heard whole with the turn, whisper wrote it as a
+    // sentence of its own in two of four live runs.)
     let _g = util::engine_lock();
     let (model, mut stt) = (model(), whisper());
     let name = "ls-1272-128104-0000-p1500-0";
     let (_, heard) = two_as_text_one_with_a_voice(name, &model, &mut stt);
     assert!(
-        heard.iter().any(|h| voxline_audio::turn::heard_as_one(
-            "Mr. Quilter is the apostle of the middle classes.",
-            h
-        )),
-        "whisper heard the turn and what followed as one sentence: {heard:?}"
+        heard.iter().any(|h| h.trim_start().starts_with("and we")),
+        "{heard:?}"
     );
     // the voice had begun when the speaker went on: the turn was shown,
     // its words came a second later and the voice 400 ms after them
@@ -957,21 +956,4 @@ fn whisper() -> voxline_stt::SttEngine {
         util::threads_each(),
     ))
     .expect("the whisper model (voxline models fetch)")
-}
-
-#[test]
-fn zz_debug_clip() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("voxline_audio=debug")
-        .with_writer(std::io::stderr)
-        .try_init();
-    let (model, mut stt) = (model(), whisper());
-    let name = std::env::var("ZZ_CLIP").unwrap();
-    let clip = human_clip(&name);
-    let (turns, merged, heard, played) =
-        turns_whisper_hears(&clip.audio, &model, &mut stt, Some(400 * 16));
-    eprintln!(
-        "{turns:?} {merged:?} {heard:?} played {played:?} pauses {:?} speech {:?}",
-        clip.pauses, clip.speech
-    );
 }

@@ -10,7 +10,9 @@ use voxline_core::{Emitter, PipelineEvent, Utterance, UtteranceId, SAMPLE_RATE};
 const WORDS_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 use super::VadStage;
-use crate::turn::{goes_on, heard_apart, heard_as_one, sentence_end, WordsVerdict};
+use crate::turn::{
+    goes_on, goes_on_over_its_voice, heard_apart, heard_as_one, sentence_end, WordsVerdict,
+};
 
 /// A turn released early (see [`voxline_core::SpecBoard::release`]), while
 /// speech starting before `until` would re-join it.
@@ -160,11 +162,14 @@ impl VadStage {
     /// turn unless what followed goes on with it ([`crate::turn::goes_on`]:
     /// whisper heard it start mid-sentence, more of the same number, or
     /// the next item of a list; or heard whole, one sentence); otherwise,
-    /// or with no words yet, the turn is taken back.
+    /// or with no words yet, the turn is taken back. `going_on`: the held
+    /// speech paused and goes on (it is decided at that pause), rather
+    /// than ended.
     pub(super) fn settle_held(
         &mut self,
         start: Option<u64>,
         pos: u64,
+        going_on: bool,
         out: &mut Emitter<'_, Utterance>,
     ) {
         let Some((id, sent_at, (held_start, first))) = self
@@ -177,12 +182,19 @@ impl VadStage {
         if start.is_some_and(|s| s != held_start) {
             return;
         }
+        if going_on && self.voice_begun(id) {
+            // Speech over the turn's voice is decided once it ends, from
+            // all its words: what was said before its own first pause
+            // ("And we're glad.") is too little to tell, and the voice,
+            // paused by barge-in, waits for no next turn meanwhile.
+            return;
+        }
         let verdict = self
             .words_verdict(id, sent_at, pos, out)
             .or_else(|| self.await_words(id, sent_at, out));
         let finished = verdict.is_some_and(WordsVerdict::may_hold);
         let unmarked = verdict == Some(WordsVerdict::Unmarked);
-        if finished && !self.held_goes_on(id, held_start, unmarked, out) {
+        if finished && !self.held_goes_on(id, held_start, (unmarked, going_on), out) {
             tracing::debug!(
                 turn = id,
                 "what followed does not go on with its words: the turn is final"
@@ -199,12 +211,14 @@ impl VadStage {
     /// (waited for, as [`VadStage::await_words`]), then heard whole. The
     /// words of a finished sentence (or a number) end the turn unless
     /// shown to go on; those with no final mark (`unmarked`) go on unless
-    /// shown apart. With nothing to show, that is the answer.
+    /// shown apart. With nothing to show, that is the answer. Over the
+    /// turn's voice, held speech that has ended (not `going_on`) and reads
+    /// as a backchannel ("uh-huh", a cough) does not go on.
     fn held_goes_on(
         &mut self,
         id: UtteranceId,
         held_start: u64,
-        unmarked: bool,
+        (unmarked, going_on): (bool, bool),
         out: &mut Emitter<'_, Utterance>,
     ) -> bool {
         let Some(p) = self.pending.filter(|p| p.start == held_start) else {
@@ -217,13 +231,29 @@ impl VadStage {
         let (Some(before), Some(after)) = (board.words(id), board.words(p.id)) else {
             return unmarked;
         };
-        let on = goes_on(&before, &after);
-        tracing::debug!(turn = id, before, after, on, "does what followed go on?");
-        if !on && self.voice_begun(id) && voxline_core::barge::backchannel(&after) {
+        let voiced = self.voice_begun(id);
+        if voiced && !going_on && voxline_core::barge::backchannel(&after) {
             // a listener's word over the answer ("uh-huh", a cough): the
-            // voice plays on, and the turn is final
+            // voice plays on, and the turn is final; speech that goes on
+            // past it is no backchannel, whatever its first words
             return false;
         }
+        // Over its voice the words must show more: what followed, heard
+        // alone, may start in lower case though it is a sentence of its
+        // own ("go forward 10 meters." after "7 of clubs.").
+        let on = if voiced {
+            goes_on_over_its_voice(&before, &after)
+        } else {
+            goes_on(&before, &after)
+        };
+        tracing::debug!(
+            turn = id,
+            before,
+            after,
+            on,
+            voiced,
+            "does what followed go on?"
+        );
         on || self.heard_whole_goes_on(id, &before, unmarked, out)
     }
 

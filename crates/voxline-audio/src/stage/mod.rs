@@ -359,7 +359,7 @@ impl VadStage {
     /// ordinary utterance.
     fn close(&mut self, mut seg: Segment, closed: u64, out: &mut Emitter<'_, Utterance>) {
         let start = seg.start_sample + self.origin.unwrap_or(0);
-        self.settle_held(Some(start), closed, out);
+        self.settle_held(Some(start), closed, false, out);
         self.settle_split(&mut seg, closed, out);
         self.close_as(seg, closed, false, out);
     }
@@ -376,7 +376,7 @@ impl VadStage {
         out: &mut Emitter<'_, Utterance>,
     ) {
         let origin = self.origin.unwrap_or(0);
-        self.settle_held(Some(seg.start_sample + origin), closed, out);
+        self.settle_held(Some(seg.start_sample + origin), closed, false, out);
         let cut = self.settle_split(&mut seg, closed, out);
         audio.drain(..cut.min(audio.len()));
         let own_start = seg.start_sample + origin;
@@ -615,7 +615,7 @@ impl Stage for VadStage {
     fn finish(&mut self, out: &mut Emitter<'_, Utterance>) -> Result<(), StageError> {
         let closed = self.endpointer.position() + self.origin.unwrap_or(0);
         self.watch_released(&[], closed, out);
-        self.settle_held(None, closed, out);
+        self.settle_held(None, closed, false, out);
         self.commit_released();
         if let Some(seg) = self.endpointer.finish() {
             self.close(seg, closed, out);

@@ -49,7 +49,7 @@ impl VadStage {
                 // held turn is decided first, from the words of both (only
                 // one turn is held at a time), so this pause may hold the
                 // speech after it in its turn.
-                self.settle_held(Some(p.start), pos, out);
+                self.settle_held(Some(p.start), pos, true, out);
                 if self.pending.is_none() {
                     // taken back: the attempt went with it, as one on
                     // speech that goes on

@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex};
 pub use features::{TurnFeatures, N_FRAMES, N_MELS, WINDOW_SAMPLES};
 use voxline_onnx::ort;
 use voxline_onnx::ort::value::Tensor;
-pub use words::{goes_on, heard_apart, heard_as_one, sentence_end, WordsVerdict};
+pub use words::{
+    goes_on, goes_on_over_its_voice, heard_apart, heard_as_one, sentence_end, WordsVerdict,
+};
 
 /// The end-of-turn model could not be loaded, or failed on a pause.
 #[derive(Debug, thiserror::Error)]

@@ -149,23 +149,54 @@ pub fn goes_on(before: &str, after: &str) -> bool {
     let Some(first) = after.chars().find(|c| c.is_alphanumeric()) else {
         return false;
     };
-    if first.is_lowercase() {
+    if first.is_lowercase() || more_of_the_number(before, after) {
         return true;
     }
+    a_phrase_of_what_went_before(after)
+}
+
+/// As [`goes_on`], for speech that came over the turn's voice, where a
+/// wrong yes takes back an answer the user has begun to hear: only a
+/// clause that begins, in lower case, with a word that joins it to what
+/// went before ("and we are glad …", "because …"; whisper also writes
+/// "go forward 10 meters." in lower case after "7 of clubs."), or more of
+/// the same number.
+#[must_use]
+pub fn goes_on_over_its_voice(before: &str, after: &str) -> bool {
+    if voxline_core::non_speech(after) {
+        return false;
+    }
+    let joined = after.split_whitespace().next().is_some_and(|w| {
+        let w = w.trim_matches(|c: char| !c.is_alphanumeric());
+        w.starts_with(char::is_lowercase) && JOINING.contains(&w)
+    });
+    joined || more_of_the_number(before, after)
+}
+
+/// Words that join a clause to the sentence before it, rarely starting a
+/// request of their own.
+const JOINING: &[&str] = &[
+    "and", "or", "but", "nor", "because", "although", "though", "unless", "until", "whereas",
+    "whether", "than", "which", "whose", "while", "plus",
+];
+
+/// Whether `after` is more of the number `before` ended with: whisper
+/// writes a group in digits or in words as it likes ("7, 7." then "Three,
+/// one."); a number word may also start a new sentence ("One more
+/// thing."), so in words the group must be all numbers.
+fn more_of_the_number(before: &str, after: &str) -> bool {
     let last = before.split_whitespace().rev().find_map(|w| {
         Some(w.trim_matches(|c: char| !c.is_alphanumeric())).filter(|w| !w.is_empty())
     });
     let mut words = after
         .split_whitespace()
         .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()))
-        .filter(|w| !w.is_empty());
-    // whisper writes a group in digits or in words as it likes ("7, 7."
-    // then "Three, one."); a number word may also start a new sentence
-    // ("One more thing."), so in words the group must be all numbers
-    if last.is_some_and(a_number) && (first.is_ascii_digit() || words.all(a_number)) {
-        return true;
-    }
-    a_phrase_of_what_went_before(after)
+        .filter(|w| !w.is_empty())
+        .peekable();
+    let digit = words
+        .peek()
+        .is_some_and(|w| w.starts_with(|c: char| c.is_ascii_digit()));
+    last.is_some_and(a_number) && (digit || words.all(a_number))
 }
 
 /// Words that make a reply or a request of their own, however short
@@ -562,5 +593,20 @@ mod tests {
             "7F Clubs",
             "7 of clubs… Go forward 10 meters."
         ));
+    }
+
+    #[test]
+    fn over_its_voice_only_a_joined_clause_or_more_of_the_number_goes_on() {
+        use super::goes_on_over_its_voice as over;
+        let classes = "Mr. Quilter is the apostle of the middle classes.";
+        assert!(over(classes, "and we are glad to welcome his gospel."));
+        assert!(over("My number is 415.", "238-9901."));
+        assert!(over("7, 7.", "Three, one."));
+        // whisper's lower case alone is not enough there
+        assert!(!over("7 of clubs.", "go forward 10 meters."));
+        assert!(!over(classes, "And we are glad to welcome his gospel."));
+        assert!(!over("Go forward.", "10 meters."));
+        assert!(!over(classes, "[inaudible]"));
+        assert!(goes_on("7 of clubs.", "go forward 10 meters."));
     }
 }
