@@ -201,7 +201,7 @@ pub fn run(soak: &Soak) -> Outcome {
     let start = Instant::now();
     let mut samples = Vec::new();
     loop {
-        std::thread::sleep(Duration::from_secs(1));
+        std::thread::sleep(Duration::from_millis(250));
         if child.try_wait().ok().flatten().is_some() {
             break;
         }
