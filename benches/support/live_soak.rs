@@ -49,7 +49,7 @@ pub struct Sample {
 /// What a soak measured.
 #[derive(Debug)]
 pub struct Outcome {
-    /// RSS readings, one a second.
+    /// RSS readings, four a second.
     pub samples: Vec<Sample>,
     /// Hours of audio fed.
     pub fed_h: f64,
