@@ -235,30 +235,22 @@ fn a_sentence_the_model_ends_early_at_a_pause_is_taken_back_and_answered_whole()
     pauses::write(dir.path(), std::slice::from_ref(clip));
     let wav = dir.path().join(format!("{}.wav", clip.name));
     let replay = |merge_ms: &str| {
-        let report = dir.path().join(format!("r{merge_ms}.json"));
-        let out = util::voxline_bin()
-            .args(["replay", "--semantic-turn", "--pace", "fast", "--quiet"])
-            .args([
+        util::replay_report(
+            &[
+                "--semantic-turn",
+                "--pace",
+                "fast",
+                "--quiet",
                 "--max-tokens",
                 "4",
                 "--ctx",
                 "512",
                 "--turn-merge-ms",
                 merge_ms,
-            ])
-            .arg(&wav)
-            .arg("--report-json")
-            .arg(&report)
-            .arg("--models-dir")
-            .arg(util::models_dir())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        util::read_json(&report)
+            ],
+            &[&wav],
+            &dir.path().join(format!("r{merge_ms}.json")),
+        )
     };
     let cut = replay("0");
     let whole = replay("2000");
