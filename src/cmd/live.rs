@@ -250,10 +250,12 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         if let (Some(a), false) = (aec, quiet) {
             let fig = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1} dB"));
             eprintln!(
-                "voxline: echo cancellation: {:.1} s of the voice taken out of the microphone; echo return loss enhancement {}, echo delay {}",
+                "voxline: echo cancellation: the voice played {:.1} s; the microphone heard it in {} of {} answers (in the others, headphones, the canceller stood aside); echo return loss enhancement {}, echo delay {}",
                 a.blocks_with_voice as f64 / 100.0,
+                a.stretches_with_echo,
+                a.stretches_with_echo + a.stretches_without_echo,
                 fig(a.erle_db),
-                a.delay_ms.map_or("-".to_owned(), |d| format!("{d} ms"))
+                a.delay_ms.map_or("-".to_owned(), |d| format!("{d} ms")),
             );
         }
     }

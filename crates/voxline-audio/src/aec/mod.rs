@@ -14,6 +14,7 @@
 //! the lead covers a device that reports its playback a little late, so
 //! the echo never comes before its reference.
 
+mod path;
 mod reference;
 
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,7 @@ use sonora::config::{EchoCanceller, HighPassFilter, NoiseSuppression, NoiseSuppr
 use sonora::{AudioProcessing, Config, StreamConfig};
 use voxline_core::{AudioFrame, Emitter, Stage, StageError, StageId};
 
+use path::{EchoPath, Heard};
 pub use reference::EchoReference;
 
 /// The stage's name.
@@ -100,6 +102,13 @@ pub struct AecSummary {
     /// Times the far end was moved because the devices' instants drifted
     /// from it (see the stage).
     pub realignments: u64,
+    /// Stretches of the voice (answers) the microphone did not hear at
+    /// all (headphones): the canceller stood aside for them, so the person
+    /// speaking over the voice was heard as they were.
+    pub stretches_without_echo: u64,
+    /// Stretches of the voice the microphone heard (or the person spoke
+    /// from their start): the canceller took the voice out.
+    pub stretches_with_echo: u64,
 }
 
 /// Where a session's [`AecSummary`] is kept while the stage runs; cloning
@@ -179,6 +188,13 @@ pub struct AecStage {
     /// The average offset of where the instants place the far end from
     /// the cursor, in samples.
     drift: f64,
+    /// Whether the microphone hears the voice at all, stretch by stretch.
+    path: EchoPath,
+    /// The last second's verdict on AEC3 (it took the voice out), and
+    /// whether the echo guard was told otherwise since, for a stretch
+    /// without an echo path.
+    converged: bool,
+    stood_aside: bool,
 }
 
 impl std::fmt::Debug for AecStage {
@@ -222,6 +238,9 @@ impl AecStage {
             guard: None,
             cursor: None,
             drift: 0.0,
+            path: EchoPath::default(),
+            converged: false,
+            stood_aside: false,
         }
     }
 
@@ -298,19 +317,25 @@ impl AecStage {
 
     /// Hands AEC3 the far end in `self.far`, then cancels `block`.
     fn cancel(&mut self, block: &mut [f32], captured: Instant) -> Result<(), StageError> {
+        let mean_square = |s: &[f32]| s.iter().map(|x| x * x).sum::<f32>() / s.len().max(1) as f32;
+        let far = mean_square(&self.far);
+        let n = block.len();
+        let raw = mean_square(block);
         // the voice sounds in the block: above -60 dBFS
-        let loud = self.far.iter().map(|x| x * x).sum::<f32>() / BLOCK as f32 > 1e-6;
+        let loud = far > 1e-6;
+        let heard = self.path.block(far, raw);
+        if heard == Heard::Absent {
+            // no echo path in this stretch of the voice: nothing to take
+            // out, and AEC3 would take the person down while it learns that
+            self.far.fill(0.0);
+        }
         let bad = |e: sonora::Error| StageError::fatal(format!("echo cancellation failed: {e}"));
         let mut far_out = [0.0f32; BLOCK];
         self.apm
             .process_render_f32(&[&self.far], &mut [&mut far_out])
             .map_err(bad)?;
-        let n = block.len();
         if let Some(g) = &self.guard {
-            g.heard_raw(
-                captured,
-                block.iter().map(|x| x * x).sum::<f32>() / n.max(1) as f32,
-            );
+            g.heard_raw(captured, raw);
         }
         self.near[..n].copy_from_slice(block);
         self.near[n..].fill(0.0);
@@ -321,7 +346,21 @@ impl AecStage {
         block.copy_from_slice(&out[..n]);
         let mut m = self.meter.lock();
         m.summary.blocks += 1;
-        if loud {
+        (
+            m.summary.stretches_without_echo,
+            m.summary.stretches_with_echo,
+        ) = self.path.stretches();
+        if loud && heard == Heard::Absent {
+            m.summary.blocks_with_voice += 1;
+            // nothing sounds like the voice: speech over it is speech
+            if let (Some(g), false) = (&self.guard, self.stood_aside) {
+                g.set_echo_cancelled(true);
+            }
+            self.stood_aside = true;
+        } else if loud {
+            if let (Some(g), true) = (&self.guard, std::mem::take(&mut self.stood_aside)) {
+                g.set_echo_cancelled(self.converged);
+            }
             m.summary.blocks_with_voice += 1;
             self.loud_blocks += 1;
             let energy = |s: &[f32]| s.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>();
@@ -333,8 +372,9 @@ impl AecStage {
                 let e = m.erle();
                 m.erle.extend(e);
                 (m.loud, m.energy_in, m.energy_out) = (0, 0.0, 0.0);
+                self.converged = e.is_some_and(|e| e >= CONVERGED_DB);
                 if let Some(g) = &self.guard {
-                    g.set_echo_cancelled(e.is_some_and(|e| e >= CONVERGED_DB));
+                    g.set_echo_cancelled(self.converged);
                 }
             }
         }

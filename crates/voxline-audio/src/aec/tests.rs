@@ -265,3 +265,69 @@ fn instants_that_jitter_do_not_break_the_echo_path() {
     // jitter alone never moves the far end
     assert_eq!(s.realignments, 0, "{s:?}");
 }
+
+/// A quiet room's hiss (-70 dBFS), deterministic.
+fn hiss(len: usize) -> Vec<f32> {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    (0..len)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 1e-3
+        })
+        .collect()
+}
+
+/// Headphones: the microphone never hears the voice. A person who speaks
+/// 1 s into the voice's first answer (and 8 s into it) is heard as they
+/// would be with nothing playing: AEC3 alone would have taken their first
+/// 300 ms down by 45-70 dB while it learnt that there is no echo to take
+/// out. The same voice through a loudspeaker 30 dB down is still
+/// cancelled: the microphone rose with it.
+#[test]
+fn with_headphones_a_person_over_the_voices_first_second_is_heard_as_they_are() {
+    let far = fixture("q_story.wav").repeat(4);
+    let question = fixture("q_moon.wav");
+    let onset = question.iter().position(|x| x.abs() > 0.02).unwrap();
+    let silent = vec![0.0; far.len()];
+    for at_s in [1.0f64, 8.0] {
+        let mut near = hiss(far.len() + 16_000);
+        let at = (at_s * 16_000.0) as usize - onset;
+        for (n, q) in near[at..].iter_mut().zip(&question) {
+            *n += q;
+        }
+        let opts = AecOptions::default();
+        let (alone, _, _, _, _) = through_the_room(&silent, &near, 0.0, 0.0, (60, 60), opts, 0);
+        let (out, _, _, meter, guard) = through_the_room(&far, &near, 0.0, 0.0, (60, 60), opts, 0);
+        let first = at + onset..at + onset + 300 * 16;
+        let kept = db(power(&out[first.clone()]) / power(&alone[first]));
+        let whole = at + onset..at + question.len();
+        let kept_whole = db(power(&out[whole.clone()]) / power(&alone[whole]));
+        let s = meter.summary();
+        eprintln!("headphones, {at_s} s in: the first 300 ms {kept:+.1} dB, all of it {kept_whole:+.1} dB; {s:?}");
+        assert!(
+            kept.abs() <= 1.0 && kept_whole.abs() <= 1.0,
+            "{kept:+.1} / {kept_whole:+.1} dB"
+        );
+        assert_eq!(
+            (s.stretches_without_echo, s.stretches_with_echo),
+            (1, 0),
+            "{s:?}"
+        );
+        assert!(
+            guard.echo_cancelled(),
+            "speech over the voice is judged as speech"
+        );
+    }
+    let mut near = hiss(far.len() + 16_000);
+    near.truncate(far.len());
+    let (_, _, _, meter, _) =
+        through_the_room(&far, &near, 0.0, 0.0316, (60, 60), AecOptions::default(), 0);
+    let s = meter.summary();
+    assert_eq!(
+        (s.stretches_without_echo, s.stretches_with_echo),
+        (0, 1),
+        "{s:?}"
+    );
+}

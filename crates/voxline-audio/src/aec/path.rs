@@ -1,0 +1,270 @@
+//! Whether the microphone hears the voice at all.
+//!
+//! AEC3 suppresses what it cannot yet model: until its filter has
+//! converged on an echo path, or its transparent mode has decided there is
+//! none (8–12 s of the voice on this port), it treats everything the
+//! microphone hears while the voice plays as possible echo. With headphones
+//! there is no echo path, so the person speaking over the voice was taken
+//! down by 45–70 dB for the first 300 ms of their speech, 1 s and 8 s into
+//! the answer (the `aec` tests), and the endpointer heard their barge-in
+//! late or not at all.
+//!
+//! [`EchoPath`] judges each stretch of the voice (an answer, after a
+//! silence of [`NEW_STRETCH_AFTER_BLOCKS`]): while the voice speaks, does the
+//! microphone's raw level rise above its own quiet floor?
+//!
+//! - The first stretch starts [`Heard::Unknown`], and the canceller
+//!   cancels. If the microphone stays at its floor through
+//!   [`EVIDENCE_BLOCKS`] of the voice, there is no echo path: the
+//!   canceller is handed silence for a far end (it stands aside, the
+//!   person is heard as they are). If it rises with the voice, there is
+//!   one, and AEC3 goes on cancelling. So a loudspeaker's echo is never
+//!   let through while the evidence comes in; speech over the first
+//!   answer's first quarter-second may be taken down with it.
+//! - Each later stretch starts with the last verdict, so speech at the
+//!   very start of an answer is heard as well as later in it, and is
+//!   judged again. [`Heard::Present`] becomes [`Heard::Absent`] on the
+//!   same evidence as at first (headphones put on). [`Heard::Absent`]
+//!   becomes [`Heard::Present`] only when the microphone rose through a
+//!   whole second of the voice ([`REJUDGE_BLOCKS`]): a person speaking
+//!   over the voice stops it well within that (barge-in), and their
+//!   "uh-huh" is shorter, so only an echo path (headphones taken off)
+//!   keeps the microphone up that long.
+
+/// The voice speaks in a block (mean square above this, -40 dBFS): only
+/// such blocks are evidence (the tail of a word, or a pause between two,
+/// says little about an echo path).
+pub const VOICE_SPEAKS: f32 = 1e-4;
+
+/// How far above its quiet floor the microphone may be and still count as
+/// not hearing the voice (6 dB: a floor's own wander).
+const ABOVE_FLOOR: f32 = 4.0;
+
+/// The lowest floor assumed (-90 dBFS): a digitally silent microphone.
+const MIN_FLOOR: f32 = 1e-9;
+
+/// How fast the floor may rise per block, while nothing plays (3 dB/s).
+const FLOOR_RISE: f32 = 1.0069;
+
+/// Blocks of the voice speaking (10 ms each) the evidence is drawn from:
+/// a quarter of a second.
+pub const EVIDENCE_BLOCKS: u32 = 25;
+
+/// Blocks of the voice speaking, nearly all with the microphone above its
+/// floor, that overturn a stretch begun without an echo path (a second).
+pub const REJUDGE_BLOCKS: u32 = 100;
+
+/// Blocks without the voice after which it is a new stretch of it, judged
+/// afresh (2 s: between answers, not between two of an answer's
+/// sentences).
+pub const NEW_STRETCH_AFTER_BLOCKS: u32 = 200;
+
+/// What the microphone says of the voice's echo in this stretch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// Not enough of the voice yet to tell.
+    Unknown,
+    /// The microphone stayed at its floor while the voice spoke: no echo
+    /// path (headphones).
+    Absent,
+    /// The microphone rose with the voice: an echo path, or the person
+    /// speaking from the start; the canceller cancels.
+    Present,
+}
+
+/// The detector: fed each 10 ms block's mean squares, far end and raw
+/// microphone (see the [module](self) documentation).
+#[derive(Debug)]
+pub struct EchoPath {
+    /// The microphone's quiet level (mean square), followed while the
+    /// voice is silent: down at once, up slowly.
+    floor: Option<f32>,
+    heard: Heard,
+    /// Whether this stretch has been judged.
+    judged: bool,
+    /// This stretch's blocks of the voice speaking with the microphone at
+    /// its floor, and above it.
+    quiet: u32,
+    raised: u32,
+    /// Blocks since the voice last sounded.
+    silent: u32,
+    /// Stretches ended or judged so far: without an echo path, and with
+    /// one.
+    absent_stretches: u64,
+    present_stretches: u64,
+}
+
+impl Default for EchoPath {
+    fn default() -> Self {
+        Self {
+            floor: None,
+            heard: Heard::Unknown,
+            judged: false,
+            quiet: 0,
+            raised: 0,
+            silent: NEW_STRETCH_AFTER_BLOCKS,
+            absent_stretches: 0,
+            present_stretches: 0,
+        }
+    }
+}
+
+impl EchoPath {
+    /// One block: `far` (what the voice played, mean square; above
+    /// -60 dBFS it sounds) and `mic` (the microphone before the canceller).
+    /// Returns the verdict for this block.
+    pub fn block(&mut self, far: f32, mic: f32) -> Heard {
+        if far <= 1e-6 {
+            self.silent = self.silent.saturating_add(1);
+            if self.silent == NEW_STRETCH_AFTER_BLOCKS {
+                // a new stretch starts from the last verdict, judged again
+                (self.absent_stretches, self.present_stretches) = self.stretches();
+                (self.judged, self.quiet, self.raised) = (false, 0, 0);
+            }
+            self.floor = Some(match self.floor {
+                Some(f) if mic >= f => (f * FLOOR_RISE).min(mic),
+                _ => mic,
+            });
+            return self.heard;
+        }
+        self.silent = 0;
+        let Some(floor) = self.floor else {
+            // nothing was ever heard without the voice: no floor to judge by
+            return self.heard;
+        };
+        if self.judged || far <= VOICE_SPEAKS {
+            return self.heard;
+        }
+        if mic <= floor.max(MIN_FLOOR) * ABOVE_FLOOR {
+            self.quiet += 1;
+        } else {
+            self.raised += 1;
+        }
+        // nine blocks in ten at the floor (a click or a breath aside)
+        let unheard = self.quiet >= EVIDENCE_BLOCKS && self.raised * 10 <= self.quiet;
+        let heard = match self.heard {
+            Heard::Absent => self.raised >= REJUDGE_BLOCKS && self.quiet * 10 <= self.raised,
+            _ => self.raised >= EVIDENCE_BLOCKS / 5 && self.raised * 10 > self.quiet,
+        };
+        if unheard {
+            (self.heard, self.judged) = (Heard::Absent, true);
+            self.absent_stretches += 1;
+        } else if heard {
+            (self.heard, self.judged) = (Heard::Present, true);
+            self.present_stretches += 1;
+        }
+        self.heard
+    }
+
+    /// Stretches of the voice without an echo path, and with one, by
+    /// their verdict (one begun from the last verdict and not overturned
+    /// counts with it).
+    pub fn stretches(&self) -> (u64, u64) {
+        let (mut absent, mut present) = (self.absent_stretches, self.present_stretches);
+        if !self.judged && self.quiet + self.raised > 0 {
+            match self.heard {
+                Heard::Absent => absent += 1,
+                Heard::Present => present += 1,
+                Heard::Unknown => {}
+            }
+        }
+        (absent, present)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VOICE: f32 = 1e-2;
+
+    fn run(path: &mut EchoPath, blocks: u32, far: f32, mic: f32) -> Heard {
+        (0..blocks).fold(Heard::Unknown, |_, _| path.block(far, mic))
+    }
+
+    #[test]
+    fn a_microphone_that_stays_at_its_floor_while_the_voice_speaks_hears_no_echo() {
+        let mut p = EchoPath::default();
+        assert_eq!(run(&mut p, 50, 0.0, 1e-7), Heard::Unknown);
+        assert_eq!(
+            run(&mut p, EVIDENCE_BLOCKS - 1, VOICE, 2e-7),
+            Heard::Unknown
+        );
+        assert_eq!(p.block(VOICE, 1e-7), Heard::Absent);
+        // then the person speaks over it: still no echo path
+        assert_eq!(run(&mut p, 100, VOICE, 1e-2), Heard::Absent);
+        assert_eq!(p.stretches(), (1, 0));
+    }
+
+    #[test]
+    fn a_digitally_silent_microphone_hears_no_echo() {
+        let mut p = EchoPath::default();
+        run(&mut p, 10, 0.0, 0.0);
+        assert_eq!(run(&mut p, EVIDENCE_BLOCKS, VOICE, 0.0), Heard::Absent);
+    }
+
+    #[test]
+    fn an_echo_30_db_down_is_an_echo_path_within_a_few_blocks() {
+        let mut p = EchoPath::default();
+        run(&mut p, 50, 0.0, 1e-8);
+        // the echo, 30 dB under the voice, 50 dB over the floor
+        assert_eq!(run(&mut p, 4, VOICE, VOICE * 1e-3), Heard::Unknown);
+        assert_eq!(p.block(VOICE, VOICE * 1e-3), Heard::Present);
+        // the voice's quiet moments later do not undo it
+        assert_eq!(run(&mut p, 200, VOICE, 1e-8), Heard::Present);
+        assert_eq!(p.stretches(), (0, 1));
+    }
+
+    #[test]
+    fn a_click_or_a_breath_among_the_evidence_does_not_make_an_echo_path() {
+        let mut p = EchoPath::default();
+        run(&mut p, 50, 0.0, 1e-8);
+        run(&mut p, 10, VOICE, 1e-8);
+        p.block(VOICE, 1e-3);
+        p.block(VOICE, 1e-3);
+        assert_eq!(run(&mut p, EVIDENCE_BLOCKS, VOICE, 1e-8), Heard::Absent);
+    }
+
+    #[test]
+    fn each_answer_starts_from_the_last_verdict_and_is_judged_again() {
+        let mut p = EchoPath::default();
+        run(&mut p, 50, 0.0, 1e-8);
+        assert_eq!(run(&mut p, 40, VOICE, 1e-8), Heard::Absent);
+        // a pause between two sentences of the answer: the same stretch
+        run(&mut p, NEW_STRETCH_AFTER_BLOCKS - 1, 0.0, 1e-8);
+        assert_eq!(p.block(VOICE, 1e-3), Heard::Absent);
+        // the next answer: the person speaks at its very start, and is
+        // heard as they are; the voice stops (a barge-in) within a second
+        run(&mut p, NEW_STRETCH_AFTER_BLOCKS, 0.0, 1e-8);
+        assert_eq!(run(&mut p, 40, VOICE, 1e-3), Heard::Absent);
+        // the answer after, through a loudspeaker now: a second of it
+        // heard overturns the verdict
+        run(&mut p, NEW_STRETCH_AFTER_BLOCKS, 0.0, 1e-8);
+        assert_eq!(run(&mut p, REJUDGE_BLOCKS - 1, VOICE, 1e-4), Heard::Absent);
+        assert_eq!(p.block(VOICE, 1e-4), Heard::Present);
+        // and headphones again: a quarter-second unheard
+        run(&mut p, NEW_STRETCH_AFTER_BLOCKS, 0.0, 1e-8);
+        assert_eq!(run(&mut p, 4, VOICE, 1e-8), Heard::Present);
+        assert_eq!(run(&mut p, EVIDENCE_BLOCKS, VOICE, 1e-8), Heard::Absent);
+        assert_eq!(p.stretches(), (3, 1));
+    }
+
+    #[test]
+    fn the_floor_follows_a_noisier_room_slowly_and_a_quieter_one_at_once() {
+        let mut p = EchoPath::default();
+        run(&mut p, 50, 0.0, 1e-8);
+        // a fan starts, 30 dB up: a second later the floor is still far below it
+        run(&mut p, 100, 0.0, 1e-5);
+        assert_eq!(run(&mut p, 10, VOICE, 1e-5), Heard::Present);
+        let mut q = EchoPath::default();
+        run(&mut q, 50, 0.0, 1e-5);
+        run(&mut q, 1, 0.0, 1e-8);
+        assert_eq!(run(&mut q, 10, VOICE, 1e-5), Heard::Present);
+    }
+
+    #[test]
+    fn without_a_floor_nothing_is_judged() {
+        let mut p = EchoPath::default();
+        assert_eq!(run(&mut p, 100, VOICE, 0.0), Heard::Unknown);
+    }
+}
