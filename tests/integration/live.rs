@@ -845,6 +845,13 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
         "{next}"
     );
     kept_what_was_heard(&err, first, heard_text);
+    // no echo path: the canceller stood aside once it had heard none
+    let cancelled = &r["live"]["voice_output"]["echo_cancellation"];
+    assert!(
+        cancelled["stretches_without_echo"].as_u64() >= Some(1)
+            && cancelled["stretches_with_echo"].as_u64() == Some(0),
+        "{cancelled}"
+    );
     eprintln!(
         "barge-in {barge_in:.0} ms (detected → stopped {stop_ms:.0} ms); generation {}; heard {heard_text:?}; {interrupted}",
         complete["stop"]
@@ -1289,6 +1296,12 @@ fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64, aec: bool)
             cancelled["erle_db"].as_f64().is_some_and(|e| e >= 3.0),
             "{cancelled}\n{err}"
         );
+        // the microphone heard the voice: the canceller never stood aside
+        assert!(
+            cancelled["stretches_with_echo"].as_u64() >= Some(1)
+                && cancelled["stretches_without_echo"].as_u64() == Some(0),
+            "{cancelled}"
+        );
     } else {
         assert!(cancelled.is_null(), "{cancelled}");
     }
@@ -1316,6 +1329,15 @@ fn the_espeak_voice_heard_back_at_minus_12_db_without_the_canceller_is_no_turn()
 )]
 fn the_neural_voice_heard_back_at_minus_6_db_is_cancelled_and_no_turn() {
     own_voice_through_the_loudspeaker_is_no_turn("piper", -6.0, true);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "slow-tests"),
+    ignore = "slow tier: --features slow-tests"
+)]
+fn the_espeak_voice_heard_back_at_minus_20_db_is_cancelled_and_no_turn() {
+    own_voice_through_the_loudspeaker_is_no_turn("espeak", -20.0, true);
 }
 
 /// Talking over the voice on a loudspeaker: the neural voice's echo reaches
