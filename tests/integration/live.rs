@@ -869,7 +869,7 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
 /// turn of its own, as before.
 ///
 /// With headphones (`--no-aec`). With the canceller on, the session's first
-/// answer is cancelled for its first quarter-second, while the canceller
+/// answer is cancelled for its first ~0.6 s, while the canceller
 /// learns whether the microphone hears the voice (see
 /// `voxline_audio::aec`); the rest here begins right then, so AEC3 took
 /// "and we are glad" down with the voice, and whisper heard "Welcome to

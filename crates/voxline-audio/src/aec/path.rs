@@ -5,8 +5,8 @@
 //! none (8–12 s of the voice on this port), it treats everything the
 //! microphone hears while the voice plays as possible echo. With headphones
 //! there is no echo path, so the person speaking over the voice was taken
-//! down by 45–70 dB for the first 300 ms of their speech, 1 s and 8 s into
-//! the answer (the `aec` tests), and the endpointer heard their barge-in
+//! down by 45–70 dB for the first 300 ms of their speech, 0.5 s and 7.5 s
+//! into the answer (the `aec` tests), and the endpointer heard their barge-in
 //! late or not at all.
 //!
 //! [`EchoPath`] judges each stretch of the voice (an answer, after a
@@ -15,12 +15,13 @@
 //!
 //! - The first stretch starts [`Heard::Unknown`], and the canceller
 //!   cancels. If the microphone stays at its floor through
-//!   [`EVIDENCE_BLOCKS`] of the voice, there is no echo path: the
+//!   [`EVIDENCE_BLOCKS`] of the voice, past the longest the echo may take
+//!   to come ([`ECHO_DELAY_BLOCKS`]), there is no echo path: the
 //!   canceller is handed silence for a far end (it stands aside, the
 //!   person is heard as they are). If it rises with the voice, there is
 //!   one, and AEC3 goes on cancelling. So a loudspeaker's echo is never
 //!   let through while the evidence comes in; speech over the first
-//!   answer's first quarter-second may be taken down with it.
+//!   answer's first ~0.6 s may be taken down with it.
 //! - Each later stretch starts with the last verdict, so speech at the
 //!   very start of an answer is heard as well as later in it, and is
 //!   judged again. [`Heard::Present`] becomes [`Heard::Absent`] on the
@@ -49,6 +50,15 @@ const FLOOR_RISE: f32 = 1.0069;
 /// Blocks of the voice speaking (10 ms each) the evidence is drawn from:
 /// a quarter of a second.
 pub const EVIDENCE_BLOCKS: u32 = 25;
+
+/// Blocks from the start of a stretch during which the microphone staying
+/// quiet is no evidence: its echo may not have come yet (300 ms). AEC3
+/// found the echo 68–80 ms behind the far end through PulseAudio here;
+/// this covers a sound server four times as slow. Longer delays the
+/// verdict: the first answer is cancelled for the wait plus the evidence,
+/// ~0.6 s. A microphone that rises
+/// meanwhile is evidence at once.
+pub const ECHO_DELAY_BLOCKS: u32 = 30;
 
 /// Blocks of the voice speaking, nearly all with the microphone above its
 /// floor, that overturn a stretch begun without an echo path (a second).
@@ -88,6 +98,8 @@ pub struct EchoPath {
     raised: u32,
     /// Blocks since the voice last sounded.
     silent: u32,
+    /// Blocks since this stretch's voice first sounded.
+    into_stretch: Option<u32>,
     /// Stretches ended or judged so far: without an echo path, and with
     /// one.
     absent_stretches: u64,
@@ -103,6 +115,7 @@ impl Default for EchoPath {
             quiet: 0,
             raised: 0,
             silent: NEW_STRETCH_AFTER_BLOCKS,
+            into_stretch: None,
             absent_stretches: 0,
             present_stretches: 0,
         }
@@ -114,12 +127,16 @@ impl EchoPath {
     /// -60 dBFS it sounds) and `mic` (the microphone before the canceller).
     /// Returns the verdict for this block.
     pub fn block(&mut self, far: f32, mic: f32) -> Heard {
+        if let Some(n) = self.into_stretch.as_mut() {
+            *n = n.saturating_add(1);
+        }
         if far <= 1e-6 {
             self.silent = self.silent.saturating_add(1);
             if self.silent == NEW_STRETCH_AFTER_BLOCKS {
                 // a new stretch starts from the last verdict, judged again
                 (self.absent_stretches, self.present_stretches) = self.stretches();
                 (self.judged, self.quiet, self.raised) = (false, 0, 0);
+                self.into_stretch = None;
             }
             self.floor = Some(match self.floor {
                 Some(f) if mic >= f => (f * FLOOR_RISE).min(mic),
@@ -128,6 +145,7 @@ impl EchoPath {
             return self.heard;
         }
         self.silent = 0;
+        let into_stretch = *self.into_stretch.get_or_insert(0);
         let Some(floor) = self.floor else {
             // nothing was ever heard without the voice: no floor to judge by
             return self.heard;
@@ -136,7 +154,10 @@ impl EchoPath {
             return self.heard;
         }
         if mic <= floor.max(MIN_FLOOR) * ABOVE_FLOOR {
-            self.quiet += 1;
+            // quiet before the echo could have come says nothing
+            if into_stretch >= ECHO_DELAY_BLOCKS {
+                self.quiet += 1;
+            }
         } else {
             self.raised += 1;
         }
@@ -187,7 +208,7 @@ mod tests {
         let mut p = EchoPath::default();
         assert_eq!(run(&mut p, 50, 0.0, 1e-7), Heard::Unknown);
         assert_eq!(
-            run(&mut p, EVIDENCE_BLOCKS - 1, VOICE, 2e-7),
+            run(&mut p, ECHO_DELAY_BLOCKS + EVIDENCE_BLOCKS - 1, VOICE, 2e-7),
             Heard::Unknown
         );
         assert_eq!(p.block(VOICE, 1e-7), Heard::Absent);
@@ -200,7 +221,10 @@ mod tests {
     fn a_digitally_silent_microphone_hears_no_echo() {
         let mut p = EchoPath::default();
         run(&mut p, 10, 0.0, 0.0);
-        assert_eq!(run(&mut p, EVIDENCE_BLOCKS, VOICE, 0.0), Heard::Absent);
+        assert_eq!(
+            run(&mut p, ECHO_DELAY_BLOCKS + EVIDENCE_BLOCKS, VOICE, 0.0),
+            Heard::Absent
+        );
     }
 
     #[test]
@@ -219,7 +243,7 @@ mod tests {
     fn a_click_or_a_breath_among_the_evidence_does_not_make_an_echo_path() {
         let mut p = EchoPath::default();
         run(&mut p, 50, 0.0, 1e-8);
-        run(&mut p, 10, VOICE, 1e-8);
+        run(&mut p, ECHO_DELAY_BLOCKS + 10, VOICE, 1e-8);
         p.block(VOICE, 1e-3);
         p.block(VOICE, 1e-3);
         assert_eq!(run(&mut p, EVIDENCE_BLOCKS, VOICE, 1e-8), Heard::Absent);
@@ -229,7 +253,7 @@ mod tests {
     fn each_answer_starts_from_the_last_verdict_and_is_judged_again() {
         let mut p = EchoPath::default();
         run(&mut p, 50, 0.0, 1e-8);
-        assert_eq!(run(&mut p, 40, VOICE, 1e-8), Heard::Absent);
+        assert_eq!(run(&mut p, 70, VOICE, 1e-8), Heard::Absent);
         // a pause between two sentences of the answer: the same stretch
         run(&mut p, NEW_STRETCH_AFTER_BLOCKS - 1, 0.0, 1e-8);
         assert_eq!(p.block(VOICE, 1e-3), Heard::Absent);
@@ -242,9 +266,13 @@ mod tests {
         run(&mut p, NEW_STRETCH_AFTER_BLOCKS, 0.0, 1e-8);
         assert_eq!(run(&mut p, REJUDGE_BLOCKS - 1, VOICE, 1e-4), Heard::Absent);
         assert_eq!(p.block(VOICE, 1e-4), Heard::Present);
-        // and headphones again: a quarter-second unheard
+        // and headphones again: a quarter-second unheard, once the echo
+        // would have come
         run(&mut p, NEW_STRETCH_AFTER_BLOCKS, 0.0, 1e-8);
-        assert_eq!(run(&mut p, 4, VOICE, 1e-8), Heard::Present);
+        assert_eq!(
+            run(&mut p, ECHO_DELAY_BLOCKS + 4, VOICE, 1e-8),
+            Heard::Present
+        );
         assert_eq!(run(&mut p, EVIDENCE_BLOCKS, VOICE, 1e-8), Heard::Absent);
         assert_eq!(p.stretches(), (3, 1));
     }
@@ -260,6 +288,21 @@ mod tests {
         run(&mut q, 50, 0.0, 1e-5);
         run(&mut q, 1, 0.0, 1e-8);
         assert_eq!(run(&mut q, 10, VOICE, 1e-5), Heard::Present);
+    }
+
+    #[test]
+    fn an_echo_that_comes_late_is_an_echo_path() {
+        // the sound server holds the echo back 250 ms behind its far end
+        let mut p = EchoPath::default();
+        run(&mut p, 50, 0.0, 1e-8);
+        assert_eq!(run(&mut p, 25, VOICE, 1e-8), Heard::Unknown);
+        assert_eq!(run(&mut p, 5, VOICE, 1e-4), Heard::Present);
+        // and in a later stretch, begun with it, the wait before it comes
+        // does not end the cancelling
+        run(&mut p, NEW_STRETCH_AFTER_BLOCKS, 0.0, 1e-8);
+        assert_eq!(run(&mut p, 25, VOICE, 1e-8), Heard::Present);
+        assert_eq!(run(&mut p, 100, VOICE, 1e-4), Heard::Present);
+        assert_eq!(p.stretches(), (0, 2));
     }
 
     #[test]
