@@ -56,8 +56,7 @@ pub const EVIDENCE_BLOCKS: u32 = 25;
 /// found the echo 68–80 ms behind the far end through PulseAudio here;
 /// this covers a sound server four times as slow. Longer delays the
 /// verdict: the first answer is cancelled for the wait plus the evidence,
-/// ~0.6 s. A microphone that rises
-/// meanwhile is evidence at once.
+/// ~0.6 s. A microphone that rises meanwhile is evidence at once.
 pub const ECHO_DELAY_BLOCKS: u32 = 30;
 
 /// Blocks of the voice speaking, nearly all with the microphone above its
