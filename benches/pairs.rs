@@ -28,7 +28,9 @@
 //!
 //! `cargo bench --bench pairs` (optimised build; needs `voxline models
 //! fetch`; `VOXLINE_BENCH_ROWS=words` runs only the rows whose name holds
-//! it, `VOXLINE_BENCH_KINDS=piper` only one corpus). Prints a Markdown
+//! it, `VOXLINE_BENCH_KINDS=piper` only one corpus, `VOXLINE_BENCH_CLIPS`
+//! only the clips whose name holds it, with `VOXLINE_LOG=voxline_audio=debug`
+//! for the stage's account of each decision). Prints a Markdown
 //! table. Piper's sentences are made once and kept under the build
 //! folder (Piper's noise moves its pauses from one synthesis to the next),
 //! so runs before and after a change compare on the same audio.
@@ -168,6 +170,25 @@ fn said(turns: &[pauses::Turn], audio: &[f32], ear: &mut Ear) -> String {
     format!(" [{}]", heard.join(" | "))
 }
 
+/// Whether `turns` cut clip `c`: a committed turn ends more than [`SLACK`]
+/// before the sentence does, and either a later turn holds more of it or
+/// the turn ended at or before an inserted pause (what followed is in no
+/// turn). One turn whose end the detector places early (a soft final
+/// consonant: "meters" in `ps-goforward`), with nothing after it, holds the
+/// whole sentence: not a cut (until 2026-12-06 it counted as one).
+fn cut_at_a_pause(turns: &[pauses::Turn], c: &pauses::PauseClip) -> bool {
+    let end = c.speech.1 as u64;
+    let last_pause_end = c
+        .pauses
+        .iter()
+        .map(|&(at, len)| (at + len) as u64)
+        .max()
+        .unwrap_or(0);
+    turns.iter().any(|x| {
+        x.end + SLACK < end && (x.end <= last_pause_end || turns.iter().any(|y| y.start >= x.end))
+    })
+}
+
 fn percentile(v: &mut [f64], q: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -180,6 +201,14 @@ fn percentile(v: &mut [f64], q: f64) -> f64 {
 const SLACK: u64 = 3_200;
 
 fn main() {
+    // VOXLINE_LOG: the stage's own account of each decision (e.g.
+    // `voxline_audio=debug`), with VOXLINE_BENCH_CLIPS to follow a few clips
+    if let Ok(filter) = std::env::var("VOXLINE_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let dir = std::env::var_os("VOXLINE_SPEECH_DIR")
         .map_or_else(|| util::fixture("human"), PathBuf::from);
     let models = util::models_dir();
@@ -198,8 +227,12 @@ fn main() {
     };
     let mut sentences = pauses::human_sentences(&dir);
     sentences.extend(pauses::piper_sentences(&models));
-    let corpus = pauses::corpus(&sentences);
-    let pairs = pauses::pairs(&sentences);
+    // VOXLINE_BENCH_CLIPS: only the clips whose name holds it
+    let clips = std::env::var("VOXLINE_BENCH_CLIPS").unwrap_or_default();
+    let mut corpus = pauses::corpus(&sentences);
+    corpus.retain(|c| c.name.contains(clips.as_str()));
+    let mut pairs = pauses::pairs(&sentences);
+    pairs.retain(|p| p.name.contains(clips.as_str()));
     let multi = util::read_16k(&util::fixture("multi_turn.wav"));
     println!(
         "{} sentences ({} human, {} Piper): {} pause clips, {} pair clips (gaps {:?} ms).\n",
@@ -210,8 +243,8 @@ fn main() {
         pairs.len(),
         pauses::PAIR_GAPS_MS
     );
-    println!("| policy | kind | pause clips cut (of) | pause clips taken back | commit after a complete sentence p50 / p95 ms | pair sentences on their own (of) | pairs merged into one turn | multi_turn.wav turns (3 asked) |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| policy | kind | pause clips cut (of) | one turn, its end placed early | pause clips taken back | commit after a complete sentence p50 / p95 ms | pair sentences on their own (of) | pairs merged into one turn | multi_turn.wav turns (3 asked) |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     // VOXLINE_BENCH_ROWS: only the rows whose name holds it
     let only = std::env::var("VOXLINE_BENCH_ROWS").unwrap_or_default();
     for row in rows()
@@ -225,7 +258,7 @@ fn main() {
             .into_iter()
             .filter(|k| kinds.is_empty() || kinds.contains(k))
         {
-            let (mut cut, mut taken, mut n) = (0, 0, 0);
+            let (mut cut, mut early, mut taken, mut n) = (0, 0, 0, 0);
             let mut delays = Vec::new();
             let mut cut_names = Vec::new();
             for c in corpus.iter().filter(|c| c.kind == kind) {
@@ -233,9 +266,11 @@ fn main() {
                 let (t, merged) = turns(&c.audio, &row, &model, &mut ear);
                 taken += usize::from(merged > 0);
                 let end = c.speech.1 as u64;
-                if t.iter().any(|x| x.end + SLACK < end) {
+                if cut_at_a_pause(&t, c) {
                     cut += 1;
                     cut_names.push(format!("{}{}", c.name, said(&t, &c.audio, &mut ear)));
+                } else if t.iter().any(|x| x.end + SLACK < end) {
+                    early += 1;
                 }
                 if c.pauses.is_empty() {
                     if let Some(x) = t.iter().rfind(|x| x.end + SLACK >= end) {
@@ -268,7 +303,7 @@ fn main() {
                 }
             }
             println!(
-                "| {} | {kind} | {cut} ({n}) | {taken} | {:.0} / {:.0} | {own} ({of}) | {merged_pairs} | {} |",
+                "| {} | {kind} | {cut} ({n}) | {early} | {taken} | {:.0} / {:.0} | {own} ({of}) | {merged_pairs} | {} |",
                 row.name,
                 percentile(&mut delays, 0.5),
                 percentile(&mut delays, 0.95),
@@ -304,7 +339,9 @@ fn main() {
 fn junctions(corpus: &[pauses::PauseClip], pairs: &[pauses::PairClip], ear: &mut Ear) {
     let words = |t: &str| -> Vec<String> { t.split_whitespace().map(str::to_owned).collect() };
     let verbose = std::env::var_os("VOXLINE_BENCH_VERBOSE").is_some();
-    let mut ends_at = |audio: &[f32], at: usize| -> Option<bool> {
+    // what whisper writes at the pause heard whole: Some(true) a sentence
+    // end, Some(false) none, None whisper dropped what followed
+    let mut ends_at = |audio: &[f32], at: usize| -> Option<Option<bool>> {
         let before = words(&ear.hear(&audio[..at]));
         let whole = words(&ear.hear(audio));
         // only where what came before reads as a sentence on its own
@@ -312,40 +349,57 @@ fn junctions(corpus: &[pauses::PauseClip], pairs: &[pauses::PairClip], ear: &mut
         if !alone.ends_with(['.', '?', '!']) {
             return None;
         }
-        // whisper may stop at a long pause and drop what follows: no reading
+        // whisper may stop at a long pause and drop what follows
         if whole.len() <= before.len() {
             if verbose {
                 eprintln!("  dropped: {:?} / {:?}", before.join(" "), whole.join(" "));
             }
-            return None;
+            return Some(None);
         }
         let end = whole[before.len() - 1].ends_with(['.', '?', '!']);
         if verbose {
             eprintln!("  {end}: {:?} / {:?}", before.join(" "), whole.join(" "));
         }
-        Some(end)
+        Some(Some(end))
     };
-    println!("\n| whisper on the whole clip | kind | clips whose part before the pause reads as a sentence alone, and whisper hears past the pause in the whole | of those, a sentence end at the pause in the whole |");
-    println!("|---|---|---|---|");
-    for kind in ["human", "piper"] {
-        let (mut n, mut ends) = (0, 0);
-        for c in corpus.iter().filter(|c| c.kind == kind) {
-            let Some(&(at, _)) = c.pauses.first() else {
-                continue;
-            };
-            if let Some(end) = ends_at(&c.audio, at) {
-                n += 1;
-                ends += usize::from(end);
+    // the clip with its silence from `at` (`len` samples) cut to `keep`
+    let shortened = |audio: &[f32], at: usize, len: usize, keep: usize| -> Vec<f32> {
+        let mut v = audio[..at + keep.min(len)].to_vec();
+        v.extend_from_slice(&audio[at + len..]);
+        v
+    };
+    println!("\n| whisper on the whole clip | silence at the pause | kind | clips whose part before the pause reads as a sentence alone | of those, a sentence end at the pause in the whole | whisper dropped what followed |");
+    println!("|---|---|---|---|---|---|");
+    for keep_ms in [None, Some(300usize)] {
+        let gap = keep_ms.map_or("as recorded".to_owned(), |ms| format!("cut to {ms} ms"));
+        let keep = |len: usize| keep_ms.map_or(len, |ms| ms * 16);
+        for kind in ["human", "piper"] {
+            let (mut n, mut ends, mut dropped) = (0, 0, 0);
+            for c in corpus.iter().filter(|c| c.kind == kind) {
+                let Some(&(at, len)) = c.pauses.first() else {
+                    continue;
+                };
+                let audio = shortened(&c.audio, at, len, keep(len));
+                if let Some(end) = ends_at(&audio, at) {
+                    n += 1;
+                    ends += usize::from(end == Some(true));
+                    dropped += usize::from(end.is_none());
+                }
             }
-        }
-        println!("| a pause inside a sentence | {kind} | {n} | {ends} (should be 0) |");
-        let (mut n, mut ends) = (0, 0);
-        for p in pairs.iter().filter(|p| p.kind == kind) {
-            if let Some(end) = ends_at(&p.audio, p.speech[0].1) {
-                n += 1;
-                ends += usize::from(end);
+            println!("| a pause inside a sentence | {gap} | {kind} | {n} | {ends} (should be 0) | {dropped} (should be 0) |");
+            let (mut n, mut ends, mut dropped) = (0, 0, 0);
+            for p in pairs.iter().filter(|p| p.kind == kind) {
+                let (at, len) = (p.speech[0].1, p.speech[1].0 - p.speech[0].1);
+                let audio = shortened(&p.audio, at, len, keep(len));
+                if let Some(end) = ends_at(&audio, at) {
+                    n += 1;
+                    ends += usize::from(end == Some(true));
+                    dropped += usize::from(end.is_none());
+                }
             }
+            println!(
+                "| two sentences | {gap} | {kind} | {n} | {ends} (should be all) | {dropped} |"
+            );
         }
-        println!("| two sentences | {kind} | {n} | {ends} (should be all) |");
     }
 }

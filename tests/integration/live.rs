@@ -14,7 +14,10 @@ use std::io::BufRead;
 use std::path::Path;
 use std::process::Stdio;
 
-use crate::pulse::{is_loud, live_reader, recorder, speaking_live, with_an_echo_path, Pulse};
+use crate::pulse::{
+    every_answer_heard_was_played, is_loud, live_reader, read_events, recorder, speaking_live,
+    with_an_echo_path, Pulse,
+};
 use crate::util;
 
 /// A temporary `HOME` whose `.asoundrc` defines `voxtest`, reading `fixture`
@@ -809,11 +812,7 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
         "heard {heard_text:?} of {said:?}"
     );
     let barge_in = first["barge_in_ms"].as_f64().unwrap();
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&events)
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let lines = read_events(&events);
     let of_first = |kind: &str| {
         lines
             .iter()
@@ -845,6 +844,7 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
         "{next}"
     );
     kept_what_was_heard(&err, first, heard_text);
+    every_answer_heard_was_played(&lines, &r);
     // no echo path: the canceller stood aside once it had heard none
     let cancelled = &r["live"]["voice_output"]["echo_cancellation"];
     assert!(
@@ -936,11 +936,7 @@ fn going_on_over_the_voices_first_words_takes_the_turn_back_and_answers_it_whole
     let _ = rec_out.kill();
     let _ = rec_out.wait();
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&events)
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let lines = read_events(&events);
     let turns = util::read_json(&report)["turns"]
         .as_array()
         .unwrap()
@@ -1051,7 +1047,8 @@ fn spoken_wav(voice: &mut dyn voxline_tts::TextToSpeech, text: &str, path: &Path
 
 /// False interruptions through a real sound server: the user asks for a
 /// story, and while it is spoken says "uh-huh", "mm-hmm", "okay", "yeah",
-/// "right" (espeak-ng and the Piper voice) and coughs, 3.5 s apart. Each
+/// "right" (espeak-ng and the Piper voice), a person says "one" (a single
+/// word of a real recording) and coughs, 3.5 s apart. Each
 /// that the endpointer hears pauses the answer, is heard as a backchannel,
 /// and the answer plays on where it paused: none is a turn, nothing is
 /// interrupted, the report counts them, and the answer is heard again after
@@ -1094,6 +1091,11 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
         clips.push(path);
     }
     drop(piper);
+    // a real person's single word: "one", the first of sr-english's three
+    let human = dir.join("backchannel-human.wav");
+    let one = util::read_16k(&util::fixture("human/sr-english.wav"));
+    util::write_wav(&human, 16_000, &one[..13_600]);
+    clips.push(human);
     let cough = dir.join("cough.wav");
     write_cough(&cough);
     clips.push(cough);
@@ -1102,7 +1104,7 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
     let events = dir.join("events.jsonl");
     let (vox, err_thread) = speaking_live(
         &pulse,
-        &["--max-turns", "2", "--max-tokens", "160"],
+        &["--max-turns", "2", "--max-tokens", "200"],
         &report,
         Some(&events),
     );
@@ -1126,11 +1128,7 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
     all.extend(heard.try_iter());
     assert_eq!(out.status.code(), Some(0), "{err}");
 
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&events)
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let lines = read_events(&events);
     let r = util::read_json(&report);
     // the backchannels are in the detail, as turns of no words
     let turns: Vec<&serde_json::Value> = r["turns"]
@@ -1184,7 +1182,7 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
         "stopped before the last backchannel was resumed: {interrupted:?} {resumed:?}"
     );
     // the answer was heard again after each backchannel
-    for end in &ends {
+    for (clip, end) in clips.iter().zip(&ends) {
         let again = all.iter().any(|(at, bytes)| {
             *at > *end + Duration::from_millis(300)
                 && *at < *end + Duration::from_millis(3_400)
@@ -1192,7 +1190,8 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
         });
         assert!(
             again,
-            "the answer did not play on after a backchannel\n{err}"
+            "the answer did not play on after {}: {resumed:?}\n{err}",
+            clip.display()
         );
     }
     assert!(
@@ -1201,6 +1200,7 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
     );
     let barge_in = first["barge_in_ms"].as_f64().unwrap();
     assert!(barge_in <= 600.0, "{barge_in}");
+    every_answer_heard_was_played(&lines, &r);
     eprintln!(
         "false interruptions: {}; then barge-in {barge_in:.0} ms; heard {}",
         resumed
@@ -1249,10 +1249,9 @@ fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64, aec: bool)
     let out = vox.wait_with_output().unwrap();
     let err = err_thread.join().unwrap();
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let heard: Vec<String> = std::fs::read_to_string(&events)
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    let lines = read_events(&events);
+    let heard: Vec<String> = lines
+        .iter()
         .filter(|e| e["type"] == "transcript" || e["type"] == "voice_resumed")
         .map(|e| e.to_string())
         .collect();
@@ -1283,6 +1282,7 @@ fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64, aec: bool)
         answered[0],
         heard.join("\n")
     );
+    every_answer_heard_was_played(&lines, &r);
     let cancelled = &r["live"]["voice_output"]["echo_cancellation"];
     if aec {
         // the canceller heard the answer play (the shortest, "Paris.", is

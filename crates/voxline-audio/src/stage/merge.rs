@@ -9,6 +9,19 @@ use voxline_core::{Emitter, PipelineEvent, Utterance, UtteranceId, SAMPLE_RATE};
 /// the cores; the audio meanwhile waits in the stage's queue).
 const WORDS_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The silence kept, in ms, between a released turn's sending and the
+/// first speech held after it, when whisper hears the two as one clip to
+/// tell whether a finished sentence went on
+/// ([`VadStage::heard_whole_goes_on`]). Heard with the speaker's own pause
+/// of 1–1.5 s, whisper wrote a sentence end inside 8 of 33 human and 16 of
+/// 39 Piper sentences cut there, and dropped what followed in 2 and 5 more;
+/// with 300 ms of silence, in 0 and 4, dropping 0 and 7 (`cargo bench
+/// --bench pairs`, `VOXLINE_BENCH_ROWS=whole`). In the stage, with a voice:
+/// 300 and 500 ms cut 2 of 57 human pause clips and merge one human pair
+/// ("7 of clubs" | "go forward 10 meters", 1.2 and 1.5 s apart); 800 ms
+/// cuts 5 and merges none; the speaker's own pause cut 8.
+const HEARD_WHOLE_PAUSE_MS: u64 = 500;
+
 use super::VadStage;
 use crate::turn::{
     goes_on, goes_on_over_its_voice, heard_apart, heard_as_one, sentence_end, WordsVerdict,
@@ -262,7 +275,8 @@ impl VadStage {
     /// ([`heard_as_one`]; `before`: the turn's own words), or, for words
     /// with no final mark (`unmarked`), does not write a sentence end
     /// where they ended ([`heard_apart`]). The clip (the turn's audio with
-    /// everything since) is sent as an attempt of its own, its words
+    /// everything since; for a finished sentence, the pause cut to
+    /// [`HEARD_WHOLE_PAUSE_MS`]) is sent as an attempt of its own, its words
     /// waited for as [`VadStage::await_words`] does, and it is cancelled
     /// once they are in: nothing answers it (the language model rolls back
     /// what it began of it). No words: `unmarked`.
@@ -279,9 +293,20 @@ impl VadStage {
         let Some(r) = self.released.as_ref().filter(|r| r.id == id) else {
             return unmarked;
         };
-        let (start, samples, continues, overlap_samples) =
-            (r.start, r.audio.clone(), r.continues, r.overlap_samples);
-        let end = start + samples.len() as u64;
+        let end = r.start + r.audio.len() as u64;
+        // Shortened, the pause biases whisper towards one sentence: for a
+        // finished sentence, which is final unless shown to go on. Words
+        // with no final mark go on unless shown apart, so they are heard
+        // with the pause the speaker made ("7F Clubs" then "Go forward ten
+        // meters." a second later: "7 of clubs. Go forward 10 meters.").
+        let samples = if unmarked {
+            r.audio.clone()
+        } else {
+            pause_shortened(r, HEARD_WHOLE_PAUSE_MS * u64::from(SAMPLE_RATE) / 1000)
+        };
+        // the clip ends where the stream is; it starts later by what was cut
+        let start = end - samples.len() as u64;
+        let (continues, overlap_samples) = (r.continues, r.overlap_samples);
         let whole = self.next_id;
         self.next_id += 1;
         board.start(whole);
@@ -497,5 +522,66 @@ impl VadStage {
     /// The merge window after speech ending at `end`.
     pub(super) fn merge_until(end: u64, merge_ms: u32) -> u64 {
         end + u64::from(merge_ms) * u64::from(SAMPLE_RATE) / 1000
+    }
+}
+
+/// Released turn `r`'s audio with everything since, the silence between
+/// its sending and the first speech held after it cut to `keep` samples
+/// (unchanged when nothing is held, the silence is no longer, or the held
+/// speech is not in the audio).
+fn pause_shortened(r: &Released, keep: u64) -> Vec<f32> {
+    let Some((_, first)) = r.held else {
+        return r.audio.clone();
+    };
+    let at = |pos: u64| {
+        usize::try_from(pos.saturating_sub(r.start)).map_or(r.audio.len(), |i| i.min(r.audio.len()))
+    };
+    let (cut_from, cut_to) = (at(r.sent_at), at(first.saturating_sub(keep)));
+    if cut_to <= cut_from || cut_to >= r.audio.len() {
+        return r.audio.clone();
+    }
+    let mut v = Vec::with_capacity(r.audio.len() - (cut_to - cut_from));
+    v.extend_from_slice(&r.audio[..cut_from]);
+    v.extend_from_slice(&r.audio[cut_to..]);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pause_shortened, Released};
+
+    fn released(held: Option<(u64, u64)>) -> Released {
+        // 1 000 samples from stream position 500: the turn's speech to 800
+        // (sent at 800), silence, then held speech from 1 300 (first at 1 400)
+        let audio: Vec<f32> = (0..1_000u16).map(f32::from).collect();
+        Released {
+            id: 1,
+            sent_at: 800,
+            start: 500,
+            audio,
+            until: 5_000,
+            continues: None,
+            overlap_samples: 0,
+            held,
+        }
+    }
+
+    #[test]
+    fn heard_whole_the_pause_is_cut_to_what_is_kept() {
+        let r = released(Some((1_300, 1_400)));
+        let v = pause_shortened(&r, 100);
+        // the turn to its sending, then from 100 samples before the held speech's first
+        assert_eq!(v.len(), 300 + (1_000 - 800));
+        assert_eq!(v[299], 299.0);
+        assert_eq!(v[300], 800.0);
+        assert_eq!(*v.last().unwrap(), 999.0);
+        // a pause no longer than what is kept, or nothing held: unchanged
+        assert_eq!(pause_shortened(&r, 600), r.audio);
+        assert_eq!(pause_shortened(&r, 10_000), r.audio);
+        assert_eq!(pause_shortened(&released(None), 100), r.audio);
+        // positions outside the audio: unchanged, never a panic
+        let mut odd = released(Some((1_300, 9_999)));
+        odd.sent_at = 100;
+        assert_eq!(pause_shortened(&odd, 100), odd.audio);
     }
 }
