@@ -12,9 +12,10 @@
 //!
 //! And `multi_turn.wav`, the fixtures' three espeak-ng questions 1.5 s apart.
 //! A last table (`VOXLINE_BENCH_ROWS=whole` for it alone) asks whisper to
-//! hear each clip whole, and counts where it keeps a sentence end at the
-//! pause ([`voxline_audio::turn::heard_as_one`] is the rule the stage
-//! applies to a held turn).
+//! hear each clip whole, with its pause as recorded and cut to 300 ms, and
+//! counts where it keeps a sentence end at the pause or drops what
+//! followed ([`voxline_audio::turn::heard_as_one`] is the rule the stage
+//! applies to a held turn, heard with the pause cut).
 //!
 //! The VAD stage runs with the end-of-turn model as the command line has
 //! it; whisper (the pipeline's model and settings) transcribes every
