@@ -29,7 +29,7 @@
 //!
 //! `cargo bench --bench pairs` (optimised build; needs `voxline models
 //! fetch`; `VOXLINE_BENCH_ROWS=words` runs only the rows whose name holds
-//! it, `VOXLINE_BENCH_KINDS=piper` only one corpus, `VOXLINE_BENCH_CLIPS`
+//! it, or the one row of that exact name, `VOXLINE_BENCH_KINDS=piper` only one corpus, `VOXLINE_BENCH_CLIPS`
 //! only the clips whose name holds it, with `VOXLINE_LOG=voxline_audio=debug`
 //! for the stage's account of each decision). Prints a Markdown
 //! table. Piper's sentences are made once and kept under the build
@@ -246,12 +246,17 @@ fn main() {
     );
     println!("| policy | kind | pause clips cut (of) | one turn, its end placed early | pause clips taken back | commit after a complete sentence p50 / p95 ms | pair sentences on their own (of) | pairs merged into one turn | multi_turn.wav turns (3 asked) |");
     println!("|---|---|---|---|---|---|---|---|---|");
-    // VOXLINE_BENCH_ROWS: only the rows whose name holds it
+    // VOXLINE_BENCH_ROWS: only the row of that name, or else the rows
+    // whose name holds it
     let only = std::env::var("VOXLINE_BENCH_ROWS").unwrap_or_default();
-    for row in rows()
-        .into_iter()
-        .filter(|r| r.name.contains(only.as_str()))
-    {
+    let exact = rows().iter().any(|r| r.name == only);
+    for row in rows().into_iter().filter(|r| {
+        if exact {
+            r.name == only
+        } else {
+            r.name.contains(only.as_str())
+        }
+    }) {
         let (multi_turns, _) = turns(&multi, &row, &model, &mut ear);
         // VOXLINE_BENCH_KINDS: only "human" or "piper"
         let kinds = std::env::var("VOXLINE_BENCH_KINDS").unwrap_or_default();

@@ -15,7 +15,8 @@ use std::path::Path;
 use std::process::Stdio;
 
 use crate::pulse::{
-    is_loud, live_reader, read_events, recorder, speaking_live, with_an_echo_path, Pulse,
+    every_answer_heard_was_played, is_loud, live_reader, read_events, recorder, speaking_live,
+    with_an_echo_path, Pulse,
 };
 use crate::util;
 
@@ -843,6 +844,7 @@ fn speaking_over_the_voice_stops_it_and_the_new_question_is_answered() {
         "{next}"
     );
     kept_what_was_heard(&err, first, heard_text);
+    every_answer_heard_was_played(&lines, &r);
     // no echo path: the canceller stood aside once it had heard none
     let cancelled = &r["live"]["voice_output"]["echo_cancellation"];
     assert!(
@@ -1198,6 +1200,7 @@ fn a_backchannel_over_the_voice_pauses_it_and_it_plays_on() {
     );
     let barge_in = first["barge_in_ms"].as_f64().unwrap();
     assert!(barge_in <= 600.0, "{barge_in}");
+    every_answer_heard_was_played(&lines, &r);
     eprintln!(
         "false interruptions: {}; then barge-in {barge_in:.0} ms; heard {}",
         resumed
@@ -1279,6 +1282,7 @@ fn own_voice_through_the_loudspeaker_is_no_turn(voice: &str, db: f64, aec: bool)
         answered[0],
         heard.join("\n")
     );
+    every_answer_heard_was_played(&lines, &r);
     let cancelled = &r["live"]["voice_output"]["echo_cancellation"];
     if aec {
         // the canceller heard the answer play (the shortest, "Paris.", is

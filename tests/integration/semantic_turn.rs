@@ -726,14 +726,15 @@ fn a_speaker_who_goes_on_before_the_voice_has_begun_is_held_and_one_turn() {
     // A reader pauses a second after "Mister Quilter is the apostle of the
     // middle classes", then goes on "and we are glad to welcome his
     // gospel". whisper's words of the first part are in (a finished
-    // sentence) before the reader goes on. As text, the answer shows from
-    // them: the turn is final, and what follows is a turn of its own. With
-    // a voice that has not begun the answer yet, the speaker is held, not
-    // talked over: what followed starts in lower case, so the turn is
-    // taken back and is one.
+    // sentence) before the reader goes on. With a voice that has not begun
+    // the answer yet, the speaker is held, not talked over; as text, the
+    // answer has begun to show, and the speaker is held the same way:
+    // what followed starts in lower case, so the turn is taken back and
+    // is one.
     let _g = util::engine_lock();
     let (model, mut stt) = (model(), whisper());
-    let (heard, _) = two_as_text_one_with_a_voice("ls-1272-128104-0000-p1000-0", &model, &mut stt);
+    let (heard, _) =
+        one_turn_as_text_and_with_a_voice("ls-1272-128104-0000-p1000-0", &model, &mut stt);
     assert!(
         heard.iter().any(|h| h.trim_end().ends_with("classes.")),
         "the first part reads as a finished sentence: {heard:?}"
@@ -757,7 +758,7 @@ fn a_speaker_who_goes_on_over_the_voices_first_words_is_one_turn_and_two_sentenc
     let _g = util::engine_lock();
     let (model, mut stt) = (model(), whisper());
     let name = "ls-1272-128104-0000-p1500-0";
-    let (_, heard) = two_as_text_one_with_a_voice(name, &model, &mut stt);
+    let (_, heard) = one_turn_as_text_and_with_a_voice(name, &model, &mut stt);
     assert!(
         heard.iter().any(|h| h.trim_start().starts_with("and we")),
         "{heard:?}"
@@ -779,12 +780,12 @@ fn a_speaker_who_goes_on_over_the_voices_first_words_is_one_turn_and_two_sentenc
     // not: heard with the pause cut, whisper runs the two commands into
     // one, and they are answered as one turn; with the speaker's own pause
     // it kept the stop, but cut 8 of 57 human sentences where 2 are now.)
-    each_sentence_its_own_turn_with_a_voice("ps-goforward+pv-cheetah-en-g1500", &model, &mut stt);
+    each_sentence_its_own_turn("ps-goforward+pv-cheetah-en-g1500", &model, &mut stt);
 }
 
-/// Each sentence of human pair `name` is its own turn with a voice that
-/// begins 400 ms after the words.
-fn each_sentence_its_own_turn_with_a_voice(
+/// Each sentence of human pair `name` is its own turn, as text and with
+/// a voice that begins 400 ms after the words.
+fn each_sentence_its_own_turn(
     name: &str,
     model: &SharedTurnModel,
     stt: &mut voxline_stt::SttEngine,
@@ -794,36 +795,47 @@ fn each_sentence_its_own_turn_with_a_voice(
         .into_iter()
         .find(|p| p.name == name)
         .expect("the pair");
-    let (turns, _, heard, _) = turns_whisper_hears(&pair.audio, model, stt, Some(400 * 16));
     let [(_, e1), (s2, _)] = pair.speech.map(|(a, b)| (a as u64, b as u64));
-    assert_eq!(turns.len(), 2, "{turns:?}, heard {heard:?}");
-    assert!(
-        turns[0].end + 3_200 >= e1 && turns[0].end < s2 && turns[1].start >= e1,
-        "each sentence its own turn: {turns:?}, heard {heard:?}"
-    );
+    for (how, voice) in [("as text", None), ("with a voice", Some(400 * 16))] {
+        let (turns, _, heard, _) = turns_whisper_hears(&pair.audio, model, stt, voice);
+        assert_eq!(turns.len(), 2, "{how}: {turns:?}, heard {heard:?}");
+        assert!(
+            turns[0].end + 3_200 >= e1 && turns[0].end < s2 && turns[1].start >= e1,
+            "{how}, each sentence its own turn: {turns:?}, heard {heard:?}"
+        );
+    }
 }
 
-/// Pause clip `name` is two turns as text and one with a voice that
-/// begins 400 ms after the words (the first token and the voice's first
-/// block on 2 cores), the first part shown and then taken back: what
-/// whisper heard as text, and with the voice.
-fn two_as_text_one_with_a_voice(
+/// Pause clip `name` is one turn as text and with a voice that begins
+/// 400 ms after the words (the first token and the voice's first block on
+/// 2 cores), the first part shown and then taken back: what whisper heard
+/// as text, and with the voice. (Until 2026-12-06, evening, a turn whose
+/// words read as a finished sentence was final as text once they were
+/// in, and each of these clips was two turns as text.)
+fn one_turn_as_text_and_with_a_voice(
     name: &str,
     model: &SharedTurnModel,
     stt: &mut voxline_stt::SttEngine,
 ) -> (Vec<String>, Vec<String>) {
     let clip = human_clip(name);
     let (start, end) = (clip.speech.0 as u64, clip.speech.1 as u64);
-    let (text, _, as_text, _) = turns_whisper_hears(&clip.audio, model, stt, None);
-    assert_eq!(text.len(), 2, "as text: {text:?}, heard {as_text:?}");
-    let (voiced, merged, heard, _) = turns_whisper_hears(&clip.audio, model, stt, Some(400 * 16));
-    assert_eq!(voiced.len(), 1, "with a voice: {voiced:?}, heard {heard:?}");
-    assert!(
-        voiced[0].start <= start + 3_200 && voiced[0].end + 3_200 >= end,
-        "the whole sentence: {voiced:?}, heard {heard:?}"
-    );
-    assert_eq!(merged.len(), 1, "the first part was shown, then taken back");
-    (as_text, heard)
+    let mut heard_as = Vec::new();
+    for (how, voice) in [("as text", None), ("with a voice", Some(400 * 16))] {
+        let (turns, merged, heard, _) = turns_whisper_hears(&clip.audio, model, stt, voice);
+        assert_eq!(turns.len(), 1, "{how}: {turns:?}, heard {heard:?}");
+        assert!(
+            turns[0].start <= start + 3_200 && turns[0].end + 3_200 >= end,
+            "{how}, the whole sentence: {turns:?}, heard {heard:?}"
+        );
+        assert_eq!(
+            merged.len(),
+            1,
+            "{how}: the first part was shown, then taken back"
+        );
+        heard_as.push(heard);
+    }
+    let heard = heard_as.pop().unwrap_or_default();
+    (heard_as.pop().unwrap_or_default(), heard)
 }
 
 #[test]
@@ -832,13 +844,12 @@ fn a_held_speaker_whom_whisper_hears_whole_as_one_sentence_is_one_turn_and_two_s
     // "Today only platforms 1 and 3 are used", with a second's pause after
     // "platform": whisper hears the part before it as "Today only
     // platform." and what followed as "Forms 1 and 3 are used.", two
-    // sentences by their own words. As text the first is final once its
-    // words are in (its answer shows from them), before the speaker goes
-    // on. With a voice that has not begun, the speaker is held; heard
-    // whole, whisper writes one sentence, so the turn is taken back.
+    // sentences by their own words, in before the speaker goes on. The
+    // speaker is held (as text, or with a voice that has not begun);
+    // heard whole, whisper writes one sentence, so the turn is taken back.
     let _g = util::engine_lock();
     let (model, mut stt) = (model(), whisper());
-    let (_, heard) = two_as_text_one_with_a_voice("pv-cheetah-en-p1000-1", &model, &mut stt);
+    let (_, heard) = one_turn_as_text_and_with_a_voice("pv-cheetah-en-p1000-1", &model, &mut stt);
     assert!(
         heard
             .iter()
@@ -847,24 +858,31 @@ fn a_held_speaker_whom_whisper_hears_whole_as_one_sentence_is_one_turn_and_two_s
     );
     // Two sentences a second apart, the second before the voice began:
     // held the same way, and heard whole they keep their stop.
-    each_sentence_its_own_turn_with_a_voice("ps-cards-003+ps-goforward-g1000", &model, &mut stt);
+    each_sentence_its_own_turn("ps-cards-003+ps-goforward-g1000", &model, &mut stt);
 }
 
 #[test]
 fn a_reader_whisper_hears_end_a_sentence_at_a_long_pause_is_heard_whole_without_it() {
     // "He was not an ill-disposed young man", with a second's pause after
     // "not": whisper hears "He was not." and "An ill-disposed young man?",
-    // and heard whole with the reader's pause it keeps the stop. With a
-    // voice that has not begun, the reader is held, and the turn and what
-    // followed are heard whole with the pause cut to 500 ms: one sentence,
-    // so the turn is taken back and answered whole (until 2026-12-06 it
-    // was two turns either way).
+    // and heard whole with the reader's pause it keeps the stop. The
+    // reader is held (as text, or with a voice that has not begun), and
+    // the turn and what followed are heard whole with the pause cut to
+    // 500 ms: one sentence, so the turn is taken back and answered whole
+    // (until 2026-12-06 it was two turns either way).
     let _g = util::engine_lock();
     let (model, mut stt) = (model(), whisper());
-    let (as_text, heard) = two_as_text_one_with_a_voice("lv-ss-0880-p1000-0", &model, &mut stt);
+    let (as_text, heard) =
+        one_turn_as_text_and_with_a_voice("lv-ss-0880-p1000-0", &model, &mut stt);
     assert!(
         as_text.iter().any(|h| h.trim() == "He was not."),
         "{as_text:?}"
+    );
+    assert!(
+        as_text
+            .iter()
+            .any(|h| voxline_audio::turn::heard_as_one("He was not.", h)),
+        "as text too: {as_text:?}"
     );
     assert!(
         heard

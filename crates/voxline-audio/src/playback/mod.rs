@@ -6,8 +6,10 @@
 //! - **cpal's audio callback** pops mono samples from a lock-free SPSC ring
 //!   ([`rtrb`]) and writes each to every channel of the device's format; an
 //!   empty ring plays silence. It never blocks, never allocates and never
-//!   takes a lock: everything it shares is an atomic. When it plays the
-//!   sample a *mark* points at, it stores the instant that sample reaches
+//!   takes a lock: everything it shares is an atomic or an SPSC ring. The
+//!   *marks* (positions in the played stream) reach it through a ring of
+//!   their own, pushed before their samples; as it pops the sample a mark
+//!   points at, it sends the mark back with the instant that sample reaches
 //!   the device (the stream's `playback` timestamp, mapped onto the session
 //!   clock through the one moment the callback reads both clocks). When
 //!   asked to [`interrupt`](Speaker::interrupt) it fades out over
@@ -23,7 +25,6 @@
 //! The stream itself lives on a thread of its own (`speaker`), which also
 //! reports each mark as it is played ([`Speaker::open`]'s `on_played`).
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -76,10 +77,6 @@ struct Shared {
     pushed: AtomicU64,
     /// Samples taken out of the ring (played, or dropped by an interrupt).
     taken: AtomicU64,
-    /// The sample (in `taken` counts) whose playback instant is wanted, + 1 (0: none).
-    mark: AtomicU64,
-    /// When the marked sample reaches the device, ns since the clock's origin, + 1 (0: not yet).
-    mark_played_ns: AtomicU64,
     /// Fade out, then drop what is queued.
     interrupt: AtomicBool,
     /// Fade out and play silence, keeping what is queued (until cleared).
@@ -101,6 +98,14 @@ use played::{PlayedRings, RawLevel, PLAYED_SECONDS};
 
 /// Buffers' levels the ring between the callback and the watcher holds.
 const LEVELS: usize = 4096;
+
+/// Marks the rings to and from the callback hold (one per answer begun:
+/// far more than can be queued in [`RING_SECONDS`]).
+const MARKS: usize = 256;
+
+/// A mark the callback played, and when it reached the device (ns since
+/// the clock's origin).
+type PlayedMark = (Mark, u64);
 
 /// A position in the played stream: the `n`th sample pushed, and what the
 /// caller calls it.
@@ -130,7 +135,7 @@ pub struct Speaker {
     format: SpeakerFormat,
     producer: rtrb::Producer<f32>,
     shared: Arc<Shared>,
-    marks: Arc<Mutex<VecDeque<Mark>>>,
+    marks: rtrb::Producer<Mark>,
     resampler: Option<(u32, StreamResampler)>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -207,14 +212,14 @@ impl Speaker {
         crate::quiet::silence_audio_libraries();
         let wanted = device.map(str::to_owned);
         let shared = Arc::new(Shared::default());
-        let marks: Arc<Mutex<VecDeque<Mark>>> = Arc::default();
+        let (marks, marks_out) = rtrb::RingBuffer::<Mark>::new(MARKS);
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
-        let (s, m, st) = (shared.clone(), marks.clone(), stop.clone());
+        let (s, st) = (shared.clone(), stop.clone());
         // the stream is built and kept on the thread that owns it
         let thread = std::thread::Builder::new()
             .name("speaker".into())
-            .spawn(move || speaker_thread(wanted, clock, s, m, st, on_played, ready_tx))
+            .spawn(move || speaker_thread(wanted, clock, s, marks_out, st, on_played, ready_tx))
             .map_err(|e| PlaybackError::CannotOpen {
                 device: device.unwrap_or("default").to_owned(),
                 reason: e.to_string(),
@@ -282,12 +287,15 @@ impl Speaker {
             r.process(samples, &mut out)?;
         }
         if let Some(tag) = mark {
+            // pushed before its samples: the callback sees it before it
+            // can pop the sample it points at
             let sample = self.shared.pushed.load(Ordering::Acquire);
-            let mut marks = self
-                .marks
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            marks.push_back(Mark { tag, sample });
+            if self.marks.push(Mark { tag, sample }).is_err() {
+                tracing::warn!(
+                    tag,
+                    "{MARKS} marks are waiting to play; this one is not reported"
+                );
+            }
         }
         let interrupted_at = self.shared.interrupts.load(Ordering::Acquire);
         let mut rest: &[f32] = &out;
@@ -454,7 +462,7 @@ fn speaker_thread(
     wanted: Option<String>,
     clock: Clock,
     shared: Arc<Shared>,
-    marks: Arc<Mutex<VecDeque<Mark>>>,
+    marks: rtrb::Consumer<Mark>,
     stop: Arc<AtomicBool>,
     mut on_played: OnPlayed,
     ready: std::sync::mpsc::SyncSender<Ready>,
@@ -479,9 +487,12 @@ fn speaker_thread(
         let (levels, levels_out) = rtrb::RingBuffer::<RawLevel>::new(LEVELS);
         let (played, played_out) =
             rtrb::RingBuffer::<f32>::new((config.sample_rate() * PLAYED_SECONDS) as usize);
+        let (played_marks, played_marks_out) = rtrb::RingBuffer::<PlayedMark>::new(MARKS);
         let stream_config: cpal::StreamConfig = config.into();
         let cb = Callback {
             consumer,
+            marks,
+            played_marks,
             shared: shared.clone(),
             clock,
             channels: usize::from(config.channels().max(1)),
@@ -505,50 +516,29 @@ fn speaker_thread(
         }
         .map_err(|e| cannot(&e))?;
         stream.play().map_err(|e| cannot(&e))?;
-        Ok((format, producer, (levels_out, played_out), stream))
+        Ok((
+            format,
+            producer,
+            (levels_out, played_out),
+            (stream, played_marks_out),
+        ))
     })();
-    let stream = match opened {
-        Ok((format, producer, rings, stream)) => {
+    let (stream, mut played_marks) = match opened {
+        Ok((format, producer, rings, kept)) => {
             if ready.send(Ok((format, producer, rings))).is_err() {
                 return;
             }
-            stream
+            kept
         }
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
         }
     };
-    let mut interrupts = 0;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(2));
-        let mut queue = marks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // the callback resolved the armed mark: report it
-        let played = shared.mark_played_ns.swap(0, Ordering::AcqRel);
-        if played != 0 {
-            shared.mark.store(0, Ordering::Release);
-            if let Some(m) = queue.pop_front() {
-                drop(queue);
-                on_played(m, clock.origin() + Duration::from_nanos(played - 1));
-                queue = marks
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-            }
-        }
-        // marks of audio an interrupt dropped never play
-        let now_interrupts = shared.interrupts.load(Ordering::Acquire);
-        if now_interrupts != interrupts {
-            interrupts = now_interrupts;
-            let taken = shared.taken.load(Ordering::Acquire);
-            queue.retain(|m| m.sample >= taken);
-            shared.mark.store(0, Ordering::Release);
-        }
-        if shared.mark.load(Ordering::Acquire) == 0 {
-            if let Some(m) = queue.front() {
-                shared.mark.store(m.sample + 1, Ordering::Release);
-            }
+        while let Ok((m, ns)) = played_marks.pop() {
+            on_played(m, clock.origin() + Duration::from_nanos(ns));
         }
     }
     drop(stream);
@@ -557,6 +547,11 @@ fn speaker_thread(
 /// The audio callback's state.
 struct Callback {
     consumer: rtrb::Consumer<f32>,
+    /// Marks to report, in order, each pushed before its sample.
+    marks: rtrb::Consumer<Mark>,
+    /// Marks played, with their instants, for the speaker's thread (one
+    /// is lost when nobody reads: never blocks).
+    played_marks: rtrb::Producer<PlayedMark>,
     shared: Arc<Shared>,
     clock: Clock,
     channels: usize,
@@ -580,9 +575,19 @@ impl Callback {
         data: &mut [T],
         info: &cpal::OutputCallbackInfo,
     ) {
-        let now = self.clock.now();
         let ts = info.timestamp();
         let latency = ts.playback.duration_since(ts.callback);
+        self.fill_at(data, self.clock.now(), latency);
+    }
+
+    /// [`fill`](Self::fill) for a buffer whose first sample reaches the
+    /// device `latency` after `now`.
+    fn fill_at<T: SizedSample + FromSample<f32>>(
+        &mut self,
+        data: &mut [T],
+        now: Instant,
+        latency: Duration,
+    ) {
         self.shared
             .latency_ns
             .store(latency.as_nanos() as u64, Ordering::Relaxed);
@@ -593,7 +598,6 @@ impl Callback {
             // already silent when paused: nothing to fade
             self.fade_left = Some(if self.level == 0 { 0 } else { fade_frames });
         }
-        let mark = self.shared.mark.load(Ordering::Acquire);
         let mut taken = self.shared.taken.load(Ordering::Acquire);
         let mut ran_dry = false;
         // the buffer's samples go to the watcher whole, or not at all
@@ -616,13 +620,18 @@ impl Callback {
             if self.fade_left != Some(0) && !held {
                 match self.consumer.pop() {
                     Ok(x) => {
-                        if mark != 0 && taken + 1 == mark {
+                        // every mark at (or, never expected, before) this sample
+                        while let Ok(&m) = self.marks.peek() {
+                            if m.sample > taken {
+                                break;
+                            }
+                            let _ = self.marks.pop();
                             let at = now
                                 + latency
                                 + Duration::from_secs_f64(i as f64 / f64::from(self.rate));
                             let ns =
                                 at.saturating_duration_since(self.clock.origin()).as_nanos() as u64;
-                            self.shared.mark_played_ns.store(ns + 1, Ordering::Release);
+                            let _ = self.played_marks.push((m, ns));
                         }
                         taken += 1;
                         s = x;
@@ -652,6 +661,10 @@ impl Callback {
                 chunk.commit_all();
             }
             taken += n as u64;
+            // marks of audio dropped never play
+            while self.marks.peek().is_ok_and(|m| m.sample < taken) {
+                let _ = self.marks.pop();
+            }
             self.shared.dropped.fetch_add(n as u64, Ordering::AcqRel);
             self.shared.interrupts.fetch_add(1, Ordering::AcqRel);
             self.fade_left = None;
@@ -686,4 +699,145 @@ where
         |e: cpal::Error| tracing::warn!(error = %e, "output stream error"),
         None,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RATE: u32 = 48_000;
+
+    /// A callback as the speaker's thread builds it, with the feeding
+    /// side's ends of its rings.
+    struct Rig {
+        cb: Callback,
+        samples: rtrb::Producer<f32>,
+        marks: rtrb::Producer<Mark>,
+        played: rtrb::Consumer<PlayedMark>,
+        pushed: u64,
+    }
+
+    impl Rig {
+        fn new() -> Self {
+            let (samples, consumer) = rtrb::RingBuffer::new(RATE as usize);
+            let (marks, marks_out) = rtrb::RingBuffer::new(MARKS);
+            let (played_marks, played) = rtrb::RingBuffer::new(MARKS);
+            let (levels, _) = rtrb::RingBuffer::new(LEVELS);
+            let (played_samples, _) = rtrb::RingBuffer::new(RATE as usize);
+            let cb = Callback {
+                consumer,
+                marks: marks_out,
+                played_marks,
+                shared: Arc::new(Shared::default()),
+                clock: Clock::start(),
+                channels: 1,
+                rate: RATE,
+                fade_left: None,
+                level: usize::MAX,
+                levels,
+                played: played_samples,
+            };
+            Self {
+                cb,
+                samples,
+                marks,
+                played,
+                pushed: 0,
+            }
+        }
+
+        /// What [`Speaker::play`] does: the mark first, then the block.
+        fn play(&mut self, n: usize, tag: u64) {
+            self.marks
+                .push(Mark {
+                    tag,
+                    sample: self.pushed,
+                })
+                .unwrap();
+            for _ in 0..n {
+                self.samples.push(0.5).unwrap();
+            }
+            self.pushed += n as u64;
+            self.cb.shared.pushed.store(self.pushed, Ordering::Release);
+        }
+
+        /// One buffer of `frames`, its first sample at the device at
+        /// `at_ms` on the session clock; the marks it played, with their
+        /// instants in ms.
+        fn buffer(&mut self, frames: usize, at_ms: u64) -> Vec<(u64, f64)> {
+            let mut data = vec![0.0f32; frames];
+            let origin = self.cb.clock.origin();
+            self.cb
+                .fill_at(&mut data, origin, Duration::from_millis(at_ms));
+            std::iter::from_fn(|| self.played.pop().ok())
+                .map(|(m, ns)| (m.tag, ns as f64 / 1e6))
+                .collect()
+        }
+    }
+
+    #[test]
+    fn each_mark_is_reported_once_at_the_instant_its_sample_plays() {
+        let mut rig = Rig::new();
+        // two short answers queued back to back, the second starting
+        // 240 samples (5 ms) into the first buffer
+        rig.play(240, 1);
+        rig.play(960, 2);
+        let got = rig.buffer(480, 100);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].0, 1);
+        assert!((got[0].1 - 100.0).abs() < 0.01, "{got:?}");
+        assert_eq!(got[1].0, 2);
+        assert!((got[1].1 - 105.0).abs() < 0.01, "{got:?}");
+        // nothing is reported twice
+        assert!(rig.buffer(480, 110).is_empty());
+    }
+
+    #[test]
+    fn a_mark_queued_while_the_device_plays_silence_is_reported_when_its_sample_plays() {
+        let mut rig = Rig::new();
+        assert!(rig.buffer(480, 0).is_empty());
+        // queued between two buffers, as a block that arrives while the
+        // ring is empty: the next buffer's first sample is the mark's
+        rig.play(100, 7);
+        let got = rig.buffer(480, 10);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!((got[0].1 - 10.0).abs() < 0.01, "{got:?}");
+        // and a later mark is not held up behind it
+        rig.play(100, 8);
+        let got = rig.buffer(480, 20);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![8]);
+    }
+
+    #[test]
+    fn a_paused_speaker_reports_its_mark_only_once_resumed() {
+        let mut rig = Rig::new();
+        rig.cb.shared.paused.store(true, Ordering::Release);
+        rig.buffer(480, 0);
+        rig.play(4800, 3);
+        assert!(rig.buffer(480, 10).is_empty());
+        rig.cb.shared.paused.store(false, Ordering::Release);
+        let got = rig.buffer(480, 20);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].1 >= 20.0, "{got:?}");
+    }
+
+    #[test]
+    fn an_interrupt_drops_the_marks_of_the_audio_it_drops_and_keeps_later_ones() {
+        let mut rig = Rig::new();
+        rig.play(480, 1);
+        rig.play(4800, 2);
+        rig.play(4800, 3);
+        let got = rig.buffer(480, 0);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![1]);
+        rig.cb.shared.interrupt.store(true, Ordering::Release);
+        // the fade plays (a few samples of answer 2), then the rest is dropped
+        let got = rig.buffer(480, 10);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![2]);
+        assert!(rig.buffer(480, 20).is_empty());
+        assert_eq!(rig.cb.marks.slots(), 0, "answer 3's mark is dropped");
+        // what is queued after the interrupt is reported again
+        rig.play(480, 4);
+        let got = rig.buffer(480, 30);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![4]);
+    }
 }

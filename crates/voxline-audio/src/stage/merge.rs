@@ -109,23 +109,10 @@ impl VadStage {
             .map(|r| (r.id, r.sent_at))
             .and_then(|(id, sent_at)| self.words_verdict(id, sent_at, pos, out));
         let words_on = self.words_on();
-        let final_on_words = self.final_on_words();
         let Some(r) = self.released.as_mut() else {
             return;
         };
         r.audio.extend_from_slice(part);
-        if words == Some(WordsVerdict::Complete) && r.held.is_none() && final_on_words {
-            // Its words are in, make a finished sentence, and its answer
-            // (text) shows from them: what the speaker says next is a new
-            // turn. Speech that resumed before that is held, and decides
-            // once it ends (`settle_held`).
-            tracing::debug!(
-                turn = r.id,
-                "its words make a finished sentence: the turn is final"
-            );
-            self.commit_released();
-            return;
-        }
         let origin = self.origin.unwrap_or(0);
         let open = self
             .endpointer
@@ -395,19 +382,6 @@ impl VadStage {
             turn = r.id,
             "speech went on within the merge window: the turn is taken back"
         );
-    }
-
-    /// Whether a turn whose words read as a finished sentence is final
-    /// once they are in. Without a voice, yes: the answer is text, shown as
-    /// it streams, and it begins from the words (the first token follows
-    /// them within a few hundred ms). With a voice the stage hears over
-    /// (barge-in on), the turn stays revocable for the whole merge window:
-    /// a speaker who goes on before the voice begins is held, not talked
-    /// over; one who goes on over its first words pauses it (barge-in); and
-    /// what they say decides, as in [`VadStage::settle_held`]. Taken back,
-    /// the voice stops and the turn is answered whole.
-    fn final_on_words(&self) -> bool {
-        self.barge.is_none()
     }
 
     /// Whether turn `id`'s answer has begun to play.
