@@ -24,7 +24,7 @@ const HEARD_WHOLE_PAUSE_MS: u64 = 500;
 
 use super::VadStage;
 use crate::turn::{
-    goes_on, goes_on_over_its_voice, heard_apart, heard_as_one, sentence_end, WordsVerdict,
+    asks, goes_on, goes_on_over_its_voice, heard_apart, heard_as_one, sentence_end, WordsVerdict,
 };
 
 /// A turn released early (see [`voxline_core::SpecBoard::release`]), while
@@ -254,7 +254,8 @@ impl VadStage {
             voiced,
             "does what followed go on?"
         );
-        on || self.heard_whole_goes_on(id, &before, unmarked, out)
+        // a question is final unless its words show more (`asks`)
+        on || (!asks(&before) && self.heard_whole_goes_on(id, &before, unmarked, out))
     }
 
     /// Whether whisper, hearing released turn `id` and the speech held

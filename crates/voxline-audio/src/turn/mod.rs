@@ -20,7 +20,7 @@ pub use features::{TurnFeatures, N_FRAMES, N_MELS, WINDOW_SAMPLES};
 use voxline_onnx::ort;
 use voxline_onnx::ort::value::Tensor;
 pub use words::{
-    goes_on, goes_on_over_its_voice, heard_apart, heard_as_one, sentence_end, WordsVerdict,
+    asks, goes_on, goes_on_over_its_voice, heard_apart, heard_as_one, sentence_end, WordsVerdict,
 };
 
 /// The end-of-turn model could not be loaded, or failed on a pause.

@@ -155,6 +155,18 @@ pub fn goes_on(before: &str, after: &str) -> bool {
     a_phrase_of_what_went_before(after)
 }
 
+/// Whether `before` asks a question: whisper ended it with a question
+/// mark. A question is a request of its own; what follows it goes on with
+/// it only if its words show that ([`goes_on`]), and is not heard whole
+/// with it to find out: that costs one more recognition (about 0.9 s
+/// before the next question's answer can begin on 2 cores), and of the
+/// pause clips none whose first part whisper ended with a question mark
+/// was one sentence heard whole.
+#[must_use]
+pub fn asks(before: &str) -> bool {
+    before.trim_end().ends_with('?')
+}
+
 /// As [`goes_on`], for speech that came over the turn's voice, where a
 /// wrong yes takes back an answer the user has begun to hear: only a
 /// clause that begins, in lower case, with a word that joins it to what
@@ -374,6 +386,14 @@ fn mark_at_the_pause(before: &str, whole: &str) -> Option<AtPause> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_question_mark_asks() {
+        assert!(super::asks("What time is it now? "));
+        assert!(!super::asks("He was not."));
+        assert!(!super::asks("What time is it"));
+        assert!(!super::asks(""));
+    }
+
     use super::{goes_on, heard_apart, heard_as_one, sentence_end, WordsVerdict};
 
     #[test]
