@@ -315,10 +315,17 @@ fn digits_only(t: &str) -> bool {
 /// for the door 7, 7, 3, 1. My number …"); where that word changed
 /// ("platform." against "platforms"), no sentence may end within a word
 /// of the count. A `whole` no longer than `before` (whisper stopped at
-/// the pause) is not one sentence.
+/// the pause) is not one sentence. Nor is a `whole` with no final mark
+/// anywhere that has the turn's last word unchanged ("7 of clubs go
+/// forward"): whisper, hearing a short clip, may leave out all its
+/// punctuation, which then shows nothing; that word heard otherwise
+/// ("Today only platforms 1 and 3") is whisper hearing it run on.
 #[must_use]
 pub fn heard_as_one(before: &str, whole: &str) -> bool {
-    mark_at_the_pause(before, whole) == Some(AtPause::RunsOn)
+    match mark_at_the_pause(before, whole) {
+        Some((AtPause::RunsOn, found)) => !found || whole.contains(['.', '?', '!']),
+        _ => false,
+    }
 }
 
 /// Whether whisper, hearing a turn and what followed it as one clip
@@ -331,7 +338,7 @@ pub fn heard_as_one(before: &str, whole: &str) -> bool {
 /// a pause rather than of an end.
 #[must_use]
 pub fn heard_apart(before: &str, whole: &str) -> bool {
-    mark_at_the_pause(before, whole) == Some(AtPause::Ends)
+    matches!(mark_at_the_pause(before, whole), Some((AtPause::Ends, _)))
 }
 
 /// What `whole` writes where `before` ended.
@@ -345,9 +352,10 @@ enum AtPause {
     Trails,
 }
 
-/// What `whole` writes at the place `before` ended (see [`heard_as_one`]);
-/// `None` when `whole` is no longer than `before`.
-fn mark_at_the_pause(before: &str, whole: &str) -> Option<AtPause> {
+/// What `whole` writes at the place `before` ended (see [`heard_as_one`]),
+/// and whether `before`'s last word is there unchanged; `None` when
+/// `whole` is no longer than `before`.
+fn mark_at_the_pause(before: &str, whole: &str) -> Option<(AtPause, bool)> {
     let plain = |w: &str| {
         w.trim_matches(|c: char| !c.is_alphanumeric())
             .to_lowercase()
@@ -372,15 +380,18 @@ fn mark_at_the_pause(before: &str, whole: &str) -> Option<AtPause> {
         .filter(|&i| words.get(i).is_some_and(|w| plain(w) == last))
         .min_by_key(|&i| i.abs_diff(n - 1));
     Some(match found {
-        Some(i) => mark(words[i]),
-        None => (n.saturating_sub(2)..=n)
-            .map(|i| mark(words[i]))
-            .max_by_key(|m| match m {
-                AtPause::Ends => 2,
-                AtPause::Trails => 1,
-                AtPause::RunsOn => 0,
-            })
-            .unwrap_or(AtPause::RunsOn),
+        Some(i) => (mark(words[i]), true),
+        None => (
+            (n.saturating_sub(2)..=n)
+                .map(|i| mark(words[i]))
+                .max_by_key(|m| match m {
+                    AtPause::Ends => 2,
+                    AtPause::Trails => 1,
+                    AtPause::RunsOn => 0,
+                })
+                .unwrap_or(AtPause::RunsOn),
+            false,
+        ),
     })
 }
 
@@ -404,6 +415,8 @@ mod tests {
                 "Today only platform.",
                 "Today only platforms 1 and 3 are used.",
             ),
+            // no mark anywhere, but the word at the pause heard otherwise
+            ("Today only platform.", "Today only platforms 1 and 3"),
             (
                 "And so, my fellow citizens.",
                 "And so, my fellow citizens ask not what your country can do for you.",
@@ -424,6 +437,8 @@ mod tests {
                 "Experience proves this. And Mr. John Dashwood had then leisure.",
             ),
             ("Why?", "Why? \"Because.\""),
+            // no mark anywhere: whisper wrote none, which shows nothing
+            ("7 of clubs.", "7 of clubs go forward"),
             // a word dropped, heard whole: the stop is found where it moved
             (
                 "The code for the door is 7, 7, 3, 1.",
