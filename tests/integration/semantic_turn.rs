@@ -776,17 +776,21 @@ fn a_speaker_who_goes_on_over_the_voices_first_words_is_one_turn_and_two_sentenc
     );
     // Two sentences 1.5 s apart, the second over the voice's first words:
     // held the same way, and heard whole (the pause cut to 500 ms) they
-    // keep their stop. ("7 of clubs." then "go forward 10 meters." does
-    // not: heard with the pause cut, whisper runs the two commands into
-    // one, and they are answered as one turn; with the speaker's own pause
-    // it kept the stop, but cut 8 of 57 human sentences where 2 are now.)
-    each_sentence_its_own_turn("ps-goforward+pv-cheetah-en-g1500", &model, &mut stt);
+    // keep their stop.
+    each_sentence_its_own_turn("ps-goforward+pv-cheetah-en-g1500", true, &model, &mut stt);
+    // "7 of clubs." then "Go forward ten meters." 1.2 s apart, as text:
+    // decided at the held speech's first pause, heard whole as "7 of clubs
+    // go forward", with no mark anywhere, which shows nothing; until
+    // 2026-12-06 (night) that read as one sentence, and the two were one
+    // turn. (With a voice they are still one: not yet understood.)
+    each_sentence_its_own_turn("ps-cards-003+ps-goforward-g1200", false, &model, &mut stt);
 }
 
-/// Each sentence of human pair `name` is its own turn, as text and with
-/// a voice that begins 400 ms after the words.
+/// Each sentence of human pair `name` is its own turn as text, and (with
+/// `voice`) with a voice that begins 400 ms after the words.
 fn each_sentence_its_own_turn(
     name: &str,
+    voice: bool,
     model: &SharedTurnModel,
     stt: &mut voxline_stt::SttEngine,
 ) {
@@ -796,7 +800,8 @@ fn each_sentence_its_own_turn(
         .find(|p| p.name == name)
         .expect("the pair");
     let [(_, e1), (s2, _)] = pair.speech.map(|(a, b)| (a as u64, b as u64));
-    for (how, voice) in [("as text", None), ("with a voice", Some(400 * 16))] {
+    let modes = [("as text", None), ("with a voice", Some(400 * 16))];
+    for (how, voice) in modes.into_iter().take(if voice { 2 } else { 1 }) {
         let (turns, _, heard, _) = turns_whisper_hears(&pair.audio, model, stt, voice);
         assert_eq!(turns.len(), 2, "{how}: {turns:?}, heard {heard:?}");
         assert!(
@@ -858,7 +863,7 @@ fn a_held_speaker_whom_whisper_hears_whole_as_one_sentence_is_one_turn_and_two_s
     );
     // Two sentences a second apart, the second before the voice began:
     // held the same way, and heard whole they keep their stop.
-    each_sentence_its_own_turn("ps-cards-003+ps-goforward-g1000", &model, &mut stt);
+    each_sentence_its_own_turn("ps-cards-003+ps-goforward-g1000", true, &model, &mut stt);
 }
 
 #[test]
