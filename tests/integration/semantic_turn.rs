@@ -782,7 +782,10 @@ fn a_speaker_who_goes_on_over_the_voices_first_words_is_one_turn_and_two_sentenc
     // decided at the held speech's first pause, heard whole as "7 of clubs
     // go forward", with no mark anywhere, which shows nothing; until
     // 2026-12-06 (night) that read as one sentence, and the two were one
-    // turn. (With a voice they are still one: not yet understood.)
+    // turn. (With a voice, which has begun by then, they are still one:
+    // speech over the voice is decided once it ends, and heard whole with
+    // the pause cut to 500 ms whisper writes "7 of clubs go forward 10
+    // meters.")
     each_sentence_its_own_turn("ps-cards-003+ps-goforward-g1200", false, &model, &mut stt);
 }
 
