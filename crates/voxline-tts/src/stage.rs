@@ -100,6 +100,11 @@ impl<V: TextToSpeech> TtsStage<V> {
                 let block = (rate * BLOCK_MS / 1000).max(1) as usize;
                 let text: Arc<str> = text.into();
                 for (i, b) in samples.chunks(block).enumerate() {
+                    // checked before each block: a chunk whose synthesis
+                    // ended as the user spoke over it is not given out
+                    if out.is_closed() || out.input_cancelled() {
+                        break;
+                    }
                     out.emit(VoiceOut::Audio(VoiceAudio {
                         id,
                         chunk,
@@ -108,9 +113,6 @@ impl<V: TextToSpeech> TtsStage<V> {
                         samples: b.into(),
                         text: (i == 0).then(|| text.clone()),
                     }));
-                    if out.is_closed() || out.input_cancelled() {
-                        break;
-                    }
                 }
                 Ok(())
             }
