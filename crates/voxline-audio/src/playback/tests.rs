@@ -1,0 +1,139 @@
+//! The callback's marks, driven without a device.
+
+use super::*;
+
+const RATE: u32 = 48_000;
+
+/// A callback as the speaker's thread builds it, with the feeding
+/// side's ends of its rings.
+struct Rig {
+    cb: Callback,
+    samples: rtrb::Producer<f32>,
+    marks: rtrb::Producer<Mark>,
+    played: rtrb::Consumer<PlayedMark>,
+    pushed: u64,
+}
+
+impl Rig {
+    fn new() -> Self {
+        let (samples, consumer) = rtrb::RingBuffer::new(RATE as usize);
+        let (marks, marks_out) = rtrb::RingBuffer::new(MARKS);
+        let (played_marks, played) = rtrb::RingBuffer::new(MARKS);
+        let (levels, _) = rtrb::RingBuffer::new(LEVELS);
+        let (played_samples, _) = rtrb::RingBuffer::new(RATE as usize);
+        let cb = Callback {
+            consumer,
+            marks: marks_out,
+            played_marks,
+            shared: Arc::new(Shared::default()),
+            clock: Clock::start(),
+            channels: 1,
+            rate: RATE,
+            fade_left: None,
+            level: usize::MAX,
+            levels,
+            played: played_samples,
+        };
+        Self {
+            cb,
+            samples,
+            marks,
+            played,
+            pushed: 0,
+        }
+    }
+
+    /// What [`Speaker::play`] does: the mark first, then the block.
+    fn play(&mut self, n: usize, tag: u64) {
+        self.marks
+            .push(Mark {
+                tag,
+                sample: self.pushed,
+            })
+            .unwrap();
+        for _ in 0..n {
+            self.samples.push(0.5).unwrap();
+        }
+        self.pushed += n as u64;
+        self.cb.shared.pushed.store(self.pushed, Ordering::Release);
+    }
+
+    /// One buffer of `frames`, its first sample at the device at
+    /// `at_ms` on the session clock; the marks it played, with their
+    /// instants in ms.
+    fn buffer(&mut self, frames: usize, at_ms: u64) -> Vec<(u64, f64)> {
+        let mut data = vec![0.0f32; frames];
+        let origin = self.cb.clock.origin();
+        self.cb
+            .fill_at(&mut data, origin, Duration::from_millis(at_ms));
+        std::iter::from_fn(|| self.played.pop().ok())
+            .map(|(m, ns)| (m.tag, ns as f64 / 1e6))
+            .collect()
+    }
+}
+
+#[test]
+fn each_mark_is_reported_once_at_the_instant_its_sample_plays() {
+    let mut rig = Rig::new();
+    // two short answers queued back to back, the second starting
+    // 240 samples (5 ms) into the first buffer
+    rig.play(240, 1);
+    rig.play(960, 2);
+    let got = rig.buffer(480, 100);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].0, 1);
+    assert!((got[0].1 - 100.0).abs() < 0.01, "{got:?}");
+    assert_eq!(got[1].0, 2);
+    assert!((got[1].1 - 105.0).abs() < 0.01, "{got:?}");
+    // nothing is reported twice
+    assert!(rig.buffer(480, 110).is_empty());
+}
+
+#[test]
+fn a_mark_queued_while_the_device_plays_silence_is_reported_when_its_sample_plays() {
+    let mut rig = Rig::new();
+    assert!(rig.buffer(480, 0).is_empty());
+    // queued between two buffers, as a block that arrives while the
+    // ring is empty: the next buffer's first sample is the mark's
+    rig.play(100, 7);
+    let got = rig.buffer(480, 10);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!((got[0].1 - 10.0).abs() < 0.01, "{got:?}");
+    // and a later mark is not held up behind it
+    rig.play(100, 8);
+    let got = rig.buffer(480, 20);
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![8]);
+}
+
+#[test]
+fn a_paused_speaker_reports_its_mark_only_once_resumed() {
+    let mut rig = Rig::new();
+    rig.cb.shared.paused.store(true, Ordering::Release);
+    rig.buffer(480, 0);
+    rig.play(4800, 3);
+    assert!(rig.buffer(480, 10).is_empty());
+    rig.cb.shared.paused.store(false, Ordering::Release);
+    let got = rig.buffer(480, 20);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].1 >= 20.0, "{got:?}");
+}
+
+#[test]
+fn an_interrupt_drops_the_marks_of_the_audio_it_drops_and_keeps_later_ones() {
+    let mut rig = Rig::new();
+    rig.play(480, 1);
+    rig.play(4800, 2);
+    rig.play(4800, 3);
+    let got = rig.buffer(480, 0);
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![1]);
+    rig.cb.shared.interrupt.store(true, Ordering::Release);
+    // the fade plays (a few samples of answer 2), then the rest is dropped
+    let got = rig.buffer(480, 10);
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![2]);
+    assert!(rig.buffer(480, 20).is_empty());
+    assert_eq!(rig.cb.marks.slots(), 0, "answer 3's mark is dropped");
+    // what is queued after the interrupt is reported again
+    rig.play(480, 4);
+    let got = rig.buffer(480, 30);
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![4]);
+}
