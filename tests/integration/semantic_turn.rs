@@ -686,6 +686,40 @@ fn a_synthetic_sentence_whisper_hears_go_on_after_its_comma_is_one_turn() {
 }
 
 #[test]
+fn one_word_heard_alone_before_the_speakers_next_pause_decides_nothing() {
+    // "I need eggs, | milk, bread, and a bag of rice." with a second's
+    // pause after "eggs": whisper writes the first part as "I need eggs.",
+    // and the speaker goes on. Heard alone, the one word before Piper's
+    // pause at the next comma ("milk,") came out as "No." or "Nope.", and
+    // heard whole as "I need eggs. Milk.": the turn was final, and the
+    // list cut in two (4 of 48 Piper pause clips). One word is too little
+    // to tell: the turn stays held until the next pause ("Milk, bread"),
+    // and is one.
+    let _g = util::engine_lock();
+    let (model, mut stt) = (model(), whisper());
+    let sentences = pauses::piper_sentences(&util::models_dir());
+    let corpus = pauses::corpus(&sentences);
+    for name in ["piper-1-p1000-1", "piper-1-p1500-1"] {
+        let clip = corpus
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no clip {name}"));
+        assert!(clip.text.starts_with("I need eggs"), "{}", clip.text);
+        let (turns, merged, heard, _) = turns_whisper_hears(&clip.audio, &model, &mut stt, None);
+        let (start, end) = (clip.speech.0 as u64, clip.speech.1 as u64);
+        assert_eq!(turns.len(), 1, "{name}: {turns:?}, heard {heard:?}");
+        assert!(
+            turns[0].start <= start + 3_200 && turns[0].end + 3_200 >= end,
+            "{name}: the whole sentence: {turns:?}, heard {heard:?}"
+        );
+        eprintln!(
+            "{name}: one turn, {} taken back, heard {heard:?}",
+            merged.len()
+        );
+    }
+}
+
+#[test]
 fn a_real_speaker_who_goes_on_after_a_pause_judged_unfinished_is_one_turn() {
     // A reader pauses a second inside "It was my reports from the north
     // which chiefly induced people | to buy": the model hears the pause

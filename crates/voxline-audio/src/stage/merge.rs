@@ -194,14 +194,23 @@ impl VadStage {
             .or_else(|| self.await_words(id, sent_at, out));
         let finished = verdict.is_some_and(WordsVerdict::may_hold);
         let unmarked = verdict == Some(WordsVerdict::Unmarked);
-        if finished && !self.held_goes_on(id, held_start, (unmarked, going_on), out) {
-            tracing::debug!(
-                turn = id,
-                "what followed does not go on with its words: the turn is final"
-            );
-            self.commit_released();
+        let on = if finished {
+            self.held_goes_on(id, held_start, (unmarked, going_on), out)
         } else {
-            self.merge(held_start, first, out);
+            Some(true)
+        };
+        match on {
+            Some(false) => {
+                tracing::debug!(
+                    turn = id,
+                    "what followed does not go on with its words: the turn is final"
+                );
+                self.commit_released();
+            }
+            Some(true) => self.merge(held_start, first, out),
+            // one word before the held speech's own pause: decided at its
+            // next pause, or its end
+            None => {}
         }
     }
 
@@ -213,30 +222,35 @@ impl VadStage {
     /// shown to go on; those with no final mark (`unmarked`) go on unless
     /// shown apart. With nothing to show, that is the answer. Over the
     /// turn's voice, held speech that has ended (not `going_on`) and reads
-    /// as a backchannel ("uh-huh", a cough) does not go on.
+    /// as a backchannel ("uh-huh", a cough) does not go on. `None`: too
+    /// little to tell yet, a single word heard alone before the held
+    /// speech's own pause (`going_on`) that does not go on by its words:
+    /// whisper, given one word, makes a sentence of its own of it ("Milk,"
+    /// after "I need eggs." heard as "No."), so the turn stays held until
+    /// the held speech's next pause or its end.
     fn held_goes_on(
         &mut self,
         id: UtteranceId,
         held_start: u64,
         (unmarked, going_on): (bool, bool),
         out: &mut Emitter<'_, Utterance>,
-    ) -> bool {
+    ) -> Option<bool> {
         let Some(p) = self.pending.filter(|p| p.start == held_start) else {
-            return unmarked;
+            return Some(unmarked);
         };
         self.await_words(p.id, p.sent_at, out);
         let Some((board, _)) = &self.spec else {
-            return unmarked;
+            return Some(unmarked);
         };
         let (Some(before), Some(after)) = (board.words(id), board.words(p.id)) else {
-            return unmarked;
+            return Some(unmarked);
         };
         let voiced = self.voice_begun(id);
         if voiced && !going_on && voxline_core::barge::backchannel(&after) {
             // a listener's word over the answer ("uh-huh", a cough): the
             // voice plays on, and the turn is final; speech that goes on
             // past it is no backchannel, whatever its first words
-            return false;
+            return Some(false);
         }
         // Over its voice the words must show more: what followed, heard
         // alone, may start in lower case though it is a sentence of its
@@ -254,8 +268,15 @@ impl VadStage {
             voiced,
             "does what followed go on?"
         );
+        if on {
+            return Some(true);
+        }
+        if going_on && after.split_whitespace().count() < 2 {
+            tracing::debug!(turn = id, after, "one word before its pause: held on");
+            return None;
+        }
         // a question is final unless its words show more (`asks`)
-        on || (!asks(&before) && self.heard_whole_goes_on(id, &before, unmarked, out))
+        Some(!asks(&before) && self.heard_whole_goes_on(id, &before, unmarked, out))
     }
 
     /// Whether whisper, hearing released turn `id` and the speech held
