@@ -987,6 +987,39 @@ fn two_sentences_a_second_apart_in_real_time_are_two_answered_turns() {
     }
 }
 
+/// Recordings replayed one after another are separate: an utterance whose
+/// pause the model judged unfinished waits up to 2 s for more, longer than
+/// replay's 1 s between recordings, and until 2026-12-06 the next
+/// recording's speech joined it ("1, 2, 3" said twice came out as one
+/// turn "3 1 2 3", which put 2.5 points on the pause corpus's WER). Now
+/// it ends with its recording: every turn's words are from one file.
+#[test]
+fn an_utterance_left_open_at_the_end_of_a_recording_ends_with_it() {
+    let _g = util::engine_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let clip = human_clip("sr-english-p600-1");
+    let first = dir.path().join("first.wav");
+    util::write_wav(&first, 16_000, &clip.audio);
+    let second = util::fixture("human/sr-english.wav");
+    let r = util::replay_report(
+        &["--quiet", "--pace", "fast", "--max-tokens", "8"],
+        &[&first, &second],
+        &dir.path().join("r.json"),
+    );
+    let turns = r["turns"].as_array().unwrap();
+    let of = |file: &std::path::Path| -> String {
+        turns
+            .iter()
+            .filter(|t| t["file"].as_str() == Some(&*file.to_string_lossy()))
+            .map(|t| t["transcript"].as_str().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let digits = |s: &str| s.chars().filter(char::is_ascii_digit).collect::<String>();
+    assert_eq!(digits(&of(&first)), "123", "{turns:?}");
+    assert_eq!(digits(&of(&second)), "123", "{turns:?}");
+}
+
 /// The clip of the pause corpus named `name`, made from the human
 /// recordings of the fixtures.
 fn human_clip(name: &str) -> pauses::PauseClip {

@@ -277,6 +277,35 @@ fn an_interrupted_answer_stays_in_the_conversation_as_what_was_heard() {
     stage.rollback(3).unwrap();
     stage.interrupted(3, "Sure");
     assert_eq!(stage.engine().history(), before.as_slice());
+    // The words that stop a voice go on to the language model at once, so
+    // the interruption may be heard of after the next turn was answered.
+    // That answer stays; the one before it keeps what was heard.
+    drive(&mut stage, [ask(4, "Tell me about the sun.")]).unwrap();
+    drive(&mut stage, [ask(5, "And the moon?")]).unwrap();
+    let answered = stage.engine().history().to_vec();
+    let n = answered.len();
+    stage.interrupted(4, "The sun");
+    let history = stage.engine().history();
+    assert_eq!(history[n - 2].1, voxline_llm::interrupted_answer("The sun"));
+    assert_eq!(history[n - 1], answered[n - 1], "the last answer stays");
+    // heard of while the next turn is an attempt, answered and then taken
+    // back: the conversation is rolled back to before the attempt, and
+    // keeps what was heard
+    stage.speculate(6);
+    drive(&mut stage, [ask(6, "Why?")]).unwrap();
+    stage.interrupted(5, "The moon");
+    assert_eq!(
+        stage.engine().history()[n - 1].1,
+        voxline_llm::interrupted_answer("The moon")
+    );
+    stage.rollback(6).unwrap();
+    let history = stage.engine().history();
+    assert_eq!(history.len(), n, "{history:?}");
+    assert_eq!(
+        history[n - 1].1,
+        voxline_llm::interrupted_answer("The moon")
+    );
+    assert_eq!(history[n - 2].1, voxline_llm::interrupted_answer("The sun"));
 }
 
 /// `--voice-out` beside the other outputs: `-` is a valid WAV on standard

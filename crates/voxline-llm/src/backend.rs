@@ -78,11 +78,13 @@ pub trait ChatBackend: 'static {
         true
     }
 
-    /// Barge-in: the last answer of the conversation becomes `answer` (what
-    /// the user heard of it, marked as interrupted), so the next turn
-    /// follows what was said. Default: the backend keeps what it generated.
-    fn amend_last_answer(&mut self, answer: &str) {
-        let _ = answer;
+    /// Barge-in: the answer `back` turns before the last one remembered
+    /// (0: the last) becomes `answer` (what the user heard of it, marked as
+    /// interrupted), so the next turn follows what was said; nothing when
+    /// fewer turns are remembered. Default: the backend keeps what it
+    /// generated.
+    fn amend_answer(&mut self, back: usize, answer: &str) {
+        let _ = (back, answer);
     }
 
     /// Thread adaptation, where the backend can: moves to the threads the
@@ -120,8 +122,8 @@ impl ChatBackend for LlmEngine {
         LlmEngine::rollback(self, checkpoint)
     }
 
-    fn amend_last_answer(&mut self, answer: &str) {
-        LlmEngine::amend_last_answer(self, answer);
+    fn amend_answer(&mut self, back: usize, answer: &str) {
+        LlmEngine::amend_answer(self, back, answer);
     }
 
     /// 0 when the model is on the GPU: its 1 host thread is not the

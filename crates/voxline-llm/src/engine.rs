@@ -292,13 +292,16 @@ impl LlmEngine {
         self.history.len()
     }
 
-    /// Replaces the last answer of the conversation with `answer` (barge-in:
-    /// what the user heard of it). The next turn's prompt then differs from
-    /// the cache from that answer on, and only that is evaluated again.
-    pub fn amend_last_answer(&mut self, answer: &str) {
-        if let Some((_, last)) = self.history.last_mut() {
-            answer.clone_into(last);
-        }
+    /// Replaces the answer `back` turns before the last (0: the last) with
+    /// `answer` (barge-in: what the user heard of it); nothing when the
+    /// conversation remembers fewer turns. The next turn's prompt then
+    /// differs from the cache from that answer on, and only that is
+    /// evaluated again.
+    pub fn amend_answer(&mut self, back: usize, answer: &str) {
+        let Some(i) = self.history.len().checked_sub(back + 1) else {
+            return;
+        };
+        answer.clone_into(&mut self.history[i].1);
     }
 
     /// Forgets the conversation (the system prompt stays cached).

@@ -82,13 +82,21 @@ impl voxline_core::StartStage for LlmStage {
 pub struct RunningLlmStage<B: ChatBackend> {
     backend: B,
     /// Speculative turns answered and not yet decided, each with the
-    /// conversation as it was before it.
-    checkpoints: Vec<(UtteranceId, B::Checkpoint)>,
+    /// conversation as it was before it (and the turns answered then).
+    checkpoints: Vec<(UtteranceId, B::Checkpoint, Vec<UtteranceId>)>,
     /// The backend could not adapt its threads before this call.
     adapt_failed: Option<crate::LlmError>,
-    /// The turn answered last (the one a barge-in can amend).
-    last_answered: Option<UtteranceId>,
+    /// The turns whose answers the conversation holds, oldest first (the
+    /// last [`REMEMBERED`]): where a barge-in's amendment goes.
+    answered: Vec<UtteranceId>,
+    /// The answers amended for a barge-in (the last [`REMEMBERED`]), made
+    /// again after a rollback to a conversation from before them.
+    amended: Vec<(UtteranceId, String)>,
 }
+
+/// How many answered turns, and amendments, the stage keeps track of: an
+/// interruption is heard of within a turn or two of its answer.
+const REMEMBERED: usize = 16;
 
 /// How an answer the user interrupted is kept in the conversation: what
 /// was heard of it, marked.
@@ -110,7 +118,8 @@ impl<B: ChatBackend> RunningLlmStage<B> {
             backend,
             checkpoints: Vec::new(),
             adapt_failed: None,
-            last_answered: None,
+            answered: Vec::new(),
+            amended: Vec::new(),
         }
     }
 
@@ -161,37 +170,52 @@ impl<B: ChatBackend> Stage for RunningLlmStage<B> {
 
     fn speculate(&mut self, id: UtteranceId) {
         if let Some(cp) = self.backend.checkpoint() {
-            self.checkpoints.push((id, cp));
+            self.checkpoints.push((id, cp, self.answered.clone()));
         }
     }
 
     fn rollback(&mut self, id: UtteranceId) -> Result<(), StageError> {
-        let Some(i) = self.checkpoints.iter().position(|(c, _)| *c == id) else {
+        let Some(i) = self.checkpoints.iter().position(|(c, ..)| *c == id) else {
             return Ok(());
         };
-        // what came after it is undone with it
-        let (_, cp) = self.checkpoints.swap_remove(i);
-        self.checkpoints.retain(|(c, _)| *c < id);
-        if self.last_answered.is_some_and(|a| a >= id) {
-            // its answer is gone: an interruption heard of it later amends nothing
-            self.last_answered = None;
-        }
+        // what came after it is undone with it; its answer is gone, so an
+        // interruption heard of it later amends nothing
+        let (_, cp, answered) = self.checkpoints.swap_remove(i);
+        self.checkpoints.retain(|(c, ..)| *c < id);
+        self.answered = answered;
         self.backend.rollback(cp).map_err(|e| {
             StageError::fatal(format!("rolling back cancelled turn {id}: {e}")).caused_by(e)
-        })
+        })?;
+        // the conversation is as it was before `id`: amendments heard of
+        // since, of the answers it still holds, are made again
+        for (turn, kept) in &self.amended {
+            if let Some(back) = self.answered.iter().rev().position(|a| a == turn) {
+                self.backend.amend_answer(back, kept);
+            }
+        }
+        Ok(())
     }
 
     fn commit(&mut self, id: UtteranceId) {
-        self.checkpoints.retain(|(c, _)| *c != id);
+        self.checkpoints.retain(|(c, ..)| *c != id);
     }
 
     /// The user spoke over the answer to `id`: the conversation keeps what
     /// was heard of it ([`interrupted_answer`]), not what was generated.
+    /// The interruption may be heard of after the next turn was answered
+    /// (the words that stopped the voice went on to the language model at
+    /// once): that answer stays, and the one before it is amended.
     fn interrupted(&mut self, id: UtteranceId, heard: &str) {
-        if self.last_answered == Some(id) {
-            let kept = interrupted_answer(heard);
-            self.backend.amend_last_answer(&kept);
-            tracing::info!(turn = %id, kept = %kept, "the conversation keeps what was heard of the answer");
+        let Some(back) = self.answered.iter().rev().position(|a| *a == id) else {
+            return;
+        };
+        let kept = interrupted_answer(heard);
+        self.backend.amend_answer(back, &kept);
+        tracing::info!(turn = %id, back, kept = %kept, "the conversation keeps what was heard of the answer");
+        self.amended.retain(|(t, _)| *t != id);
+        self.amended.push((id, kept));
+        if self.amended.len() > REMEMBERED {
+            self.amended.remove(0);
         }
     }
 
@@ -245,7 +269,10 @@ impl<B: ChatBackend> Stage for RunningLlmStage<B> {
             return Ok(());
         }
         let r = r.map_err(|e| StageError::turn(id, e.to_string()).caused_by(e))?;
-        self.last_answered = Some(id);
+        self.answered.push(id);
+        if self.answered.len() > REMEMBERED {
+            self.answered.remove(0);
+        }
         let server = r.server.clone();
         out.emit(LlmOut::Done(TurnComplete {
             id,

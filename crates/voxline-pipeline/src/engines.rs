@@ -182,11 +182,11 @@ impl ChatBackend for Chat {
         }
     }
 
-    fn amend_last_answer(&mut self, answer: &str) {
+    fn amend_answer(&mut self, back: usize, answer: &str) {
         match self {
-            Self::Llama(e) => ChatBackend::amend_last_answer(e, answer),
-            Self::Shared(e) => e.amend_last_answer(answer),
-            Self::Remote(e) => e.amend_last_answer(answer),
+            Self::Llama(e) => ChatBackend::amend_answer(e, back, answer),
+            Self::Shared(e) => e.amend_answer(back, answer),
+            Self::Remote(e) => e.amend_answer(back, answer),
         }
     }
 

@@ -334,8 +334,14 @@ impl ChatBackend for RemoteChat {
         false
     }
 
-    fn amend_last_answer(&mut self, answer: &str) {
-        if let Some(m) = self.history.last_mut().filter(|m| m.role == "assistant") {
+    fn amend_answer(&mut self, back: usize, answer: &str) {
+        if let Some(m) = self
+            .history
+            .iter_mut()
+            .rev()
+            .filter(|m| m.role == "assistant")
+            .nth(back)
+        {
             answer.clone_into(&mut m.content);
         }
     }
@@ -552,10 +558,23 @@ mod tests {
         said(&mut c, "one", "a");
         let cp = c.checkpoint().unwrap();
         said(&mut c, "two", "b long answer");
-        c.amend_last_answer("b [interrupted]");
+        c.amend_answer(0, "b [interrupted]");
         assert_eq!(c.history().last(), Some(&("assistant", "b [interrupted]")));
         c.rollback(cp).unwrap();
         assert_eq!(c.history(), [("user", "one"), ("assistant", "a")]);
         assert!(c.can_roll_back() && !c.computes_here());
+        // an answer before the last, and one past the conversation: nothing
+        said(&mut c, "two", "b");
+        c.amend_answer(1, "a [interrupted]");
+        c.amend_answer(2, "nothing");
+        assert_eq!(
+            c.history(),
+            [
+                ("user", "one"),
+                ("assistant", "a [interrupted]"),
+                ("user", "two"),
+                ("assistant", "b")
+            ]
+        );
     }
 }

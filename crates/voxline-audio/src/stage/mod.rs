@@ -570,6 +570,14 @@ impl Stage for VadStage {
                 let closed = self.endpointer.position() + origin;
                 self.close(seg, closed, out);
             }
+            // and an utterance still open ends with its recording: a pause
+            // judged unfinished waits up to `incomplete_ms` (2 s), longer
+            // than replay's 1 s between recordings, and the next one's
+            // speech would otherwise join it
+            if let Some(seg) = self.endpointer.end_utterance() {
+                let closed = self.endpointer.position() + origin;
+                self.close(seg, closed, out);
+            }
         }
         // Where the frame starts in the endpointer's count, and when it was captured.
         if self.recent.len() == RECENT_FRAMES {
