@@ -621,6 +621,16 @@ fn barge_run(voice: &str, db: Option<f64>, aec: bool, n: usize) -> Barge {
                     && l.contains(&format!("{heard} [interrupted]"))
             });
             b.kept += usize::from(kept);
+            if !kept {
+                let logged: Vec<&str> = err
+                    .lines()
+                    .filter(|l| l.contains("keeps what was heard"))
+                    .collect();
+                eprintln!(
+                    "{voice}: turn {}: {heard:?} not found kept; logged: {logged:?}",
+                    t["id"]
+                );
+            }
         }
         // the question asked over it: the next turn, answered
         let next = turns[i + 1..]

@@ -671,18 +671,30 @@ fn a_synthetic_sentence_whisper_hears_go_on_after_its_comma_is_one_turn() {
             .iter()
             .find(|s| s.text == text)
             .expect("a Piper sentence");
-        let (turns, merged, heard, _) = turns_whisper_hears(&s.audio, &model, &mut stt, None);
-        let (start, end) = (s.speech.0 as u64, s.speech.1 as u64);
-        assert_eq!(turns.len(), 1, "{text:?}: {turns:?}, heard {heard:?}");
-        assert!(
-            turns[0].start <= start + 3_200 && turns[0].end + 3_200 >= end,
-            "{text:?}: the whole sentence: {turns:?}, heard {heard:?}"
-        );
-        eprintln!(
-            "{text:?}: one turn, {} taken back, heard {heard:?}",
-            merged.len()
-        );
+        one_whole_turn(text, &s.audio, s.speech, &model, &mut stt);
     }
+}
+
+/// `audio` (what is said: `what`, its speech from sample `speech.0` to
+/// `speech.1`) is one turn, holding the whole sentence, as text.
+fn one_whole_turn(
+    what: &str,
+    audio: &[f32],
+    speech: (usize, usize),
+    model: &SharedTurnModel,
+    stt: &mut voxline_stt::SttEngine,
+) {
+    let (turns, merged, heard, _) = turns_whisper_hears(audio, model, stt, None);
+    let (start, end) = (speech.0 as u64, speech.1 as u64);
+    assert_eq!(turns.len(), 1, "{what:?}: {turns:?}, heard {heard:?}");
+    assert!(
+        turns[0].start <= start + 3_200 && turns[0].end + 3_200 >= end,
+        "{what:?}: the whole sentence: {turns:?}, heard {heard:?}"
+    );
+    eprintln!(
+        "{what:?}: one turn, {} taken back, heard {heard:?}",
+        merged.len()
+    );
 }
 
 #[test]
@@ -705,17 +717,7 @@ fn one_word_heard_alone_before_the_speakers_next_pause_decides_nothing() {
             .find(|c| c.name == name)
             .unwrap_or_else(|| panic!("no clip {name}"));
         assert!(clip.text.starts_with("I need eggs"), "{}", clip.text);
-        let (turns, merged, heard, _) = turns_whisper_hears(&clip.audio, &model, &mut stt, None);
-        let (start, end) = (clip.speech.0 as u64, clip.speech.1 as u64);
-        assert_eq!(turns.len(), 1, "{name}: {turns:?}, heard {heard:?}");
-        assert!(
-            turns[0].start <= start + 3_200 && turns[0].end + 3_200 >= end,
-            "{name}: the whole sentence: {turns:?}, heard {heard:?}"
-        );
-        eprintln!(
-            "{name}: one turn, {} taken back, heard {heard:?}",
-            merged.len()
-        );
+        one_whole_turn(name, &clip.audio, clip.speech, &model, &mut stt);
     }
 }
 
