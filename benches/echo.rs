@@ -537,6 +537,8 @@ fn barge_run(voice: &str, db: Option<f64>, aec: bool, n: usize) -> Barge {
     let clips = human();
     let session = Session::start(voice, db, aec, "120");
     let mut b = Barge::default();
+    // the voice's events, to tell what a slow barge-in did
+    let mut voiced: Vec<serde_json::Value> = Vec::new();
     for (name, _, _, path) in clips.iter().cycle().take(n) {
         session.pulse.play(&util::fixture("q_story.wav"));
         // what sounded before the story's answer is not its first sound
@@ -575,7 +577,11 @@ fn barge_run(voice: &str, db: Option<f64>, aec: bool, n: usize) -> Barge {
                 .events
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
             {
-                Ok(e) if e["type"] == "voice_interrupted" => stopped.extend(e["id"].as_u64()),
+                Ok(e) if e["type"] == "voice_interrupted" => {
+                    stopped.extend(e["id"].as_u64());
+                    voiced.push(e);
+                }
+                Ok(e) if e["type"] == "voice_resumed" => voiced.push(e),
                 Ok(e)
                     if e["type"] == "voice_ended"
                         && e["id"].as_u64().is_some_and(|id| !stopped.contains(&id)) =>
@@ -614,6 +620,15 @@ fn barge_run(voice: &str, db: Option<f64>, aec: bool, n: usize) -> Barge {
         if let Some(heard) = t["voice_heard"].as_str() {
             b.stopped += 1;
             b.latencies.extend(t["barge_in_ms"].as_f64());
+            if t["barge_in_ms"].as_f64().is_some_and(|ms| ms > 600.0) {
+                eprintln!(
+                    "{voice}: turn {}: barge-in {} ms, false interruptions {}, heard {heard:?}; its voice: {:?}",
+                    t["id"],
+                    t["barge_in_ms"],
+                    t["false_interruptions"],
+                    voiced.iter().filter(|e| e["id"] == t["id"]).collect::<Vec<_>>()
+                );
+            }
             // the conversation keeps what was heard, marked interrupted
             let kept = err.lines().any(|l| {
                 l.contains("the conversation keeps what was heard")
