@@ -605,6 +605,25 @@ fn barge_run(voice: &str, db: Option<f64>, aec: bool, n: usize) -> Barge {
     let (r, _, err, _) = session.end();
     let turns = r["turns"].as_array().cloned().unwrap_or_default();
     b.echoes = r["summary"]["echoes"].as_u64().unwrap_or(0);
+    if std::env::var_os("VOXLINE_BENCH_VERBOSE").is_some() {
+        for t in &turns {
+            let answer: String = t["response"]
+                .as_str()
+                .unwrap_or_default()
+                .chars()
+                .take(40)
+                .collect();
+            eprintln!(
+                "{voice}: turn {}: {:?} -> {answer:?} (heard {})",
+                t["id"], t["transcript"], t["voice_heard"]
+            );
+        }
+    }
+    // what was dropped as the assistant's own voice, to tell it from a
+    // question asked over the story
+    for l in err.lines().filter(|l| l.contains("own voice (echo)")) {
+        eprintln!("{voice}: dropped as echo: {l}");
+    }
     b.false_interruptions = r["summary"]["false_interruptions"].as_u64().unwrap_or(0);
     b.erle = r["live"]["voice_output"]["echo_cancellation"]["erle_db"].as_f64();
     for (i, t) in turns.iter().enumerate() {
