@@ -9,6 +9,9 @@ use voxline_core::{Clock, PipelineEvent, TimedEvent};
 
 use super::run::RunError;
 
+mod answers;
+use answers::{Answers, Sounded};
+
 /// One chunk of the voice queued on the device.
 struct Queued {
     turn: u64,
@@ -29,6 +32,9 @@ struct Queued {
 /// chunks whose playback began, and the turn is marked interrupted, which
 /// the runtime carries to every stage; the rest of the turn's audio still
 /// arriving is dropped here.
+///
+/// Each answer ends with `voice_ended` (played to its end) or
+/// `voice_interrupted`; [`Answers`] keeps which one is playing.
 #[derive(Clone)]
 pub(super) struct Voice {
     feed: Arc<Mutex<voxline_audio::Speaker>>,
@@ -37,9 +43,10 @@ pub(super) struct Voice {
     log: Arc<Mutex<VecDeque<Queued>>>,
     bus: Arc<Mutex<Option<voxline_core::EventBus>>>,
     pub(super) barge: voxline_core::BargeIn,
-    /// The last turn whose voice is complete (its `VoiceDone` came): until
-    /// then the answer is still being spoken, pauses between chunks included.
-    complete: Arc<Mutex<Option<u64>>>,
+    /// Which answers are complete (their `VoiceDone` came: until then an
+    /// answer is still being spoken, pauses between chunks included), and
+    /// one queued behind the answer playing.
+    answers: Arc<Mutex<Answers>>,
     /// The last turn whose first block was queued: the next turn's first
     /// block is marked (its `VoicePlayed`), whichever chunk it comes from
     /// (a first chunk that gave no audio, or failed, leaves none of its own).
@@ -58,19 +65,37 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Voice {
     pub(super) fn open(device: Option<&str>, clock: Clock) -> Result<Self, RunError> {
         let bus: Arc<Mutex<Option<voxline_core::EventBus>>> = Arc::default();
-        let publish = bus.clone();
+        let barge = voxline_core::BargeIn::new();
+        let answers: Arc<Mutex<Answers>> = Arc::default();
+        let (publish, turns, on) = (bus.clone(), barge.clone(), answers.clone());
         let speaker = voxline_audio::Speaker::open(
             device,
             clock,
             Box::new(move |mark, at| {
-                if let Some(b) = locked(&publish).as_ref() {
-                    b.publish(TimedEvent {
-                        at,
-                        event: PipelineEvent::engine_event(voxline_tts::VoicePlayed {
-                            id: mark.tag,
-                        }),
-                    });
+                let bus = locked(&publish);
+                let say = |event| {
+                    if let Some(b) = bus.as_ref() {
+                        b.publish(TimedEvent { at, event });
+                    }
+                };
+                let sounded = locked(&on).sounded(mark.tag);
+                match sounded {
+                    // stopped with the answer before it: it never played
+                    Sounded::Unheard => return,
+                    // it waited behind an answer, which ends here
+                    Sounded::Followed => {
+                        if let Some(before) = turns.playing().filter(|p| *p != mark.tag) {
+                            say(PipelineEvent::engine_event(voxline_tts::VoiceEnded {
+                                id: before,
+                            }));
+                        }
+                        turns.set_playing(Some(mark.tag));
+                    }
+                    Sounded::Began => {}
                 }
+                say(PipelineEvent::engine_event(voxline_tts::VoicePlayed {
+                    id: mark.tag,
+                }));
             }),
         )
         .map_err(RunError::Capture)?;
@@ -79,8 +104,8 @@ impl Voice {
             feed: Arc::new(Mutex::new(speaker)),
             log: Arc::default(),
             bus,
-            barge: voxline_core::BargeIn::new(),
-            complete: Arc::default(),
+            barge,
+            answers,
             marked: Arc::default(),
             stop: Arc::default(),
             watcher: Arc::default(),
@@ -115,7 +140,7 @@ impl Voice {
         let a = match item {
             voxline_tts::VoiceOut::Audio(a) => a,
             voxline_tts::VoiceOut::Done(d) => {
-                *locked(&self.complete) = Some(d.id);
+                locked(&self.answers).done(d.id);
                 return;
             }
         };
@@ -143,7 +168,10 @@ impl Voice {
                 a.id
             })
         };
-        self.barge.set_playing(Some(a.id));
+        let playing_now = locked(&self.answers).queued(a.id, self.barge.playing());
+        if playing_now {
+            self.barge.set_playing(Some(a.id));
+        }
         if let Err(e) = s.play(&a.samples, a.sample_rate, first) {
             tracing::warn!(error = %e, "the voice could not be played");
         }
@@ -188,8 +216,8 @@ impl Voice {
             }
             // an answer plays until all of it has been synthesised and played
             let playing = self.barge.playing();
-            if let Some(id) = playing
-                .filter(|p| Some(*p) == *locked(&self.complete) && !self.control.is_playing())
+            if let Some(id) =
+                playing.filter(|p| locked(&self.answers).ended(*p, self.control.is_playing()))
             {
                 self.barge.set_playing(None);
                 self.publish(Instant::now(), voxline_tts::VoiceEnded { id });
@@ -277,20 +305,28 @@ impl Voice {
                 .collect();
             let heard = heard.join(" ");
             self.barge.interrupt(id, heard.clone());
+            // an answer queued behind it is dropped with it, unheard
+            let unheard = locked(&self.answers).stopped();
+            if let Some(n) = unheard {
+                self.barge.interrupt(n, String::new());
+            }
             drop(feed);
-            break heard;
+            break (heard, unheard);
         };
         self.control.resume();
-        self.publish(
-            Instant::now().max(stopped),
-            voxline_tts::VoiceInterrupted {
-                id,
-                heard,
-                speech_start,
-                detected,
-                stopped,
-            },
-        );
+        let (heard, unheard) = heard;
+        for (id, heard) in std::iter::once((id, heard)).chain(unheard.map(|n| (n, String::new()))) {
+            self.publish(
+                Instant::now().max(stopped),
+                voxline_tts::VoiceInterrupted {
+                    id,
+                    heard,
+                    speech_start,
+                    detected,
+                    stopped,
+                },
+            );
+        }
     }
 
     fn publish(&self, at: Instant, event: impl voxline_core::EngineEvent + PartialEq) {
