@@ -422,6 +422,11 @@ impl Session {
             .status();
         let out = self.vox.wait_with_output().unwrap();
         let err = self.err_thread.join().unwrap();
+        if std::env::var_os("VOXLINE_BENCH_VERBOSE").is_some()
+            && std::env::var_os("VOXLINE_LOG").is_some()
+        {
+            eprintln!("{err}");
+        }
         let _ = self.rec.kill();
         let _ = self.rec.wait();
         assert_eq!(out.status.code(), Some(0), "{err}");

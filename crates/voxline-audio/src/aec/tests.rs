@@ -38,7 +38,8 @@ fn power(s: &[f32]) -> f64 {
 /// buffer's and each frame's instant is off by up to `jitter_ms` either
 /// way, as devices report them.
 /// Returns the canceller's output, the echo alone and the
-/// near speech alone as heard, the meter, and the barge-in state it told.
+/// near speech alone as heard, the meter, the barge-in state it told (the
+/// voice's levels as played included), and the instant of sample 0.
 fn through_the_room(
     far: &[f32],
     near: &[f32],
@@ -53,6 +54,7 @@ fn through_the_room(
     Vec<f32>,
     AecMeter,
     voxline_core::BargeIn,
+    Instant,
 ) {
     let len = (far.len() + 32_000).max((near_at * 16_000.0) as usize + near.len() + 8_000);
     let mut echo = vec![0.0f32; len + 16_000];
@@ -100,7 +102,12 @@ fn through_the_room(
     for (n, chunk) in mic.chunks(320).enumerate() {
         let start = n * 320;
         while pushed < start + 320 + ahead {
-            reference.push(at(pushed), &played[pushed..pushed + BLOCK], 16_000);
+            let block = &played[pushed..pushed + BLOCK];
+            let when = at(pushed);
+            reference.push(when, block, 16_000);
+            // the output's watcher reports each buffer's level too
+            let ms = block.iter().map(|x| x * x).sum::<f32>() / BLOCK as f32;
+            guard.played(when, Duration::from_millis(10), ms);
             pushed += BLOCK;
         }
         let frame = AudioFrame {
@@ -129,7 +136,7 @@ fn through_the_room(
     }
     assert_eq!(out.len(), mic.len());
     assert!(out_frames[0].new_recording);
-    (out, echo, speech, meter, guard)
+    (out, echo, speech, meter, guard, t0 + Duration::from_secs(1))
 }
 
 /// The voice (`q_story.wav`) through the room at −6 dB, 60 ms, then 1 s
@@ -141,7 +148,7 @@ fn voice_then_person(jitter_ms: u64) -> (f64, f64, AecMeter, voxline_core::Barge
     let far = fixture("q_story.wav");
     let near = fixture("human/arctic-a0024.wav");
     let near_at = far.len() as f64 / 16_000.0 + 1.0;
-    let (out, echo, speech, meter, guard) = through_the_room(
+    let (out, echo, speech, meter, guard, _) = through_the_room(
         &far,
         &near,
         near_at,
@@ -192,10 +199,10 @@ fn a_person_speaking_over_the_voice_is_heard_through_it() {
     let near = fixture("human/arctic-a0024.wav");
     let silent = vec![0.0; far.len()];
     // the person starts 2 s into the voice's answer (it has converged)
-    let (alone, _, _, _, _) =
+    let (alone, _, _, _, _, _) =
         through_the_room(&silent, &near, 2.0, 1.0, (60, 60), AecOptions::default(), 0);
     for gain in [2.0f32, 4.0] {
-        let (out, echo, speech, _, _) =
+        let (out, echo, speech, _, _, _) =
             through_the_room(&far, &near, 2.0, gain, (60, 60), AecOptions::default(), 0);
         let span = 32_000..32_000 + near.len().min(far.len() - 32_000);
         let before = db(power(&speech[span.clone()]) / power(&echo[span.clone()]));
@@ -230,7 +237,7 @@ fn an_echo_whose_delay_moves_by_hundreds_of_ms_is_followed() {
         .collect();
     let near = fixture("human/arctic-a0024.wav");
     let near_at = far.len() as f64 / 16_000.0 + 1.0;
-    let (out, echo, _, meter, _) = through_the_room(
+    let (out, echo, _, meter, _, _) = through_the_room(
         &far,
         &near,
         near_at,
@@ -300,8 +307,9 @@ fn with_headphones_a_person_over_the_voices_first_second_is_heard_as_they_are() 
             *n += q;
         }
         let opts = AecOptions::default();
-        let (alone, _, _, _, _) = through_the_room(&silent, &near, 0.0, 0.0, (60, 60), opts, 0);
-        let (out, _, _, meter, guard) = through_the_room(&far, &near, 0.0, 0.0, (60, 60), opts, 0);
+        let (alone, _, _, _, _, _) = through_the_room(&silent, &near, 0.0, 0.0, (60, 60), opts, 0);
+        let (out, _, _, meter, guard, _) =
+            through_the_room(&far, &near, 0.0, 0.0, (60, 60), opts, 0);
         let first = at + onset..at + onset + 300 * 16;
         let kept = db(power(&out[first.clone()]) / power(&alone[first]));
         let whole = at + onset..at + question.len();
@@ -324,7 +332,7 @@ fn with_headphones_a_person_over_the_voices_first_second_is_heard_as_they_are() 
     }
     let mut near = hiss(far.len() + 16_000);
     near.truncate(far.len());
-    let (_, _, _, meter, _) =
+    let (_, _, _, meter, _, _) =
         through_the_room(&far, &near, 0.0, 0.0316, (60, 60), AecOptions::default(), 0);
     let s = meter.summary();
     assert_eq!(
@@ -332,4 +340,51 @@ fn with_headphones_a_person_over_the_voices_first_second_is_heard_as_they_are() 
         (0, 1),
         "{s:?}"
     );
+}
+
+/// A person's one word over the voice through a loudspeaker at −6 dB
+/// ("one", from `sr-english`), once the canceller has converged. The
+/// microphone's level before the canceller follows the voice (the echo is
+/// most of what it heard), but what the canceller let through is the
+/// person's: not echo. The same stretch without the word, the canceller's
+/// trace of the voice alone, is.
+#[test]
+fn a_word_over_the_voice_is_the_persons_once_the_echo_is_taken_out() {
+    use voxline_core::barge::ECHO_MIN_LIKENESS;
+    let far = fixture("q_story.wav").repeat(2);
+    let one = fixture("human/sr-english.wav")[..9_600].to_vec();
+    let at = 4 * 16_000;
+    // the utterance the VAD would cut: the word, 200 ms before, 300 ms after
+    let (from, to) = (at - 3_200, at + one.len() + 4_800);
+    let opts = AecOptions::default();
+    let (out, echo, speech, _, guard, origin) =
+        through_the_room(&far, &one, 4.0, 0.5, (60, 60), opts, 0);
+    let end = origin + Duration::from_secs_f64(to as f64 / 16_000.0);
+    let person = guard.echo_likeness(&out[from..to], end).unwrap();
+    // the microphone's level alone, as when no canceller reports it
+    let by_level = voxline_core::BargeIn::new();
+    for (i, block) in far.chunks(BLOCK).enumerate() {
+        let ms = block.iter().map(|x| x * x).sum::<f32>() / block.len() as f32;
+        by_level.played(
+            origin + Duration::from_millis(10 * i as u64),
+            Duration::from_millis(10),
+            ms,
+        );
+    }
+    let mic: Vec<f32> = echo[from..to]
+        .iter()
+        .zip(&speech[from..to])
+        .map(|(e, s)| e + s)
+        .collect();
+    let level = by_level.echo_likeness(&mic, end).unwrap();
+    let (trace, _, _, _, guard, origin) = through_the_room(&far, &[], 4.0, 0.5, (60, 60), opts, 0);
+    let end = origin + Duration::from_secs_f64(to as f64 / 16_000.0);
+    let voice = guard.echo_likeness(&trace[from..to], end).unwrap();
+    eprintln!("a word over the voice: {person:.3} (by the microphone's level {level:.3}); the voice alone: {voice:.3}");
+    assert!(
+        level >= ECHO_MIN_LIKENESS,
+        "the microphone follows the voice: {level:.3}"
+    );
+    assert!(person < ECHO_MIN_LIKENESS, "the person's word: {person:.3}");
+    assert!(voice >= ECHO_MIN_LIKENESS, "the voice's trace: {voice:.3}");
 }

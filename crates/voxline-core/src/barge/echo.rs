@@ -29,6 +29,13 @@ pub const ECHO_MAX_LAG: Duration = Duration::from_millis(500);
 /// sounds line up with a level by chance more easily).
 pub const ECHO_MIN_LIKENESS: f32 = 0.85;
 
+/// How much of what the microphone heard an echo canceller must have taken
+/// out for what is left to be its trace of the voice alone, judged by the
+/// level before it. Through PulseAudio it took 52-61 dB out of the voice's
+/// echo (`cargo bench --bench echo`); a person speaking over the echo
+/// keeps their own level, a few dB under what the microphone heard.
+pub const ECHO_TAKEN_DB: f32 = 20.0;
+
 /// The fewest frames (20 ms) the levels are compared over: a shorter sound
 /// lines up with the voice by chance.
 const ECHO_MIN_FRAMES: usize = 25;
@@ -53,6 +60,13 @@ fn correlation(a: &[f32], b: &[f32]) -> Option<f32> {
     }
     // a level that moves by under 1 dB is no pattern to follow
     (aa / n > 1.0 && bb / n > 1.0).then(|| ab / (aa * bb).sqrt())
+}
+
+/// The mean power of levels in dB, in dB.
+fn mean_db(levels: &[f32]) -> f32 {
+    let mean =
+        levels.iter().map(|l| 10f32.powf(l / 10.0)).sum::<f32>() / levels.len().max(1) as f32;
+    10.0 * (mean + 1e-9).log10()
 }
 
 impl BargeIn {
@@ -162,9 +176,16 @@ impl BargeIn {
     /// of the heard level with the played level, frame by frame (20 ms, in
     /// dB). `None` when the voice did not play over it (no variation to
     /// compare with). Echo scores near 1; the user speaking over the voice
-    /// does not follow its level, and scores low. Where an echo canceller
-    /// reported the microphone's level before it ([`BargeIn::heard_raw`]),
-    /// that level is compared instead of the samples'.
+    /// does not follow its level, and scores low.
+    ///
+    /// Where an echo canceller reported the microphone's level before it
+    /// ([`BargeIn::heard_raw`]), that level is what follows the voice. When
+    /// the canceller took nearly all of it out ([`ECHO_TAKEN_DB`] or more),
+    /// the samples are only its trace of the voice, and the level before it
+    /// decides. Otherwise something else was heard too: the likeness is the
+    /// lower of the two, so a person's word over a loud echo (the level
+    /// before the canceller following the voice, theirs not) is theirs,
+    /// while an echo the canceller failed on follows the voice in both.
     #[must_use]
     pub fn echo_likeness(&self, samples: &[f32], end: Instant) -> Option<f32> {
         let frame =
@@ -178,12 +199,11 @@ impl BargeIn {
             samples.len() as f64 / f64::from(crate::SAMPLE_RATE),
         ))?;
         let db = |ms: f32| 10.0 * (ms + 1e-9).log10();
-        let heard: Vec<f32> = self.raw_levels(start, n).unwrap_or_else(|| {
-            samples
-                .chunks_exact(frame)
-                .map(|c| db(c.iter().map(|x| x * x).sum::<f32>() / frame as f32))
-                .collect()
-        });
+        let own: Vec<f32> = samples
+            .chunks_exact(frame)
+            .map(|c| db(c.iter().map(|x| x * x).sum::<f32>() / frame as f32))
+            .collect();
+        let raw = self.raw_levels(start, n);
         // the played level on the same grid, reaching back by the longest lag
         let lags = (ECHO_MAX_LAG.as_millis() / ECHO_FRAME.as_millis()) as usize;
         let origin = start.checked_sub(ECHO_MAX_LAG)?;
@@ -217,9 +237,20 @@ impl BargeIn {
             .map(|(e, c)| db(if *c > 0.0 { (e / c) as f32 } else { 0.0 }))
             .collect();
         // the mic hears at frame k what played at bin k + lags - lag
-        (0..=lags)
-            .filter_map(|lag| correlation(&heard, &played[lags - lag..lags - lag + n]))
-            .reduce(f32::max)
+        let likeness = |heard: &[f32]| {
+            (0..=lags)
+                .filter_map(|lag| correlation(heard, &played[lags - lag..lags - lag + n]))
+                .reduce(f32::max)
+        };
+        let Some(raw) = raw else {
+            return likeness(&own);
+        };
+        let before = likeness(&raw)?;
+        if mean_db(&raw) - mean_db(&own) >= ECHO_TAKEN_DB {
+            return Some(before);
+        }
+        // a level that follows nothing (flat) is not the voice
+        Some(before.min(likeness(&own).unwrap_or(0.0)))
     }
 
     /// Whether `text`, heard in audio from `start` to `end`, is the
@@ -340,5 +371,8 @@ mod tests {
         }
         let raw = b.echo_likeness(&residual, end).unwrap();
         assert!(raw > 0.9, "echo before the canceller: {raw}");
+        // a canceller that failed: the echo is all still there
+        let failed = b.echo_likeness(&heard, end).unwrap();
+        assert!(failed > 0.9, "echo the canceller left: {failed}");
     }
 }

@@ -84,6 +84,10 @@ impl Voice {
                     Sounded::Unheard => return,
                     // it waited behind an answer, which ends here
                     Sounded::Followed => {
+                        tracing::debug!(
+                            turn = mark.tag,
+                            "an answer that waited behind another begins"
+                        );
                         if let Some(before) = turns.playing().filter(|p| *p != mark.tag) {
                             say(PipelineEvent::engine_event(voxline_tts::VoiceEnded {
                                 id: before,
@@ -171,6 +175,8 @@ impl Voice {
         let playing_now = locked(&self.answers).queued(a.id, self.barge.playing());
         if playing_now {
             self.barge.set_playing(Some(a.id));
+        } else if first.is_some() {
+            tracing::debug!(turn = a.id, "queued behind the answer playing");
         }
         if let Err(e) = s.play(&a.samples, a.sample_rate, first) {
             tracing::warn!(error = %e, "the voice could not be played");
@@ -183,6 +189,7 @@ impl Voice {
         while !self.stop.load(Ordering::Acquire) {
             std::thread::sleep(std::time::Duration::from_millis(2));
             if let Some(r) = self.barge.take_request() {
+                tracing::debug!(ask = ?r.ask, playing = ?self.barge.playing(), "barge-in request");
                 if let Some(id) = self.barge.playing() {
                     match r.ask {
                         voxline_core::barge::Ask::Hold => {
@@ -304,6 +311,12 @@ impl Voice {
                 .map(|q| q.text.to_string())
                 .collect();
             let heard = heard.join(" ");
+            tracing::debug!(
+                turn = id,
+                tries,
+                fed = feed.is_some(),
+                "the answer is stopped"
+            );
             self.barge.interrupt(id, heard.clone());
             // an answer queued behind it is dropped with it, unheard
             let unheard = locked(&self.answers).stopped();
