@@ -274,31 +274,51 @@ struct Live {
 }
 
 /// Waits until an answer has played to its end or was stopped (the event
-/// log's `voice_ended` or `voice_interrupted`), then until the voice's sink
-/// has been silent for a second; false when no answer ended within 60 s.
-/// The ids of the turns transcribed meanwhile go to `turns`.
+/// log's `voice_ended` or `voice_interrupted`), and every turn transcribed
+/// meanwhile has been answered too (a one-word first turn stopped by the
+/// rest of what the speaker said, "one … two, three", is followed by the
+/// whole of it), then until the voice's sink has been silent for a second;
+/// false when no answer ended within 60 s. The ids of the turns
+/// transcribed meanwhile go to `turns`.
 fn answer_played(
     events: &std::sync::mpsc::Receiver<serde_json::Value>,
     heard: &std::sync::mpsc::Receiver<(Instant, Vec<u8>)>,
     turns: &mut Vec<u64>,
 ) -> bool {
-    answer_ended(events, heard, turns, &["voice_ended", "voice_interrupted"])
-}
-
-/// [`answer_played`], ended by one of the event types `until`.
-fn answer_ended(
-    events: &std::sync::mpsc::Receiver<serde_json::Value>,
-    heard: &std::sync::mpsc::Receiver<(Instant, Vec<u8>)>,
-    turns: &mut Vec<u64>,
-    until: &[&str],
-) -> bool {
     let deadline = Instant::now() + Duration::from_secs(60);
+    // the turns transcribed whose answer has not ended yet
+    let mut open = std::collections::HashSet::new();
+    let mut any = false;
     let ended = loop {
-        match events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(e) if until.iter().any(|u| e["type"] == *u) => break true,
-            Ok(e) if e["type"] == "transcript" => turns.extend(e["id"].as_u64()),
-            Ok(_) => {}
+        if any && open.is_empty() {
+            break true;
+        }
+        let e = match events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(e) => e,
             Err(_) => break false,
+        };
+        let id = e["id"].as_u64();
+        match e["type"].as_str().unwrap_or_default() {
+            "voice_ended" | "voice_interrupted" => {
+                any = true;
+                open.remove(&id.unwrap_or_default());
+            }
+            "transcript" => {
+                turns.extend(id);
+                // an annotation (noise, echo, a backchannel) is answered by nothing
+                if !e["text"].as_str().unwrap_or_default().starts_with('[') {
+                    open.extend(id);
+                }
+            }
+            // taken back into the next turn, failed, or answered with
+            // nothing to say
+            "turn_merged" | "turn_error" => {
+                open.remove(&id.unwrap_or_default());
+            }
+            "turn_complete" if e["response"].as_str().is_some_and(str::is_empty) => {
+                open.remove(&id.unwrap_or_default());
+            }
+            _ => {}
         }
     };
     quiet_for(heard, Duration::from_secs(1), deadline);

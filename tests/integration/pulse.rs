@@ -181,9 +181,15 @@ pub(crate) fn speaking_live(
         .client(&mut vox)
         .env("PULSE_SINK", "voxout")
         // the default filter, and what the conversation keeps after a barge-in
+        // (and, for a closer look, what VOXLINE_LOG adds)
         .env(
             "VOXLINE_LOG",
-            "warn,voxline_core=error,voxline_audio=error,voxline_llm=info,voxline_stt::stage=debug,llama-cpp-2=off,whisper_rs=off,symphonia=off",
+            [
+                "warn,voxline_core=error,voxline_audio=error,voxline_llm=info,voxline_stt::stage=debug,llama-cpp-2=off,whisper_rs=off,symphonia=off",
+                &std::env::var("VOXLINE_LOG").unwrap_or_default(),
+            ]
+            .join(",")
+            .trim_end_matches(','),
         )
         .arg("live")
         // espeak-ng for 90 s at most, unless the test says otherwise

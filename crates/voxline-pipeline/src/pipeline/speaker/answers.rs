@@ -27,6 +27,10 @@ pub(super) struct Answers {
     /// A turn that was queued behind one stopped: its mark, reported when
     /// the device next plays, is no beginning.
     unheard: Option<u64>,
+    /// The answer being stopped: from the moment the stop begins, none of
+    /// its blocks is queued any more (the sink's next block would hold the
+    /// device's feed the stop needs).
+    halting: Option<u64>,
 }
 
 /// What the first sample of a turn's answer sounding means.
@@ -84,14 +88,22 @@ impl Answers {
         !device_playing && self.next.is_none() && self.complete.contains(&playing)
     }
 
-    /// The answer playing is stopped: the one queued behind it, which never
-    /// sounded, is stopped with it.
-    pub(super) fn stopped(&mut self) -> Option<u64> {
+    /// Turn `id`'s answer, playing, is being stopped: nothing more of it is
+    /// queued, and the one queued behind it, which never sounded, is stopped
+    /// with it (returned).
+    pub(super) fn halt(&mut self, id: u64) -> Option<u64> {
+        self.halting = Some(id);
         let next = self.next.take();
         if next.is_some() {
             self.unheard = next;
         }
         next
+    }
+
+    /// Whether turn `id`'s answer is being stopped, or was stopped before
+    /// it sounded: its blocks are not queued.
+    pub(super) fn halted(&self, id: u64) -> bool {
+        self.halting == Some(id) || self.unheard == Some(id)
     }
 }
 
@@ -143,11 +155,13 @@ mod tests {
         let mut a = Answers::default();
         assert!(a.queued(1, None));
         assert!(!a.queued(2, Some(1)));
-        assert_eq!(a.stopped(), Some(2));
-        assert_eq!(a.stopped(), None);
+        assert_eq!(a.halt(1), Some(2));
+        assert!(a.halted(1) && a.halted(2), "no more blocks of either");
+        assert_eq!(a.halt(1), None);
         // its mark, reported late, is not a turn beginning
         assert_eq!(a.sounded(2), Sounded::Unheard);
         assert_eq!(a.sounded(3), Sounded::Began);
+        assert!(!a.halted(3));
     }
 
     #[test]

@@ -148,7 +148,7 @@ impl Voice {
                 return;
             }
         };
-        if self.barge.is_interrupted(a.id) {
+        if self.barge.is_interrupted(a.id) || locked(&self.answers).halted(a.id) {
             // the user spoke over it: what is still coming is not played
             return;
         }
@@ -279,6 +279,9 @@ impl Voice {
         silent: Option<Instant>,
     ) {
         let dropped_before = self.control.dropped();
+        // no block of it (or of one queued behind it) is queued from now:
+        // the sink lets go of the feed once the one it pushes is dropped
+        let unheard = locked(&self.answers).halt(id);
         // silent first, so nothing plays while what is queued is dropped
         self.control.pause();
         let stopped = silent.unwrap_or_else(|| Instant::now() + self.control.output_latency());
@@ -319,15 +322,13 @@ impl Voice {
             );
             self.barge.interrupt(id, heard.clone());
             // an answer queued behind it is dropped with it, unheard
-            let unheard = locked(&self.answers).stopped();
             if let Some(n) = unheard {
                 self.barge.interrupt(n, String::new());
             }
             drop(feed);
-            break (heard, unheard);
+            break heard;
         };
         self.control.resume();
-        let (heard, unheard) = heard;
         for (id, heard) in std::iter::once((id, heard)).chain(unheard.map(|n| (n, String::new()))) {
             self.publish(
                 Instant::now().max(stopped),
