@@ -84,6 +84,12 @@ impl Callback {
                 self.level as f32 / fade_frames as f32
             };
             let held = paused && self.level == 0 && gain == 0.0;
+            if held && self.fade_left.is_some() {
+                // the pause's fade has silenced it: a drop's own fade is
+                // over too (it counts only samples played, and a held
+                // answer plays none)
+                self.fade_left = Some(0);
+            }
             if self.fade_left != Some(0) && !held {
                 match self.consumer.pop() {
                     Ok(x) => {

@@ -137,3 +137,26 @@ fn an_interrupt_drops_the_marks_of_the_audio_it_drops_and_keeps_later_ones() {
     let got = rig.buffer(480, 30);
     assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![4]);
 }
+
+/// A stop pauses the answer and drops what is queued at once, while it
+/// sounds: the pause's fade and the drop's end together, and the drop is
+/// done within the next buffers (it waited for a resume that never came,
+/// and a stop took 2.4 s live).
+#[test]
+fn a_stop_while_the_answer_sounds_drops_what_is_queued_at_once() {
+    let mut rig = Rig::new();
+    rig.play(48_000, 1);
+    rig.buffer(480, 0);
+    let before = rig.cb.shared.interrupts.load(Ordering::Acquire);
+    rig.cb.shared.paused.store(true, Ordering::Release);
+    rig.cb.shared.interrupt.store(true, Ordering::Release);
+    for k in 1..4 {
+        rig.buffer(480, 10 * k);
+    }
+    assert_eq!(
+        rig.cb.shared.interrupts.load(Ordering::Acquire),
+        before + 1,
+        "the drop is done"
+    );
+    assert_eq!(rig.cb.consumer.slots(), 0, "nothing is left queued");
+}
