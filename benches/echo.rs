@@ -273,11 +273,12 @@ struct Live {
     delay: Option<i64>,
 }
 
-/// Waits until an answer has played to its end or was stopped (the event
-/// log's `voice_ended` or `voice_interrupted`), and every turn transcribed
-/// meanwhile has been answered too (a one-word first turn stopped by the
-/// rest of what the speaker said, "one … two, three", is followed by the
-/// whole of it), then until the voice's sink has been silent for a second;
+/// Called once the question has played: waits until an answer has played
+/// to its end or was stopped (the event log's `voice_ended` or
+/// `voice_interrupted`, after the question: an answer stopped while it
+/// still played was to its first words, "one … two, three"), and every
+/// turn transcribed meanwhile has been answered too, then until the
+/// voice's sink has been silent for a second;
 /// false when no answer ended within 60 s. The ids of the turns
 /// transcribed meanwhile go to `turns`.
 fn answer_played(
@@ -289,18 +290,23 @@ fn answer_played(
     // the turns transcribed whose answer has not ended yet
     let mut open = std::collections::HashSet::new();
     let mut any = false;
+    // what came while the question played, then what comes after it
+    let mut during: std::collections::VecDeque<_> = events.try_iter().collect();
     let ended = loop {
         if any && open.is_empty() {
             break true;
         }
-        let e = match events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(e) => e,
-            Err(_) => break false,
+        let (e, after) = match during.pop_front() {
+            Some(e) => (e, false),
+            None => match events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(e) => (e, true),
+                Err(_) => break false,
+            },
         };
         let id = e["id"].as_u64();
         match e["type"].as_str().unwrap_or_default() {
             "voice_ended" | "voice_interrupted" => {
-                any = true;
+                any |= after;
                 open.remove(&id.unwrap_or_default());
             }
             "transcript" => {
