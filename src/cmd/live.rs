@@ -257,6 +257,12 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
                 fig(a.erle_db),
                 a.delay_ms.map_or("-".to_owned(), |d| format!("{d} ms")),
             );
+            if a.far_end_back_ms > 0 {
+                eprintln!(
+                    "voxline: echo cancellation: the echo came later than the devices report their playback; the canceller read the voice {} ms further back",
+                    a.far_end_back_ms
+                );
+            }
         }
     }
     finish_report(&rep, report_out.as_ref(), args.out.quiet)?;

@@ -14,6 +14,7 @@
 //! the lead covers a device that reports its playback a little late, so
 //! the echo never comes before its reference.
 
+mod delay;
 mod path;
 mod reference;
 
@@ -24,6 +25,7 @@ use sonora::config::{EchoCanceller, HighPassFilter, NoiseSuppression, NoiseSuppr
 use sonora::{AudioProcessing, Config, StreamConfig};
 use voxline_core::{AudioFrame, Emitter, Stage, StageError, StageId};
 
+use delay::CoarseDelay;
 use path::{EchoPath, Heard};
 pub use reference::EchoReference;
 
@@ -102,6 +104,10 @@ pub struct AecSummary {
     /// Times the far end was moved because the devices' instants drifted
     /// from it (see the stage).
     pub realignments: u64,
+    /// How far behind where the devices' instants place it the far end is
+    /// read (ms), when the echo came later than AEC3 searches: 0 unless
+    /// they misreport by ~400 ms or more.
+    pub far_end_back_ms: i64,
     /// Stretches of the voice (answers) the microphone did not hear at
     /// all (headphones): the canceller stood aside for them, so the person
     /// speaking over the voice was heard as they were.
@@ -190,6 +196,10 @@ pub struct AecStage {
     drift: f64,
     /// Whether the microphone hears the voice at all, stretch by stretch.
     path: EchoPath,
+    /// An echo further behind than AEC3 searches, found by the levels.
+    coarse: CoarseDelay,
+    /// The far end as placed, for its level.
+    placed: [f32; BLOCK],
     /// The last second's verdict on AEC3 (it took the voice out), and
     /// whether the echo guard was told otherwise since, for a stretch
     /// without an echo path.
@@ -239,6 +249,8 @@ impl AecStage {
             cursor: None,
             drift: 0.0,
             path: EchoPath::default(),
+            coarse: CoarseDelay::default(),
+            placed: [0.0; BLOCK],
             converged: false,
             stood_aside: false,
         }
@@ -278,6 +290,12 @@ impl AecStage {
             std::thread::sleep(Duration::from_millis(1));
         }
         self.reference.read_index(cursor, &mut self.far);
+        let back = self.coarse.back_blocks() * BLOCK as i64;
+        if back == 0 {
+            self.placed = self.far;
+        } else {
+            self.reference.read_index(cursor + back, &mut self.placed);
+        }
         self.cursor = Some(needed);
         self.cancel(block, captured)
     }
@@ -291,10 +309,14 @@ impl AecStage {
     /// `REALIGN_AFTER` on average (two devices' clocks drifting, the sound
     /// server's buffering changing), or by more than `REALIGN_AT_ONCE` at
     /// one block (the output restarted).
+    ///
+    /// An echo further behind than AEC3 finds moves the far end back
+    /// ([`CoarseDelay`]): it is placed that much earlier.
     fn align(&mut self, captured: Instant) {
         let Some(ideal) = self.reference.index_at(captured + LEAD) else {
             return;
         };
+        let ideal = ideal - (self.coarse.back_blocks() * BLOCK as i64) as f64;
         let Some(cursor) = self.cursor else {
             self.cursor = Some(ideal.round() as i64);
             return;
@@ -324,6 +346,7 @@ impl AecStage {
         // the voice sounds in the block: above -60 dBFS
         let loud = far > 1e-6;
         let heard = self.path.block(far, raw);
+        self.coarse.block(mean_square(&self.placed), raw);
         if heard == Heard::Absent {
             // no echo path in this stretch of the voice: nothing to take
             // out, and AEC3 would take the person down while it learns that
@@ -372,9 +395,24 @@ impl AecStage {
                 let e = m.erle();
                 m.erle.extend(e);
                 (m.loud, m.energy_in, m.energy_out) = (0, 0.0, 0.0);
-                self.converged = e.is_some_and(|e| e >= CONVERGED_DB);
+                let was =
+                    std::mem::replace(&mut self.converged, e.is_some_and(|e| e >= CONVERGED_DB));
                 if let Some(g) = &self.guard {
                     g.set_echo_cancelled(self.converged);
+                }
+                // two seconds of the voice heard and not taken out: is the
+                // echo further behind than AEC3 looks?
+                if !was && !self.converged && heard == Heard::Present {
+                    if let Some(moved) = self.coarse.not_converged() {
+                        if let Some(c) = self.cursor.as_mut() {
+                            *c -= moved * BLOCK as i64;
+                        }
+                        m.summary.far_end_back_ms = self.coarse.back_blocks() * 10;
+                        tracing::info!(
+                            back_ms = self.coarse.back_blocks() * 10,
+                            "aec: the echo comes later than the canceller looks: the far end is read further back"
+                        );
+                    }
                 }
             }
         }

@@ -177,6 +177,10 @@ fn the_loudspeakers_echo_is_taken_out_and_the_person_is_kept() {
     assert!(guard.echo_cancelled());
     // the lead (40 ms) and the room's 60 ms
     assert!(s.delay_ms.is_some_and(|d| (80..=130).contains(&d)), "{s:?}");
+    assert_eq!(
+        s.far_end_back_ms, 0,
+        "an echo AEC3 finds leaves the far end where it is"
+    );
     let far = fixture("q_story.wav");
     let sounding = far
         .chunks(BLOCK)
@@ -387,4 +391,46 @@ fn a_word_over_the_voice_is_the_persons_once_the_echo_is_taken_out() {
     );
     assert!(person < ECHO_MIN_LIKENESS, "the person's word: {person:.3}");
     assert!(voice >= ECHO_MIN_LIKENESS, "the voice's trace: {voice:.3}");
+}
+
+/// The echo comes far later than AEC3 searches (~400 ms): 60 ms behind
+/// the voice, then 700 ms or 1.2 s (a device misreporting its playback by
+/// that much). The levels place it, the far end is read that much further
+/// back, and the echo is taken out again within seconds.
+#[test]
+fn an_echo_later_than_the_canceller_searches_is_found_by_its_level() {
+    // (AEC3 alone: 400 ms is followed, 500 ms and more take out 1-3 dB)
+    let story = fixture("q_story.wav");
+    let far: Vec<f32> = std::iter::repeat_n(story.iter(), 6)
+        .flatten()
+        .copied()
+        .collect();
+    let near = fixture("human/arctic-a0024.wav");
+    let near_at = far.len() as f64 / 16_000.0 + 1.0;
+    for late in [700, 1_200] {
+        let (out, echo, _, meter, _, _) = through_the_room(
+            &far,
+            &near,
+            near_at,
+            0.5,
+            (60, late),
+            AecOptions::default(),
+            0,
+        );
+        let half = far.len() / 2;
+        let erle = |from: usize, to: usize| db(power(&echo[from..to]) / power(&out[from..to]));
+        let s = meter.summary();
+        let (first, last) = (erle(24_000, half), erle(far.len() - 4 * 16_000, far.len()));
+        eprintln!(
+            "echo 60 ms, then {late} ms behind: ERLE {first:.1} dB, {last:.1} dB in the last 4 s; {s:?}"
+        );
+        assert!(first >= 20.0 && last >= 20.0, "{first:.1}, {last:.1} dB");
+        // read back by the delay (with the lead and the reflection), less
+        // the ~100 ms left for AEC3 to find
+        assert!(
+            (s.far_end_back_ms - (late as i64 - 45)).abs() <= 30,
+            "{} ms back",
+            s.far_end_back_ms
+        );
+    }
 }

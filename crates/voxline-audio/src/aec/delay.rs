@@ -1,0 +1,195 @@
+//! An echo further behind its far end than AEC3 searches.
+//!
+//! AEC3's delay estimator finds the echo up to ~400 ms behind the far end
+//! it is handed (the `aec` tests: 400 ms is followed, from 500 ms on it
+//! takes out 1–3 dB). The far end is placed by the devices' instants, so
+//! the sound server's buffering is mostly in them already; what is left is
+//! what the devices misreport (a Bluetooth speaker's own buffer, a sound
+//! server under load reporting late). [`CoarseDelay`] finds that from the
+//! levels alone: while the canceller fails to converge on an echo it can
+//! hear, the microphone's level, block by block, is correlated with the far
+//! end's level as placed, over lags up to [`MAX_LAG_BLOCKS`]; a clear match
+//! outside AEC3's range moves the far end back by it, leaving AEC3 the
+//! usual ~100 ms to find.
+
+use std::collections::VecDeque;
+
+/// The longest echo delay searched, behind where the instants place the
+/// far end (10 ms blocks): 1.5 s.
+pub const MAX_LAG_BLOCKS: usize = 150;
+
+/// The microphone's levels compared (10 ms blocks): 2 s.
+const WINDOW_BLOCKS: usize = 200;
+
+/// The correlation of the levels from which a lag is the echo's.
+const MIN_LIKENESS: f32 = 0.7;
+
+/// The delay AEC3 is left to find behind the far end handed to it, when
+/// the far end is moved (10 ms blocks): it found 64–80 ms through
+/// PulseAudio with the far end as placed.
+const LEFT_FOR_AEC3_BLOCKS: i64 = 10;
+
+/// The delays AEC3 finds by itself behind the far end it is handed (10 ms
+/// blocks): it followed an echo 455 ms behind (400 ms, the lead and a
+/// reflection), and not one 555 ms behind.
+const AEC3_FINDS_BLOCKS: i64 = 48;
+
+/// The far end's and the microphone's levels, block by block, and how far
+/// back the far end is read.
+#[derive(Debug, Default)]
+pub(super) struct CoarseDelay {
+    /// (far end as placed, microphone before the canceller), in dB.
+    levels: VecDeque<(f32, f32)>,
+    /// Blocks the far end is read behind where it is placed.
+    back: i64,
+}
+
+fn db(mean_square: f32) -> f32 {
+    10.0 * (mean_square + 1e-10).log10()
+}
+
+impl CoarseDelay {
+    /// One block: the far end's level where the instants place it, and the
+    /// microphone's before the canceller (mean squares).
+    pub(super) fn block(&mut self, far: f32, mic: f32) {
+        self.levels.push_back((db(far), db(mic)));
+        while self.levels.len() > WINDOW_BLOCKS + MAX_LAG_BLOCKS {
+            self.levels.pop_front();
+        }
+    }
+
+    /// Blocks the far end is read behind where it is placed.
+    pub(super) fn back_blocks(&self) -> i64 {
+        self.back
+    }
+
+    /// The echo's lag behind the far end as placed (blocks) and how well
+    /// the levels match there; `None` without enough of them, or when the
+    /// far end's level hardly moves.
+    fn lag(&self) -> Option<(usize, f32)> {
+        if self.levels.len() < WINDOW_BLOCKS + MAX_LAG_BLOCKS {
+            return None;
+        }
+        let (far, mic): (Vec<f32>, Vec<f32>) = self.levels.iter().copied().unzip();
+        let heard = &mic[MAX_LAG_BLOCKS..];
+        (0..=MAX_LAG_BLOCKS)
+            .filter_map(|lag| {
+                let played = &far[MAX_LAG_BLOCKS - lag..MAX_LAG_BLOCKS - lag + WINDOW_BLOCKS];
+                correlation(heard, played).map(|c| (lag, c))
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// The canceller did not converge on an echo the microphone hears:
+    /// where the levels place the echo outside what AEC3 finds, the far end
+    /// is moved back by it. Returns the blocks it moved (positive: further
+    /// back), if it did.
+    pub(super) fn not_converged(&mut self) -> Option<i64> {
+        let (lag, likeness) = self.lag()?;
+        if likeness < MIN_LIKENESS {
+            return None;
+        }
+        // what AEC3 has to find behind the far end it is handed
+        let left = lag as i64 - self.back;
+        if (0..=AEC3_FINDS_BLOCKS).contains(&left) {
+            return None;
+        }
+        let back = (lag as i64 - LEFT_FOR_AEC3_BLOCKS).max(0);
+        let moved = back - self.back;
+        self.back = back;
+        (moved != 0).then_some(moved)
+    }
+}
+
+/// Pearson's correlation; `None` when either hardly moves (under 1 dB).
+fn correlation(a: &[f32], b: &[f32]) -> Option<f32> {
+    let n = a.len().min(b.len()) as f32;
+    let (ma, mb) = (a.iter().sum::<f32>() / n, b.iter().sum::<f32>() / n);
+    let (mut ab, mut aa, mut bb) = (0.0f32, 0.0f32, 0.0f32);
+    for (x, y) in a.iter().zip(b) {
+        ab += (x - ma) * (y - mb);
+        aa += (x - ma) * (x - ma);
+        bb += (y - mb) * (y - mb);
+    }
+    (aa / n > 1.0 && bb / n > 1.0).then(|| ab / (aa * bb).sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A voice's level, block by block: syllables and pauses.
+    fn voice(n: usize, seed: u32, rate: f32, phrase: usize) -> Vec<f32> {
+        let mut seed = seed;
+        (0..n)
+            .map(|i| {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                let syllable = ((i as f32) * rate).sin().max(0.0);
+                let pause = if (i / phrase) % 3 == 2 { 0.0 } else { 1.0 };
+                1e-6 + 0.01 * syllable * pause * (0.5 + (seed % 100) as f32 / 100.0)
+            })
+            .collect()
+    }
+
+    fn heard_behind(far: &[f32], lag: usize) -> CoarseDelay {
+        let mut d = CoarseDelay::default();
+        for i in 0..far.len() {
+            let echo = if i >= lag { 0.25 * far[i - lag] } else { 0.0 };
+            d.block(far[i], 1e-7 + echo);
+        }
+        d
+    }
+
+    #[test]
+    fn an_echo_far_behind_moves_the_far_end_back_by_it() {
+        let far = voice(600, 0x2545_f491, 0.21, 70);
+        // 700 ms behind: the far end is read 600 ms back, 100 ms left
+        let mut d = heard_behind(&far, 70);
+        assert_eq!(d.not_converged(), Some(60));
+        assert_eq!(d.back_blocks(), 60);
+        // found again, it stays
+        assert_eq!(d.not_converged(), None);
+        // 1.2 s behind
+        let mut d = heard_behind(&far, 120);
+        assert_eq!(d.not_converged(), Some(110));
+    }
+
+    #[test]
+    fn an_echo_within_aec3s_reach_is_left_to_it() {
+        let far = voice(600, 0x2545_f491, 0.21, 70);
+        let mut d = heard_behind(&far, 8);
+        assert_eq!(d.not_converged(), None);
+        assert_eq!(d.back_blocks(), 0);
+    }
+
+    #[test]
+    fn the_far_end_comes_forward_again_when_the_echo_does() {
+        let far = voice(600, 0x2545_f491, 0.21, 70);
+        let mut d = heard_behind(&far, 70);
+        assert_eq!(d.not_converged(), Some(60));
+        // the buffering shrank: the echo is 100 ms behind the placed far
+        // end, before the far end now handed
+        let mut again = heard_behind(&far, 10);
+        again.back = d.back;
+        assert_eq!(again.not_converged(), Some(-60));
+        d.back = again.back;
+        assert_eq!(d.back_blocks(), 0);
+    }
+
+    #[test]
+    fn what_does_not_follow_the_far_end_moves_nothing() {
+        let far = voice(600, 0x2545_f491, 0.21, 70);
+        // a person talking, not the voice
+        let other = voice(600, 0x9e37_79b9, 0.13, 45);
+        let mut d = CoarseDelay::default();
+        for (i, f) in far.iter().enumerate() {
+            d.block(*f, other[i]);
+        }
+        assert_eq!(d.not_converged(), None);
+        // too little heard yet
+        let mut d = heard_behind(&far[..300], 70);
+        assert_eq!(d.not_converged(), None);
+    }
+}
