@@ -14,6 +14,8 @@
 
 use std::collections::VecDeque;
 
+use voxline_core::barge::level_correlation;
+
 /// The longest echo delay searched, behind where the instants place the
 /// far end (10 ms blocks): 1.5 s.
 pub const MAX_LAG_BLOCKS: usize = 150;
@@ -75,7 +77,7 @@ impl CoarseDelay {
         (0..=MAX_LAG_BLOCKS)
             .filter_map(|lag| {
                 let played = &far[MAX_LAG_BLOCKS - lag..MAX_LAG_BLOCKS - lag + WINDOW_BLOCKS];
-                correlation(heard, played).map(|c| (lag, c))
+                level_correlation(heard, played).map(|c| (lag, c))
             })
             .max_by(|a, b| a.1.total_cmp(&b.1))
     }
@@ -99,19 +101,6 @@ impl CoarseDelay {
         self.back = back;
         (moved != 0).then_some(moved)
     }
-}
-
-/// Pearson's correlation; `None` when either hardly moves (under 1 dB).
-fn correlation(a: &[f32], b: &[f32]) -> Option<f32> {
-    let n = a.len().min(b.len()) as f32;
-    let (ma, mb) = (a.iter().sum::<f32>() / n, b.iter().sum::<f32>() / n);
-    let (mut ab, mut aa, mut bb) = (0.0f32, 0.0f32, 0.0f32);
-    for (x, y) in a.iter().zip(b) {
-        ab += (x - ma) * (y - mb);
-        aa += (x - ma) * (x - ma);
-        bb += (y - mb) * (y - mb);
-    }
-    (aa / n > 1.0 && bb / n > 1.0).then(|| ab / (aa * bb).sqrt())
 }
 
 #[cfg(test)]

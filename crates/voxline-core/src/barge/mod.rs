@@ -40,8 +40,8 @@ use crate::message::UtteranceId;
 
 mod echo;
 pub use echo::{
-    ECHO_ANNOTATION, ECHO_MAX_LAG, ECHO_MEMORY, ECHO_MIN_LIKENESS, ECHO_MIN_SHARE, ECHO_TAIL,
-    ECHO_TAKEN_DB,
+    level_correlation, ECHO_ANNOTATION, ECHO_MAX_LAG, ECHO_MEMORY, ECHO_MIN_LIKENESS,
+    ECHO_MIN_SHARE, ECHO_TAIL, ECHO_TAKEN_DB,
 };
 
 /// What the endpointer asks of the voice.
