@@ -65,6 +65,11 @@ impl CoarseDelay {
         self.back
     }
 
+    /// Milliseconds the far end is read behind where it is placed.
+    pub(super) fn back_ms(&self) -> i64 {
+        self.back * (super::BLOCK as i64 * 1000 / i64::from(voxline_core::SAMPLE_RATE))
+    }
+
     /// The echo's lag behind the far end as placed (blocks) and how well
     /// the levels match there; `None` without enough of them, or when the
     /// far end's level hardly moves.

@@ -407,9 +407,9 @@ impl AecStage {
                         if let Some(c) = self.cursor.as_mut() {
                             *c -= moved * BLOCK as i64;
                         }
-                        m.summary.far_end_back_ms = self.coarse.back_blocks() * 10;
+                        m.summary.far_end_back_ms = self.coarse.back_ms();
                         tracing::info!(
-                            back_ms = self.coarse.back_blocks() * 10,
+                            back_ms = self.coarse.back_ms(),
                             "aec: the echo comes later than the canceller looks: the far end is read further back"
                         );
                     }
