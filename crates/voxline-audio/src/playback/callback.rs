@@ -58,6 +58,8 @@ impl Callback {
         self.shared
             .latency_ns
             .store(latency.as_nanos() as u64, Ordering::Relaxed);
+        // the device asks: it is not stalled
+        self.shared.asked_at(&self.clock, now);
         let fade_frames = (self.rate * FADE_MS / 1000).max(1) as usize;
         let paused = self.shared.paused.load(Ordering::Acquire);
         self.level = self.level.min(fade_frames);

@@ -24,6 +24,18 @@
 //!
 //! The stream itself lives on a thread of its own (`speaker`), which also
 //! reports each mark as it is played ([`Speaker::open`]'s `on_played`).
+//!
+//! **Every wait on the device is bounded.** A device can stop asking for
+//! audio (a PulseAudio sink suspended, a stream the server stopped, a
+//! disconnected device whose stream ended): its callback no longer runs and
+//! the ring never drains. The callback stamps each buffer it is asked for,
+//! so the feeding side sees how long the device has been silent
+//! ([`SpeakerControl::silent_for`]); past [`STALL_AFTER`] with audio queued
+//! it has *stalled* ([`SpeakerControl::is_stalled`]), and [`Speaker::play`]
+//! stops waiting for room ([`Cut::Stalled`]). [`SpeakerControl::close`] ends
+//! every wait at once (a stop, the end of a session's play-out); opening
+//! waits [`OPEN_LIMIT`] for the stream, and dropping the speaker waits
+//! [`CLOSE_LIMIT`] for its thread.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,6 +53,21 @@ pub const RING_SECONDS: u32 = 4;
 
 /// The fade when playback is interrupted, in milliseconds.
 pub const FADE_MS: u32 = 5;
+
+/// A device that has asked for no audio this long while audio is queued
+/// has stalled: [`Speaker::play`] stops waiting for it to take audio. A
+/// playing device asks every period (milliseconds to tens of milliseconds,
+/// silence included), so this is far past a callback made late by a busy
+/// machine.
+pub const STALL_AFTER: Duration = Duration::from_secs(2);
+
+/// How long [`Speaker::open`] waits for the device's stream to start.
+pub const OPEN_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long dropping a [`Speaker`] waits for its thread to close the
+/// stream; a thread that takes longer (a device that hangs on close) is
+/// left behind, with a warning.
+pub const CLOSE_LIMIT: Duration = Duration::from_secs(2);
 
 /// Why an output device could not play.
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +116,50 @@ struct Shared {
     underruns: AtomicU64,
     /// The stream's output latency at the last callback (playback − callback), ns.
     latency_ns: AtomicU64,
+    /// When the device last asked for audio (a callback began), ns since
+    /// the clock's origin; before its first callback, when the stream started.
+    asked_ns: AtomicU64,
+    /// Closed: nothing more is queued ([`SpeakerControl::close`]).
+    closed: AtomicBool,
+}
+
+impl Shared {
+    /// How long the device has asked for no audio, on `clock`.
+    fn silent_for(&self, clock: &Clock) -> Duration {
+        let asked = clock.origin() + Duration::from_nanos(self.asked_ns.load(Ordering::Acquire));
+        clock.now().saturating_duration_since(asked)
+    }
+
+    /// Records that the device asks for audio at `now`.
+    fn asked_at(&self, clock: &Clock, now: Instant) {
+        let ns = now.saturating_duration_since(clock.origin()).as_nanos();
+        self.asked_ns
+            .store(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::Release);
+    }
+}
+
+/// What [`Speaker::play`] did with a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fed {
+    /// Samples queued, at the device's rate.
+    pub queued: usize,
+    /// Samples not queued, at the device's rate ([`Fed::cut`] says why).
+    pub left_out: usize,
+    /// Why the wait for room ended before all of the block was queued.
+    pub cut: Option<Cut>,
+}
+
+/// Why [`Speaker::play`] stopped waiting for room in the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Cut {
+    /// An interrupt came while it waited.
+    Interrupted,
+    /// The device has asked for no audio for [`STALL_AFTER`]: it stopped
+    /// taking audio.
+    Stalled,
+    /// The speaker was closed ([`SpeakerControl::close`]), or is being dropped.
+    Closed,
 }
 
 mod callback;
@@ -142,6 +213,8 @@ pub struct Speaker {
     resampler: Option<(u32, StreamResampler)>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Disconnected when the speaker's thread ends (it never sends).
+    ended: std::sync::mpsc::Receiver<()>,
     levels: Arc<Mutex<PlayedRings>>,
     clock: Clock,
 }
@@ -218,31 +291,45 @@ impl Speaker {
         let (marks, marks_out) = rtrb::RingBuffer::<Mark>::new(MARKS);
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
         let (s, st) = (shared.clone(), stop.clone());
         // the stream is built and kept on the thread that owns it
         let thread = std::thread::Builder::new()
             .name("speaker".into())
-            .spawn(move || speaker_thread(wanted, clock, s, marks_out, st, on_played, ready_tx))
+            .spawn(move || {
+                let _ended = ended_tx;
+                speaker_thread(wanted, clock, s, marks_out, st, on_played, ready_tx);
+            })
             .map_err(|e| PlaybackError::CannotOpen {
                 device: device.unwrap_or("default").to_owned(),
                 reason: e.to_string(),
             })?;
-        let (format, producer, (levels, samples)) = match ready_rx.recv() {
+        let cannot = |reason: String| PlaybackError::CannotOpen {
+            device: device.unwrap_or("default").to_owned(),
+            reason,
+        };
+        let (format, producer, (levels, samples)) = match ready_rx.recv_timeout(OPEN_LIMIT) {
             Ok(Ok(ready)) => ready,
             Ok(Err(e)) => {
                 let _ = thread.join();
                 return Err(e.into());
             }
-            Err(_) => {
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                 let _ = thread.join();
-                return Err(PlaybackError::CannotOpen {
-                    device: device.unwrap_or("default").to_owned(),
-                    reason: "the speaker thread ended".into(),
-                }
+                return Err(cannot("the speaker thread ended".into()).into());
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                // left behind: it ends once its stream opens (or never)
+                stop.store(true, Ordering::Release);
+                return Err(cannot(format!(
+                    "its stream did not start within {} s",
+                    OPEN_LIMIT.as_secs()
+                ))
                 .into());
             }
         };
         Ok(Self {
+            ended,
             levels: Arc::new(Mutex::new(PlayedRings {
                 levels,
                 samples,
@@ -268,9 +355,11 @@ impl Speaker {
     /// Queues `samples` (mono at `rate`) to play after what is queued,
     /// resampled to the device's rate, waiting while the ring is full; `mark`
     /// tags the block's first sample ([`Speaker::open`]'s `on_played` hears
-    /// when it reaches the device). Returns the samples queued (at the
-    /// device's rate); fewer when an [`interrupt`](Self::interrupt) came
-    /// while it waited.
+    /// when it reaches the device; a block of which nothing is queued leaves
+    /// no mark). Says what was queued: all of it, or less when the wait
+    /// for room ended first — an [`interrupt`](SpeakerControl::interrupt)
+    /// came, the device stalled ([`STALL_AFTER`]: the wait is never longer),
+    /// or the speaker was [closed](SpeakerControl::close).
     ///
     /// # Errors
     /// [`AudioError`] when `rate` cannot be resampled from.
@@ -279,7 +368,7 @@ impl Speaker {
         samples: &[f32],
         rate: u32,
         mark: Option<u64>,
-    ) -> Result<usize, AudioError> {
+    ) -> Result<Fed, AudioError> {
         let device_rate = self.format.sample_rate;
         if self.resampler.as_ref().is_none_or(|(r, _)| *r != rate) {
             self.resampler = Some((rate, StreamResampler::to_rate(rate, 1, device_rate)?));
@@ -289,31 +378,29 @@ impl Speaker {
         if let Some((_, r)) = self.resampler.as_mut() {
             r.process(samples, &mut out)?;
         }
-        if let Some(tag) = mark {
-            // pushed before its samples: the callback sees it before it
-            // can pop the sample it points at
-            let sample = self.shared.pushed.load(Ordering::Acquire);
-            if self.marks.push(Mark { tag, sample }).is_err() {
-                tracing::warn!(
-                    tag,
-                    "{MARKS} marks are waiting to play; this one is not reported"
-                );
-            }
-        }
         let interrupted_at = self.shared.interrupts.load(Ordering::Acquire);
+        let mut mark = mark;
         let mut rest: &[f32] = &out;
         let mut queued = 0;
-        while !rest.is_empty() {
+        let cut = loop {
+            if self.shared.closed.load(Ordering::Acquire) || self.stop.load(Ordering::Acquire) {
+                break Some(Cut::Closed);
+            }
+            if rest.is_empty() {
+                break None;
+            }
             let n = self.producer.slots().min(rest.len());
             if n == 0 {
-                if self.stop.load(Ordering::Acquire)
-                    || self.shared.interrupts.load(Ordering::Acquire) != interrupted_at
-                {
-                    break;
+                if self.shared.interrupts.load(Ordering::Acquire) != interrupted_at {
+                    break Some(Cut::Interrupted);
+                }
+                if self.shared.silent_for(&self.clock) >= STALL_AFTER {
+                    break Some(Cut::Stalled);
                 }
                 std::thread::sleep(Duration::from_millis(5));
                 continue;
             }
+            self.push_mark(mark.take());
             if let Ok(chunk) = self.producer.write_chunk_uninit(n) {
                 let written = chunk.fill_from_iter(rest[..n].iter().copied());
                 self.shared
@@ -322,8 +409,31 @@ impl Speaker {
                 rest = &rest[written..];
                 queued += written;
             }
+        };
+        if cut.is_none() {
+            // a block the resampler gave nothing for yet: its mark points
+            // at the next sample pushed
+            self.push_mark(mark);
         }
-        Ok(queued)
+        Ok(Fed {
+            queued,
+            left_out: rest.len(),
+            cut,
+        })
+    }
+
+    /// Queues mark `tag` (if any) at the next sample pushed: before its
+    /// samples, so the callback sees it before it can pop the sample it
+    /// points at.
+    fn push_mark(&mut self, tag: Option<u64>) {
+        let Some(tag) = tag else { return };
+        let sample = self.shared.pushed.load(Ordering::Acquire);
+        if self.marks.push(Mark { tag, sample }).is_err() {
+            tracing::warn!(
+                tag,
+                "{MARKS} marks are waiting to play; this one is not reported"
+            );
+        }
     }
 
     /// Samples pushed so far (at the device's rate): where the next block
@@ -360,6 +470,21 @@ impl SpeakerControl {
     #[must_use]
     pub fn is_playing(&self) -> bool {
         self.shared.pushed.load(Ordering::Acquire) > self.shared.taken.load(Ordering::Acquire)
+    }
+
+    /// Samples queued on the device and not yet taken (at its rate).
+    #[must_use]
+    pub fn queued(&self) -> u64 {
+        self.shared
+            .pushed
+            .load(Ordering::Acquire)
+            .saturating_sub(self.shared.taken.load(Ordering::Acquire))
+    }
+
+    /// The device's sample rate.
+    #[must_use]
+    pub fn sample_rate(&self) -> u32 {
+        self.rate
     }
 
     /// Samples (at the device's rate) taken by the device so far: played,
@@ -428,6 +553,37 @@ impl SpeakerControl {
             .clone()
     }
 
+    /// How long the device has asked for no audio: since its last callback
+    /// began (before the first one, since the stream started). A device
+    /// that plays calls back every period, playing silence when nothing is
+    /// queued, paused or not.
+    #[must_use]
+    pub fn silent_for(&self) -> Duration {
+        self.shared.silent_for(&self.clock)
+    }
+
+    /// Whether the device has stalled: audio is queued and it has asked for
+    /// none for [`STALL_AFTER`] or more.
+    #[must_use]
+    pub fn is_stalled(&self) -> bool {
+        self.is_playing() && self.silent_for() >= STALL_AFTER
+    }
+
+    /// Ends the playback for good: what is queued is dropped (as by
+    /// [`interrupt`](Self::interrupt), at the device's next buffer) and
+    /// [`Speaker::play`] queues nothing more, returning at once, a wait for
+    /// room included. Returns at once.
+    pub fn close(&self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.interrupt.store(true, Ordering::Release);
+    }
+
+    /// Whether it was closed ([`SpeakerControl::close`]).
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
     /// Whether it is paused ([`SpeakerControl::pause`]).
     #[must_use]
     pub fn is_paused(&self) -> bool {
@@ -444,8 +600,19 @@ impl SpeakerControl {
 impl Drop for Speaker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        // the thread closes the stream (joining cpal's worker); a device that
+        // hangs there is not waited for past the limit
+        match self.ended.recv_timeout(CLOSE_LIMIT) {
+            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                if let Some(t) = self.thread.take() {
+                    let _ = t.join();
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => tracing::warn!(
+                device = %self.format.device,
+                "the output device did not close within {} s; left behind",
+                CLOSE_LIMIT.as_secs()
+            ),
         }
     }
 }
@@ -518,6 +685,8 @@ fn speaker_thread(
             }
         }
         .map_err(|e| cannot(&e))?;
+        // the device's silence is counted from here until it first asks
+        shared.asked_at(&clock, clock.now());
         stream.play().map_err(|e| cannot(&e))?;
         Ok((
             format,

@@ -160,3 +160,67 @@ fn a_stop_while_the_answer_sounds_drops_what_is_queued_at_once() {
     );
     assert_eq!(rig.cb.consumer.slots(), 0, "nothing is left queued");
 }
+
+/// The feeding side's watch on the device, around a rig's callback.
+fn control(rig: &Rig) -> SpeakerControl {
+    let (_, levels) = rtrb::RingBuffer::new(1);
+    let (_, samples) = rtrb::RingBuffer::new(1);
+    SpeakerControl {
+        shared: rig.cb.shared.clone(),
+        levels: Arc::new(Mutex::new(PlayedRings {
+            levels,
+            samples,
+            reference: crate::aec::EchoReference::new(),
+        })),
+        clock: rig.cb.clock,
+        rate: RATE,
+    }
+}
+
+/// A device that stops asking for audio while the voice is queued on it
+/// has stalled once [`STALL_AFTER`] has passed since its last callback,
+/// and no longer once it calls back (a live run hung on a suspended sink,
+/// its feed waiting for room that never came).
+#[test]
+fn a_device_that_stops_asking_for_audio_with_the_voice_queued_has_stalled() {
+    let mut rig = Rig::new();
+    // a session clock that began well before, as a live one does
+    let origin = Instant::now()
+        .checked_sub(STALL_AFTER * 3)
+        .expect("the monotonic clock is that old");
+    rig.cb.clock = Clock::with_origin(origin);
+    let c = control(&rig);
+    let mut data = vec![0.0f32; 480];
+    rig.cb.fill_at(&mut data, Instant::now(), Duration::ZERO);
+    assert!(c.silent_for() < STALL_AFTER, "{:?}", c.silent_for());
+    // the device last asked 2 s ago or more
+    rig.cb
+        .shared
+        .asked_at(&rig.cb.clock, origin + STALL_AFTER / 2);
+    assert!(c.silent_for() >= STALL_AFTER, "{:?}", c.silent_for());
+    assert!(!c.is_stalled(), "nothing queued: nothing is lost");
+    rig.play(4800, 1);
+    assert!(c.is_stalled());
+    assert_eq!(c.queued(), 4800);
+    // it asks again: not stalled, and it plays what is queued
+    rig.cb.fill_at(&mut data, Instant::now(), Duration::ZERO);
+    assert!(!c.is_stalled());
+    assert_eq!(c.queued(), 4800 - 480);
+}
+
+/// Closing ends the playback: what is queued is dropped at the device's
+/// next buffers, and it says it is closed (the feed then queues nothing).
+#[test]
+fn a_closed_speaker_drops_what_is_queued() {
+    let mut rig = Rig::new();
+    let c = control(&rig);
+    rig.play(48_000, 1);
+    rig.buffer(480, 0);
+    assert!(!c.is_closed());
+    c.close();
+    assert!(c.is_closed());
+    for k in 1..3 {
+        rig.buffer(480, 10 * k);
+    }
+    assert!(!c.is_playing(), "{} left", c.queued());
+}

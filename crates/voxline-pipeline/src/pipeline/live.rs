@@ -68,6 +68,20 @@ pub struct VoiceOutputReport {
     pub output_latency_ms: f64,
     /// Callbacks that ran dry while more of the voice was coming.
     pub underruns: u64,
+    /// Times the device stopped taking audio while the voice was queued on
+    /// it (it asked for none for 2 s: a suspended or stalled output).
+    pub stalls: u64,
+    /// How long it took no audio in those stalls, ms (to the end of the
+    /// session for one still going on).
+    pub stalled_ms: f64,
+    /// The voice lost to the stalls, ms: queued on the device when it
+    /// stalled, or given to it while it was stalled.
+    pub stalled_voice_ms: f64,
+    /// How the play-out at the end of the session ended: `played` (all of
+    /// the voice played), `stopped` (a stop was asked for: the rest was
+    /// dropped), `time_limit` (30 s after the run ended) or `stalled` (the
+    /// device took no audio).
+    pub play_out: String,
     /// What the echo canceller did (`None`: none ran, `--no-aec`).
     pub echo_cancellation: Option<voxline_audio::AecSummary>,
 }

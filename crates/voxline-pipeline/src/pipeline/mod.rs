@@ -27,3 +27,4 @@ pub use input::{
 pub use live::{LiveOptions, LiveReport, VoiceOutputReport};
 pub use options::{EventHook, Observer, RunOptions, SemanticTurn, SharedObserver, SpanHook};
 pub use run::{run, run_source, run_source_with, run_with, RunError, RunResult};
+pub use speaker::{SpeakerRecovered, SpeakerStalled};

@@ -249,7 +249,11 @@ where
     };
     // a live pipeline that speaks plays on an output device, opened before any audio too
     let speaker = match (&live, extras.speaks()) {
-        (Some((l, _)), true) => Some(Voice::open(l.output_device.as_deref(), clock)?),
+        (Some((l, _)), true) => Some(Voice::open(
+            l.output_device.as_deref(),
+            clock,
+            shutdown.clone(),
+        )?),
         _ => None,
     };
     // speech over the voice stops it (barge-in)
@@ -611,6 +615,10 @@ fn finish_run(
     mut live: Option<LiveReport>,
     speaker: Option<Voice>,
 ) -> RunResult {
+    if let Some(v) = &speaker {
+        // the run has ended: what is still to be said plays out for a bounded time
+        v.play_out_by(Instant::now() + super::speaker::PLAY_OUT_LIMIT);
+    }
     let outcome = p.join();
     if let Some(v) = speaker {
         // what was said is heard to its end, unless the session was stopped

@@ -5,12 +5,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use voxline_core::{Clock, PipelineEvent, TimedEvent};
+use voxline_audio::playback::STALL_AFTER;
+use voxline_core::{Clock, PipelineEvent, ShutdownHandle, TimedEvent};
 
 use super::run::RunError;
 
 mod answers;
+mod device;
 use answers::{Answers, Sounded};
+pub(crate) use device::PLAY_OUT_LIMIT;
+use device::{PlayOut, Stalls};
+pub use device::{SpeakerRecovered, SpeakerStalled};
 
 /// One chunk of the voice queued on the device.
 struct Queued {
@@ -35,6 +40,13 @@ struct Queued {
 ///
 /// Each answer ends with `voice_ended` (played to its end) or
 /// `voice_interrupted`; [`Answers`] keeps which one is playing.
+///
+/// The device: no wait on it is unbounded. A loudspeaker that takes no
+/// audio for [`STALL_AFTER`] while the voice is queued on it has stalled
+/// (`speaker_stalled`, a warning): the answer playing is dropped, and so is
+/// every block of the voice until it takes audio again (`speaker_recovered`).
+/// A stop asked for (Ctrl-C, SIGTERM) ends the playback at once, and the
+/// play-out once the run has ended lasts [`PLAY_OUT_LIMIT`] at most.
 #[derive(Clone)]
 pub(super) struct Voice {
     feed: Arc<Mutex<voxline_audio::Speaker>>,
@@ -56,6 +68,16 @@ pub(super) struct Voice {
     /// The echo canceller's figures, when one takes this voice out of the
     /// microphone ([`Voice::echo_canceller`]).
     aec: Arc<Mutex<Option<voxline_audio::AecMeter>>>,
+    /// The output device's id.
+    device: Arc<str>,
+    /// A stop asked for ends the playback at once.
+    cut: Option<ShutdownHandle>,
+    /// When the play-out must end, once the run has ended.
+    play_out_by: Arc<Mutex<Option<Instant>>>,
+    /// Why the playback was closed, once it was.
+    closed: Arc<Mutex<Option<PlayOut>>>,
+    /// The device's stalls.
+    stalls: Arc<Mutex<Stalls>>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -63,7 +85,13 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Voice {
-    pub(super) fn open(device: Option<&str>, clock: Clock) -> Result<Self, RunError> {
+    /// Opens output device `device` (the default when `None`) and the
+    /// barge-in watcher; `cut`, once requested, ends the playback at once.
+    pub(super) fn open(
+        device: Option<&str>,
+        clock: Clock,
+        cut: Option<ShutdownHandle>,
+    ) -> Result<Self, RunError> {
         let bus: Arc<Mutex<Option<voxline_core::EventBus>>> = Arc::default();
         let barge = voxline_core::BargeIn::new();
         let answers: Arc<Mutex<Answers>> = Arc::default();
@@ -104,6 +132,7 @@ impl Voice {
         )
         .map_err(RunError::Capture)?;
         let voice = Self {
+            device: speaker.format().device.as_str().into(),
             control: speaker.control(),
             feed: Arc::new(Mutex::new(speaker)),
             log: Arc::default(),
@@ -114,6 +143,10 @@ impl Voice {
             stop: Arc::default(),
             watcher: Arc::default(),
             aec: Arc::default(),
+            cut,
+            play_out_by: Arc::default(),
+            closed: Arc::default(),
+            stalls: Arc::default(),
         };
         let w = voice.clone();
         let handle = std::thread::Builder::new()
@@ -148,6 +181,15 @@ impl Voice {
                 return;
             }
         };
+        if self.control.is_closed() {
+            // the play-out is over: nothing more is played
+            return;
+        }
+        if locked(&self.stalls).current.is_some() {
+            // the device takes no audio: the block is lost, not waited on
+            locked(&self.stalls).lost_s += a.samples.len() as f64 / f64::from(a.sample_rate.max(1));
+            return;
+        }
         if self.barge.is_interrupted(a.id) || locked(&self.answers).halted(a.id) {
             // the user spoke over it: what is still coming is not played
             return;
@@ -165,21 +207,33 @@ impl Voice {
                 log.pop_front();
             }
         }
-        let first = {
-            let mut marked = locked(&self.marked);
-            (*marked != Some(a.id)).then(|| {
-                *marked = Some(a.id);
-                a.id
-            })
-        };
+        // its first block that is queued is marked (its `VoicePlayed`)
+        let first = (*locked(&self.marked) != Some(a.id)).then_some(a.id);
         let playing_now = locked(&self.answers).queued(a.id, self.barge.playing());
         if playing_now {
             self.barge.set_playing(Some(a.id));
         } else if first.is_some() {
             tracing::debug!(turn = a.id, "queued behind the answer playing");
         }
-        if let Err(e) = s.play(&a.samples, a.sample_rate, first) {
-            tracing::warn!(error = %e, "the voice could not be played");
+        let rate = s.format().sample_rate;
+        match s.play(&a.samples, a.sample_rate, first) {
+            Ok(fed) => {
+                if fed.queued > 0 || fed.cut.is_none() {
+                    *locked(&self.marked) = Some(a.id);
+                }
+                if fed.queued == 0 && fed.cut.is_some() && a.text.is_some() {
+                    // none of the chunk was queued: none of it was heard
+                    let mut log = locked(&self.log);
+                    if log.back().is_some_and(|q| q.turn == a.id) {
+                        log.pop_back();
+                    }
+                }
+                if fed.cut == Some(voxline_audio::Cut::Stalled) {
+                    // the watcher says so, and drops the answer
+                    locked(&self.stalls).lost_s += fed.left_out as f64 / f64::from(rate.max(1));
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "the voice could not be played"),
         }
     }
 
@@ -188,6 +242,7 @@ impl Voice {
     fn watch(&self) {
         while !self.stop.load(Ordering::Acquire) {
             std::thread::sleep(std::time::Duration::from_millis(2));
+            self.watch_device();
             if let Some(r) = self.barge.take_request() {
                 tracing::debug!(ask = ?r.ask, playing = ?self.barge.playing(), "barge-in request");
                 if let Some(id) = self.barge.playing() {
@@ -216,7 +271,8 @@ impl Voice {
             for l in self.control.take_levels() {
                 self.barge.played(l.at, l.duration, l.mean_square);
             }
-            if self.control.is_playing() && !self.control.is_paused() {
+            let stalled = locked(&self.stalls).current.is_some();
+            if self.control.is_playing() && !self.control.is_paused() && !stalled {
                 let now = Instant::now();
                 self.barge
                     .sounding(now, now + self.control.output_latency());
@@ -230,6 +286,92 @@ impl Voice {
                 self.publish(Instant::now(), voxline_tts::VoiceEnded { id });
             }
         }
+    }
+
+    /// Ends the playback for good (`why`, the first reason kept): what is
+    /// queued is dropped and nothing more is queued, a wait for room included.
+    fn close(&self, why: PlayOut) {
+        locked(&self.closed).get_or_insert(why);
+        self.control.close();
+    }
+
+    /// The device's side of the watch: a stop asked for or the end of the
+    /// play-out closes the playback; a device that stopped taking audio is
+    /// a stall, until it asks for audio again.
+    fn watch_device(&self) {
+        let now = Instant::now();
+        if !self.control.is_closed() {
+            if self.cut.as_ref().is_some_and(ShutdownHandle::is_requested) {
+                self.close(PlayOut::Stopped);
+            } else if locked(&self.play_out_by).is_some_and(|by| now >= by) {
+                self.close(PlayOut::TimeLimit);
+                if self.control.is_playing() {
+                    eprintln!(
+                        "voxline: warning: the voice still played {} s after the session ended: the rest is not played",
+                        PLAY_OUT_LIMIT.as_secs()
+                    );
+                }
+            }
+        }
+        let silent = self.control.silent_for();
+        let mut stalls = locked(&self.stalls);
+        if stalls.current.is_some() {
+            if silent < STALL_AFTER {
+                // it asked for audio again
+                let took = stalls.end(now).unwrap_or_default();
+                drop(stalls);
+                eprintln!(
+                    "voxline: the loudspeaker takes audio again (it took none for {:.1} s)",
+                    took.as_secs_f64()
+                );
+                self.publish(
+                    now,
+                    SpeakerRecovered {
+                        stalled_ms: took.as_secs_f64() * 1000.0,
+                    },
+                );
+            } else if self.barge.playing().is_some() {
+                // a block that raced the stall: no answer sounds
+                self.barge.set_playing(None);
+            }
+            return;
+        }
+        if self.control.is_closed() || !self.control.is_stalled() {
+            // (once closed nothing more is played: a stall no longer matters)
+            return;
+        }
+        let rate = f64::from(self.control.sample_rate().max(1));
+        let queued_s = self.control.queued() as f64 / rate;
+        stalls.begin(now.checked_sub(silent).unwrap_or(now), queued_s);
+        drop(stalls);
+        // the answer playing is over: none of the rest of it, nor of the
+        // one queued behind it, is queued; what is queued is dropped once
+        // the device takes audio again, not played late
+        let turn = self.barge.playing();
+        if let Some(id) = turn {
+            let _behind = locked(&self.answers).halt(id);
+        }
+        self.barge.set_playing(None);
+        self.control.interrupt();
+        eprintln!(
+            "voxline: warning: the loudspeaker ({}) has taken no audio for {:.1} s: {} \
+             no voice plays until it takes audio again (a suspended or stalled output)",
+            self.device,
+            silent.as_secs_f64(),
+            if turn.is_some() {
+                "the rest of the answer is dropped, and"
+            } else {
+                ""
+            }
+        );
+        self.publish(
+            now,
+            SpeakerStalled {
+                id: turn,
+                silent_ms: silent.as_secs_f64() * 1000.0,
+                queued_ms: queued_s * 1000.0,
+            },
+        );
     }
 
     /// A false interruption: the answer plays on where it paused.
@@ -258,12 +400,16 @@ impl Voice {
     }
 
     /// Drops what the device has queued (the callback does, at its next
-    /// buffer), waiting up to 200 ms for it.
+    /// buffer), waiting up to 200 ms for it; not at all for a device that
+    /// has stalled (it drops it when it takes audio again).
     fn drop_queued(&self) {
         let before = self.control.interrupts();
         self.control.interrupt();
         let deadline = Instant::now() + std::time::Duration::from_millis(200);
-        while self.control.interrupts() == before && Instant::now() < deadline {
+        while self.control.interrupts() == before
+            && Instant::now() < deadline
+            && !self.control.is_stalled()
+        {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
@@ -352,14 +498,41 @@ impl Voice {
         }
     }
 
-    /// Lets what is queued play out (when `drain`), stops the device and
-    /// the watcher, and says what it did; the event bus is let go.
+    /// The run has ended: the play-out lasts until `by` at most.
+    pub(super) fn play_out_by(&self, by: Instant) {
+        locked(&self.play_out_by).get_or_insert(by);
+    }
+
+    /// Lets what is queued play out (when `drain`; until the time given to
+    /// [`play_out_by`](Self::play_out_by), [`PLAY_OUT_LIMIT`] from now if
+    /// none was; not on a stalled device, nor once a stop is asked for),
+    /// stops the device and the watcher, and says what it did; the event
+    /// bus is let go.
     pub(super) fn finish(self, drain: bool) -> crate::pipeline::VoiceOutputReport {
         // an answer still held plays on
         self.control.resume();
-        let deadline = Instant::now() + std::time::Duration::from_secs(30);
-        while drain && self.control.is_playing() && Instant::now() < deadline {
+        let by = *locked(&self.play_out_by).get_or_insert(Instant::now() + PLAY_OUT_LIMIT);
+        let ended = loop {
+            if let Some(why) = *locked(&self.closed) {
+                break why;
+            }
+            if !drain || self.cut.as_ref().is_some_and(ShutdownHandle::is_requested) {
+                break PlayOut::Stopped;
+            }
+            if !self.control.is_playing() {
+                break PlayOut::Played;
+            }
+            if locked(&self.stalls).current.is_some() || self.control.is_stalled() {
+                break PlayOut::Stalled;
+            }
+            if Instant::now() >= by {
+                break PlayOut::TimeLimit;
+            }
             std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        if ended != PlayOut::Played {
+            self.close(ended);
+            tracing::debug!(ended = ended.name(), "the play-out ended");
         }
         // the last mark reported
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -369,6 +542,7 @@ impl Voice {
         }
         let s = locked(&self.feed);
         let f = s.format();
+        let stalls = locked(&self.stalls);
         let report = crate::pipeline::VoiceOutputReport {
             device: f.device.clone(),
             format: format!(
@@ -377,10 +551,15 @@ impl Voice {
             ),
             output_latency_ms: self.control.output_latency().as_secs_f64() * 1000.0,
             underruns: self.control.underruns(),
+            stalls: stalls.count,
+            stalled_ms: stalls.total(Instant::now()).as_secs_f64() * 1000.0,
+            stalled_voice_ms: stalls.lost_s * 1000.0,
+            play_out: ended.name().to_owned(),
             echo_cancellation: locked(&self.aec)
                 .as_ref()
                 .map(voxline_audio::AecMeter::summary),
         };
+        drop(stalls);
         drop(s);
         locked(&self.bus).take();
         report
