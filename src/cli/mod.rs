@@ -108,7 +108,7 @@ pub(crate) struct LiveArgs {
     /// it (default: the system's default output). Headphones keep the voice out of the microphone.
     #[arg(long)]
     pub(crate) output_device: Option<String>,
-    /// Never stop the voice when the user speaks over it.
+    /// With --voice: never stop the voice when the user speaks over it.
     #[arg(long)]
     pub(crate) no_barge_in: bool,
     /// With --voice: do not take the voice's echo out of the microphone (the echo canceller,
@@ -119,19 +119,22 @@ pub(crate) struct LiveArgs {
     /// after the echo canceller.
     #[arg(long, conflicts_with = "no_aec")]
     pub(crate) noise_suppression: bool,
-    /// While the voice plays, the speech probability a frame needs (above --vad-threshold, so
-    /// the assistant's own voice from a loudspeaker does not stop it), until the echo
-    /// canceller shows it takes the voice out (then --vad-threshold).
-    #[arg(long, default_value_t = 0.8)]
-    pub(crate) barge_in_threshold: f32,
-    /// Speech over the voice for this long, in ms, pauses it; its words then decide: a
-    /// backchannel ("uh-huh", "okay", a cough) plays on, anything else stops it.
-    #[arg(long, default_value_t = 200, value_name = "MS")]
-    pub(crate) barge_in_ms: u32,
-    /// Speech over the voice longer than this, in ms, is no backchannel: it stops the voice
-    /// without waiting for its words. 0: any speech over the voice stops it, whatever it says.
-    #[arg(long, default_value_t = 1000, value_name = "MS")]
-    pub(crate) backchannel_max_ms: u32,
+    /// With --voice: while the voice plays, the speech probability a frame needs (above
+    /// --vad-threshold, so the assistant's own voice from a loudspeaker does not stop it),
+    /// until the echo canceller shows it takes the voice out (then --vad-threshold).
+    /// Default 0.8.
+    #[arg(long, value_name = "P", conflicts_with = "no_barge_in")]
+    pub(crate) barge_in_threshold: Option<f32>,
+    /// With --voice: speech over the voice for this long, in ms, pauses it; its words then
+    /// decide: a backchannel ("uh-huh", "okay", a cough) plays on, anything else stops it.
+    /// Default 200.
+    #[arg(long, value_name = "MS", conflicts_with = "no_barge_in")]
+    pub(crate) barge_in_ms: Option<u32>,
+    /// With --voice: speech over the voice longer than this, in ms, is no backchannel: it
+    /// stops the voice without waiting for its words. 0: any speech over the voice stops it,
+    /// whatever it says. Default 1000.
+    #[arg(long, value_name = "MS", conflicts_with = "no_barge_in")]
+    pub(crate) backchannel_max_ms: Option<u32>,
     #[command(flatten)]
     pub(crate) out: SessionOutput,
     #[command(flatten)]

@@ -46,11 +46,14 @@ pub(crate) struct VadArgs {
     /// turn after --turn-complete-ms, one it finds incomplete waits up to
     /// --turn-incomplete-ms, and an unsure one --hangover-ms, unless the
     /// words of the pause's speculative transcript make a finished sentence.
-    #[arg(long, overrides_with = "no_semantic_turn")]
+    #[arg(long, conflicts_with = "no_semantic_turn")]
     pub(crate) semantic_turn: bool,
     /// End a turn on silence alone (--hangover-ms), without the end-of-turn
-    /// model.
-    #[arg(long, overrides_with = "semantic_turn")]
+    /// model (the --turn-* options, which set it, are refused with it).
+    #[arg(long, conflicts_with_all = [
+        "turn_threshold", "turn_incomplete_below", "turn_probe_ms", "turn_complete_ms",
+        "turn_incomplete_ms", "turn_merge_ms", "no_turn_words", "turn_model",
+    ])]
     pub(crate) no_semantic_turn: bool,
     /// The end-of-turn model's probability above which a pause ends the turn.
     #[arg(long, default_value_t = TurnPolicy::default().threshold, allow_hyphen_values = true)]
@@ -72,8 +75,8 @@ pub(crate) struct VadArgs {
     pub(crate) turn_incomplete_ms: u32,
     /// A turn the model ended early is taken back, and merged into the
     /// next, when speech starts again within this long of its end, ms (0:
-    /// never; needs speculation, which is on unless --no-speculation).
-    #[arg(long, default_value_t = TurnPolicy::default().merge_ms)]
+    /// never; needs speculation, so it is refused with --no-speculation).
+    #[arg(long, default_value_t = TurnPolicy::default().merge_ms, conflicts_with = "no_speculation")]
     pub(crate) turn_merge_ms: u32,
     /// With --semantic-turn, no second opinion from the words: a pause the
     /// model judged incomplete waits out --turn-incomplete-ms even when the
@@ -172,6 +175,11 @@ impl VadArgs {
             );
             return Ok(None);
         }
+        voxline_pipeline::pipeline::hangover_judged(
+            self.hangover_ms,
+            (!self.no_speculation).then_some(self.spec_silence_ms),
+            &policy,
+        )?;
         for (path, given) in [(&model, self.turn_model.is_some()), (&runtime, false)] {
             if !path.is_file() {
                 let hint = if given {

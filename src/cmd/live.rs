@@ -114,6 +114,26 @@ fn list_devices(
     true
 }
 
+/// The first option given that acts on the voice alone (so is refused
+/// without `--voice`), if any.
+fn voice_only_flag(args: &LiveArgs) -> Option<&'static str> {
+    [
+        ("--output-device", args.output_device.is_some()),
+        ("--no-aec", args.no_aec),
+        ("--noise-suppression", args.noise_suppression),
+        ("--no-barge-in", args.no_barge_in),
+        ("--barge-in-threshold", args.barge_in_threshold.is_some()),
+        ("--barge-in-ms", args.barge_in_ms.is_some()),
+        ("--backchannel-max-ms", args.backchannel_max_ms.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(flag, given)| given.then_some(flag))
+}
+
+/// Shortest `--max-duration`: less ends the session before a word could be
+/// heard.
+const MIN_MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     let session = Session::new(
         &args.engine,
@@ -125,16 +145,45 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         .max_duration
         .as_deref()
         .map(|d| {
-            humantime::parse_duration(d).map_err(|e| {
-                BadInput(format!(
-                    "--max-duration {d}: {e} (write e.g. `90s` or `5m`)"
-                ))
-            })
+            humantime::parse_duration(d)
+                .map_err(|e| {
+                    BadInput(format!(
+                        "--max-duration {d}: {e} (write e.g. `90s` or `5m`)"
+                    ))
+                })
+                .and_then(|t| {
+                    if t < MIN_MAX_DURATION {
+                        Err(BadInput(format!(
+                            "--max-duration {d}: too short to hear a word; give at least 1s \
+                         (e.g. `90s` or `5m`)"
+                        )))
+                    } else {
+                        Ok(t)
+                    }
+                })
         })
         .transpose()?;
     let fault = voxline_pipeline::fault::from_env()?;
     if args.max_turns == Some(0) {
         return Err(BadInput("--max-turns 0: allow at least one turn".into()).into());
+    }
+    let barge_default = voxline_audio::BargeInOptions::default();
+    let barge_in_threshold = args.barge_in_threshold.unwrap_or(barge_default.threshold);
+    if !(0.0..=1.0).contains(&barge_in_threshold) {
+        return Err(BadInput(format!(
+            "--barge-in-threshold {barge_in_threshold}: give a speech probability from 0 to 1"
+        ))
+        .into());
+    }
+    if session.voice.is_some() {
+        voxline_audio::check_output_device(args.output_device.as_deref())?;
+    } else if let Some(flag) = voice_only_flag(&args) {
+        // each of these acts on the voice alone: without it, it would be
+        // taken and do nothing
+        return Err(BadInput(format!(
+            "{flag} with no voice: give --voice too (e.g. --voice auto)"
+        ))
+        .into());
     }
     if let Some(ms) = args
         .capture_buffer_ms
@@ -158,21 +207,6 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
     // A missing or unusable device is refused before the models load (and
     // before "listening" is printed); the capture itself opens in run_source.
     voxline_audio::check_input_device(args.device.as_deref())?;
-    if !(0.0..=1.0).contains(&args.barge_in_threshold) {
-        return Err(BadInput(format!(
-            "--barge-in-threshold {}: give a speech probability from 0 to 1",
-            args.barge_in_threshold
-        ))
-        .into());
-    }
-    if session.voice.is_some() {
-        voxline_audio::check_output_device(args.output_device.as_deref())?;
-    } else if args.output_device.is_some() {
-        return Err(BadInput(
-            "--output-device with no voice: give --voice too (e.g. --voice auto)".into(),
-        )
-        .into());
-    }
     let quiet = args.out.quiet;
     let source = Source::Live(LiveOptions {
         device: args.device.clone(),
@@ -195,9 +229,11 @@ pub(crate) fn live(args: LiveArgs) -> anyhow::Result<Outcome> {
         fault,
         cancel_on_stop: args.cancel_on_stop,
         barge_in: (!args.no_barge_in).then_some(voxline_audio::BargeInOptions {
-            threshold: args.barge_in_threshold,
-            min_speech_ms: args.barge_in_ms,
-            backchannel_max_ms: args.backchannel_max_ms,
+            threshold: barge_in_threshold,
+            min_speech_ms: args.barge_in_ms.unwrap_or(barge_default.min_speech_ms),
+            backchannel_max_ms: args
+                .backchannel_max_ms
+                .unwrap_or(barge_default.backchannel_max_ms),
         }),
         echo_cancellation: (!args.no_aec).then_some(voxline_audio::AecOptions {
             noise_suppression: args.noise_suppression,

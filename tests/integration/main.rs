@@ -28,6 +28,7 @@ mod serve;
 mod servers;
 mod sessions;
 mod speculation;
+mod speech_as_it_comes;
 mod stalled_speaker;
 mod tally;
 mod topology;

@@ -30,6 +30,20 @@ pub fn escaped(text: &str, lines: bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// An answer's text as the console shows it after its `[N] voxline: `
+/// prefix: control characters escaped as [`escaped`] does, newlines and
+/// tabs kept, and every newline followed by `indent` (as wide as the
+/// prefix), so a paragraph of the answer reads as its continuation and no
+/// line of it can pass for a line of voxline's own (`[2] you: …`).
+#[must_use]
+pub fn continued<'a>(text: &'a str, indent: &str) -> Cow<'a, str> {
+    let shown = escaped(text, true);
+    if !shown.contains('\n') {
+        return shown;
+    }
+    Cow::Owned(shown.replace('\n', &format!("\n{indent}")))
+}
+
 /// One line of a message from outside: control characters (newlines too)
 /// escaped, and at most [`MAX_SHOWN_CHARS`] characters, the rest counted.
 #[must_use]
@@ -73,6 +87,19 @@ mod tests {
             Cow::Borrowed(_)
         ));
         assert!(matches!(one_line("é ✓ 東京"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn an_answer_s_new_lines_are_indented_so_no_line_passes_for_voxline_s_own() {
+        let hostile = "sure\n[2] you: ignore\n[2] voxline: send key\r\x1b[1A";
+        let shown = continued(hostile, "             ");
+        for line in shown.lines().skip(1) {
+            assert!(line.starts_with("             ["), "{line:?}");
+        }
+        assert!(!shown.chars().any(|c| c.is_control() && c != '\n'));
+        assert_eq!(shown.lines().count(), 3);
+        assert!(matches!(continued("Paris.", "  "), Cow::Borrowed(_)));
+        assert_eq!(continued("a\tb\n", "  "), "a\tb\n  ");
     }
 
     #[test]

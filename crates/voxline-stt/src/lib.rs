@@ -12,7 +12,8 @@
 //! The crate's parts: the settings ([`SttConfig`], [`AudioCtx`]) and errors
 //! ([`SttError`]); the engine trait ([`SpeechToText`]) and whisper.cpp's
 //! engine ([`SttEngine`]); the pipeline stage ([`SttStage`]); what is done with the text ([`normalise`],
-//! [`word_error_rate`], [`join_continuation`], [`implausibly_short`]).
+//! [`word_error_rate`], [`join_continuation`], [`implausibly_short`]), and the
+//! pieces a sparse transcript's audio is transcribed again in ([`pieces`]).
 #![warn(missing_docs)]
 
 mod backend;
@@ -20,6 +21,7 @@ mod config;
 mod engine;
 mod error;
 mod normalise;
+mod pieces;
 mod stage;
 mod text;
 
@@ -28,10 +30,13 @@ pub use config::{AudioCtx, SttConfig};
 pub use engine::{gpu_device, Confidence, SttEngine, Transcription};
 pub use error::SttError;
 pub use normalise::normalise;
+pub use pieces::{
+    compact_pauses, pieces, quiet_cuts, sounding_s, KEPT_PAUSE_MS, LONG_PAUSE_MS, MAX_PIECE_S,
+};
 pub use stage::{SttStage, STAGE, STAGE_NAME};
 pub use text::{
-    implausibly_short, join_continuation, not_words, word_error_rate, CHECKED_AFTER_S,
-    MAX_OVERLAP_WORDS, MIN_WORDS_PER_S, NOISE_MIN_NO_SPEECH, OVERLAP_SLACK_WORDS,
+    hesitation_only, implausibly_short, join_continuation, not_words, word_error_rate,
+    CHECKED_AFTER_S, MAX_OVERLAP_WORDS, MIN_WORDS_PER_S, NOISE_MIN_NO_SPEECH, OVERLAP_SLACK_WORDS,
     UNSURE_MAX_AVG_LOGPROB, UNSURE_MIN_NO_SPEECH,
 };
 

@@ -1,7 +1,8 @@
 //! The speech-to-text stage: utterances in, transcripts out.
 
 use crate::{
-    implausibly_short, join_continuation, normalise, not_words, SpeechToText, SttEngine, SttError,
+    compact_pauses, hesitation_only, implausibly_short, join_continuation, normalise, not_words,
+    pieces, sounding_s, SpeechToText, SttEngine, SttError, Transcription, MAX_PIECE_S,
 };
 
 /// The speech-to-text stage: one [`Utterance`](voxline_core::Utterance) in,
@@ -11,8 +12,14 @@ use crate::{
 /// Long speech arrives in chunks the endpointer cut at its maximum length:
 /// each continuation's transcript leaves out the words its lead-in repeats
 /// from the chunk it continues ([`join_continuation`]), so the chunks'
-/// transcripts read one after another as the whole. A transcript
-/// [`implausibly_short`] for its audio is a turn error.
+/// transcripts read one after another as the whole. Whisper reads each
+/// utterance with its pauses over [`crate::LONG_PAUSE_MS`] shortened
+/// ([`compact_pauses`]). A transcript
+/// [`implausibly_short`] for the audio that sounds ([`sounding_s`]) is
+/// transcribed again in pieces cut
+/// at its quietest points ([`pieces`]), and the reading with more words is
+/// passed on: sparse speech (digits read slowly, fillers, a question over
+/// babble) is what it heard, never a turn error.
 ///
 /// The stage is generic over its engine ([`SpeechToText`]); the runtime
 /// skips a cancelled speculative attempt and the stage aborts one that is
@@ -52,6 +59,55 @@ impl<E: SpeechToText> SttStage<E> {
     }
 }
 
+impl<E: SpeechToText> SttStage<E> {
+    /// `samples` transcribed piece by piece ([`pieces`] of at most
+    /// [`MAX_PIECE_S`]), the texts joined: the second reading of a
+    /// transcript too short for its audio. Its confidence is the most
+    /// speech-like piece's no-speech probability and the pieces' mean token
+    /// log-probability, weighted by their tokens.
+    fn in_pieces(
+        &mut self,
+        samples: &[f32],
+        abort: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Transcription, SttError> {
+        let mut whole = Transcription {
+            text: String::new(),
+            n_tokens: 0,
+            audio_ms: samples.len() as f64 * 1000.0 / f64::from(crate::SAMPLE_RATE),
+            audio_ctx: 0,
+            confidence: None,
+        };
+        let mut logprob = 0.0f64;
+        for piece in pieces(samples, MAX_PIECE_S) {
+            let t = self.engine.transcribe(piece, false, abort)?;
+            if !t.text.is_empty() && !voxline_core::non_speech(&t.text) {
+                if !whole.text.is_empty() {
+                    whole.text.push(' ');
+                }
+                whole.text.push_str(t.text.trim());
+            }
+            whole.n_tokens += t.n_tokens;
+            whole.audio_ctx = whole.audio_ctx.max(t.audio_ctx);
+            if let Some(c) = t.confidence {
+                logprob += f64::from(c.avg_logprob) * f64::from(t.n_tokens);
+                let no_speech = whole
+                    .confidence
+                    .map_or(c.no_speech, |w| w.no_speech.min(c.no_speech));
+                whole.confidence = Some(crate::Confidence {
+                    no_speech,
+                    avg_logprob: 0.0,
+                });
+            }
+        }
+        if let Some(c) = whole.confidence.as_mut() {
+            if whole.n_tokens > 0 {
+                c.avg_logprob = (logprob / f64::from(whole.n_tokens)) as f32;
+            }
+        }
+        Ok(whole)
+    }
+}
+
 /// The stage's name in the pipeline.
 pub const STAGE_NAME: &str = "stt";
 
@@ -86,7 +142,9 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
         let chunk = u.forced_split || u.continues.is_some();
         // a server's reply is waited on only briefly once the run stops
         let outside = !self.engine.computes_here();
-        let result = self.engine.transcribe(&u.samples, chunk, &|| {
+        // whisper reads the utterance with its long pauses shortened
+        let heard = compact_pauses(&u.samples);
+        let result = self.engine.transcribe(&heard, chunk, &|| {
             probe.is_cancelled() || (outside && probe.outside_wait_over())
         });
         let t = match result {
@@ -116,14 +174,40 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
         // nor is the voice heard back (whisper hears a word or two of 5 s
         // of the voice under the room's sound): it goes on as an echo
         let words_expected = !voxline_core::non_speech(&t.text) && !heard_back;
-        if let Some(why) =
-            implausibly_short(&t.text, t.audio_ms / 1000.0).filter(|_| words_expected)
-        {
-            if u.forced_split {
-                self.carry = None;
-            }
-            return Err(voxline_core::StageError::turn(u.id, why));
-        }
+        // held to a speaking rate over the audio that sounds, not the pauses
+        let sounding = if words_expected {
+            sounding_s(&u.samples)
+        } else {
+            0.0
+        };
+        let t = match implausibly_short(&t.text, sounding).filter(|_| words_expected) {
+            None => t,
+            // whisper may have stopped early on a long window, or the speech
+            // is sparse: read again in pieces, the reading with more words kept
+            Some(why) => match self.in_pieces(&heard, &|| {
+                probe.is_cancelled() || (outside && probe.outside_wait_over())
+            }) {
+                Ok(p) => {
+                    let (before, after) = (normalise(&t.text).len(), normalise(&p.text).len());
+                    tracing::info!(
+                        turn = u.id,
+                        words_before = before,
+                        words_after = after,
+                        "{why}: transcribed again in pieces of at most {MAX_PIECE_S} s"
+                    );
+                    if after > before {
+                        p
+                    } else {
+                        t
+                    }
+                }
+                Err(SttError::Aborted) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!(turn = u.id, "{why}; reading it again in pieces failed: {e}");
+                    t
+                }
+            },
+        };
         let text = match (&self.carry, u.continues) {
             (Some((id, previous)), Some(continues)) if *id == continues => {
                 join_continuation(previous, &t.text).0
@@ -138,6 +222,13 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
                 noise_annotation(&text)
             }
             None => text,
+        };
+        // "um… so… well…" alone is a speaker thinking aloud: not answered
+        let text = if hesitation_only(&text) {
+            tracing::info!(turn = u.id, words = %text.escape_debug(), "only hesitations: not a request");
+            annotation("hesitation", &text)
+        } else {
+            text
         };
         // the voice heard back, by its levels or by its words: no turn, so
         // it cannot answer itself in a loop
@@ -168,7 +259,8 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
             id: u.id,
             text,
             n_tokens: t.n_tokens,
-            audio_ms: t.audio_ms,
+            // the utterance's own length, whatever whisper was given of it
+            audio_ms: u.samples.len() as f64 * 1000.0 / f64::from(crate::SAMPLE_RATE),
             start_sample: u.start_sample,
             end_sample: u.end_sample,
             end_wall: u.end_wall,

@@ -94,16 +94,18 @@ pub fn join_continuation(previous: &[String], text: &str) -> (String, usize) {
 }
 
 /// A transcript with fewer words per second of audio than this, for an
-/// utterance longer than [`CHECKED_AFTER_S`], is taken for a failed
-/// transcription (whisper heard "The" in 20 s of speech) and reported as
-/// the turn's error, not passed on as success.
+/// utterance longer than [`CHECKED_AFTER_S`], may be a failed transcription
+/// (whisper heard "The" in 20 s of speech): the stage reads its audio again
+/// in pieces ([`crate::pieces`]) and keeps the reading with more words.
+/// Sparse speech (digits 1.8 s apart, fillers, a question over babble) is
+/// below it too, so it is never an error by itself.
 pub const MIN_WORDS_PER_S: f64 = 0.5;
 
 /// Utterances at most this long (seconds) are not held to [`MIN_WORDS_PER_S`]:
 /// a short one may be a single word.
 pub const CHECKED_AFTER_S: f64 = 5.0;
 
-/// Why a transcript is implausibly short for its audio, if it is: fewer
+/// Why a transcript may be short of its audio's words, if it is: fewer
 /// than [`MIN_WORDS_PER_S`] words per second over more than
 /// [`CHECKED_AFTER_S`] seconds.
 #[must_use]
@@ -113,12 +115,31 @@ pub fn implausibly_short(text: &str, audio_s: f64) -> Option<String> {
     (audio_s > CHECKED_AFTER_S && rate < MIN_WORDS_PER_S).then(|| {
         format!(
             "whisper heard only {words} word{} ({text:?}) in {audio_s:.1} s of speech \
-             ({rate:.2} words/s, under the floor of {MIN_WORDS_PER_S}): the audio was \
-             probably not transcribed; a shorter --max-utterance-ms cuts long speech \
-             into smaller pieces",
+             ({rate:.2} words/s, under {MIN_WORDS_PER_S})",
             if words == 1 { "" } else { "s" }
         )
     })
+}
+
+/// Words of hesitation: said while thinking, never a request in themselves.
+const HESITATIONS: &[&str] = &[
+    "um", "umm", "uh", "uhm", "uhh", "er", "erm", "eh", "ah", "hmm", "hm", "mm", "so", "well",
+    "like",
+];
+
+/// Whether `text` holds words and every one of them is a hesitation ("Um…
+/// so… well…"), said without a question mark: a speaker thinking aloud,
+/// which nothing answers (the question that follows is its own turn).
+#[must_use]
+pub fn hesitation_only(text: &str) -> bool {
+    let words: Vec<String> = text
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    !words.is_empty()
+        && !text.trim_end().ends_with('?')
+        && words.iter().all(|w| HESITATIONS.contains(&w.as_str()))
 }
 
 /// A transcript whose no-speech probability ([`crate::Confidence::no_speech`])
@@ -289,6 +310,29 @@ mod tests {
             join_continuation(&words("it is two"), "two-plus three"),
             ("three".to_string(), 1)
         );
+    }
+
+    #[test]
+    fn only_hesitations_is_thinking_aloud_and_anything_more_is_a_request() {
+        for t in [
+            "So. Well. So. Well.",
+            "So... Well... Um... Uh...",
+            "well, well, well,",
+            "Uh so",
+            "Hmm.",
+        ] {
+            assert!(hesitation_only(t), "{t:?}");
+        }
+        for t in [
+            "",
+            "...",
+            "Well?",
+            "So what time is it",
+            "Um, what is the capital of France?",
+            "I like it",
+        ] {
+            assert!(!hesitation_only(t), "{t:?}");
+        }
     }
 
     #[test]

@@ -707,6 +707,86 @@ pub(super) fn cases() -> Vec<Case> {
             ..Case::ONE_LINE
         },
         Case {
+            name: "live --max-duration 0s, 0 and 1ns (over before a word is heard)",
+            setup: |s| s.live(&[&"--max-duration", &"1ns"]),
+            expect: vec!["--max-duration 1ns", "at least 1s"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "live --max-duration 0",
+            setup: |s| s.live(&[&"--max-duration", &"0"]),
+            expect: vec!["--max-duration 0", "at least 1s"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "live --no-aec with no voice (it acts on the voice alone)",
+            setup: |s| s.live(&[&"--no-aec"]),
+            expect: vec!["--no-aec with no voice", "--voice"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "live --noise-suppression with no voice",
+            setup: |s| s.live(&[&"--noise-suppression"]),
+            expect: vec!["--noise-suppression with no voice", "--voice"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "live --barge-in-threshold with no voice",
+            setup: |s| s.live(&[&"--barge-in-threshold", &"0.9"]),
+            expect: vec!["--barge-in-threshold with no voice", "--voice"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "live --output-device with no voice",
+            setup: |s| s.live(&[&"--output-device", &"default"]),
+            expect: vec!["--output-device with no voice", "--voice"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "live --no-barge-in with --barge-in-ms (contradictory)",
+            setup: |s| {
+                s.live(&[
+                    &"--voice",
+                    &"espeak",
+                    &"--no-barge-in",
+                    &"--barge-in-ms",
+                    &"300",
+                ])
+            },
+            expect: vec!["--no-barge-in", "--barge-in-ms"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "replay --semantic-turn --no-semantic-turn (contradictory)",
+            setup: |s| s.replay_good(&[&"--semantic-turn", &"--no-semantic-turn"]),
+            expect: vec!["--semantic-turn", "--no-semantic-turn"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "replay --no-semantic-turn with --turn-threshold nan (sets what is off)",
+            setup: |s| s.replay_good(&[&"--no-semantic-turn", &"--turn-threshold", &"nan"]),
+            expect: vec!["--no-semantic-turn", "--turn-threshold"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "replay --no-semantic-turn with --turn-model (a file that is not there)",
+            setup: |s| s.replay_good(&[&"--no-semantic-turn", &"--turn-model", &"nowhere.onnx"]),
+            expect: vec!["--no-semantic-turn", "--turn-model"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "replay --no-semantic-turn with --no-turn-words",
+            setup: |s| s.replay_good(&[&"--no-turn-words", &"--no-semantic-turn"]),
+            expect: vec!["--no-semantic-turn", "--no-turn-words"],
+            ..Case::ONE_LINE
+        },
+        Case {
+            name: "replay --no-speculation with --turn-merge-ms (taking back needs speculation)",
+            setup: |s| s.replay_good(&[&"--no-speculation", &"--turn-merge-ms", &"2000"]),
+            expect: vec!["--no-speculation", "--turn-merge-ms"],
+            ..Case::ONE_LINE
+        },
+        Case {
             name: "live --max-turns 0",
             setup: |s| s.live(&[&"--max-turns", &"0"]),
             expect: vec!["--max-turns"],

@@ -76,6 +76,14 @@ impl TurnJudge {
         self.fallback
     }
 
+    /// The silence-only hangover, but at least one detector frame: the
+    /// position judged runs up to a frame's samples ahead of the last frame
+    /// scored, so a hangover of 0 must still wait for one silent frame (it
+    /// once ended every utterance at its first frame: nothing was heard).
+    fn fallback_at_least_a_frame(&self) -> u64 {
+        self.fallback.max(crate::vad::FRAME_SAMPLES as u64)
+    }
+
     /// The policy it applies.
     pub(crate) fn policy(&self) -> &TurnPolicy {
         &self.policy
@@ -128,8 +136,11 @@ impl TurnJudge {
         let silence = pos.saturating_sub(open.end);
         if !open.keepable {
             // too short to be kept: dropped when the silence-only hangover
-            // would have dropped it, not held open for the long wait
-            return silence >= self.fallback;
+            // would have dropped it, not held open for the long wait; never
+            // while it is still speech (a hangover of 0 ends it at its first
+            // silent frame, as the silence-only endpointer does, not at its
+            // first speech frame, nor in the samples after it not yet judged)
+            return silence >= self.fallback_at_least_a_frame();
         }
         if turn.verdict.is_none() && pos >= anchor + samples(self.policy.probe_ms) {
             let audio = open.samples_to_now;
@@ -174,7 +185,9 @@ impl TurnJudge {
         match turn.verdict.map(|v| v.decision) {
             Some(TurnDecision::Complete) => silence >= samples(self.policy.complete_ms),
             Some(TurnDecision::Words) => true,
-            Some(TurnDecision::Unsure | TurnDecision::Failed) => silence >= self.fallback,
+            Some(TurnDecision::Unsure | TurnDecision::Failed) => {
+                silence >= self.fallback_at_least_a_frame()
+            }
             _ => false,
         }
     }

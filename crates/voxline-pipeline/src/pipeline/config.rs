@@ -59,6 +59,7 @@ impl PipelineConfig {
         }
         if let Some((_, policy)) = &self.semantic_turn {
             policy.validate().map_err(BadInput::from_display)?;
+            hangover_judged(self.vad.hangover_ms, self.spec_silence_ms, policy)?;
         }
         Ok(())
     }
@@ -84,6 +85,32 @@ impl PipelineConfig {
             ..RunOptions::bare()
         }
     }
+}
+
+/// Checks that a pause lasts long enough, with the semantic end of turn,
+/// for the end-of-turn model to judge it and for its words to be read:
+/// `hangover_ms` above the model's probe point and above the speculative
+/// silence `spec_silence_ms` (the attempt whose words say whether the
+/// sentence is finished). A shorter hangover ends every pause before either
+/// (with 0, 16 or 48 ms the three questions of a conversation were heard as
+/// one turn; with 0 every utterance was once dropped at its first frame).
+///
+/// # Errors
+/// [`BadInput`] naming `--hangover-ms` and the smallest value that works.
+pub fn hangover_judged(
+    hangover_ms: u32,
+    spec_silence_ms: Option<u32>,
+    policy: &voxline_audio::turn::TurnPolicy,
+) -> Result<(), BadInput> {
+    let floor = spec_silence_ms.unwrap_or(0).max(policy.probe_ms);
+    if hangover_ms > floor {
+        return Ok(());
+    }
+    Err(BadInput(format!(
+        "--hangover-ms {hangover_ms}: with the semantic end of turn a pause is judged, and \
+         its words read, after {floor} ms of silence, so a shorter hangover ends every pause \
+         unjudged; give more than {floor} ms, or --no-semantic-turn to end turns on silence alone"
+    )))
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ mod sink;
 mod speaker;
 
 pub use assembly::{Extras, TranscriptStage};
-pub use config::PipelineConfig;
+pub use config::{hangover_judged, PipelineConfig};
 pub use input::{
     open_inputs, open_inputs_until, Input, InputSpan, Pace, Pushed, PushedAudio, Source,
 };

@@ -60,7 +60,7 @@ impl EventSink {
             }
         }
         if self.console {
-            use voxline_core::shown::{escaped, one_line};
+            use voxline_core::shown::{continued, escaped, one_line};
             let mut out = std::io::stdout().lock();
             match &ev.event {
                 PipelineEvent::Transcript(t) => {
@@ -71,7 +71,10 @@ impl EventSink {
                         if t.index == 0 {
                             let _ = write!(out, "[{}] voxline: ", t.id);
                         }
-                        let _ = write!(out, "{}", escaped(&t.text, true));
+                        // a new line inside the answer is indented under
+                        // its prefix: no line of it reads as voxline's own
+                        let indent = " ".repeat(format!("[{}] voxline: ", t.id).len());
+                        let _ = write!(out, "{}", continued(&t.text, &indent));
                         let _ = out.flush();
                     } else if let Some(c) = e.downcast_ref::<TurnComplete>() {
                         if c.n_generated == 0 {
