@@ -5,6 +5,7 @@
 mod bad_input;
 mod batching;
 mod browser;
+mod device_change;
 mod engines;
 mod faults;
 mod ggml_guard;

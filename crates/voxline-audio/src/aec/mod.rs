@@ -74,6 +74,39 @@ const CONVERGED_DB: f64 = 10.0;
 /// Blocks between two readings of the canceller's figures (1 s).
 const STATS_EVERY: u64 = 100;
 
+/// A skip this long in the capture's stream positions (a clock gap; 60 ms,
+/// the capture's own threshold) is taken for a capture device that may have
+/// changed: the echo path is judged afresh.
+const DEVICE_CHANGE_SKIP: u64 = 960;
+
+/// The capture stream skipped (a clock gap: what a capture device that
+/// went away shows through PulseAudio, which moves the capture to another
+/// source; a suspended source looks the same): the canceller starts again
+/// and the echo path is judged afresh, the echo guard strict meanwhile.
+/// `"type": "capture_device_changed"`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct CaptureDeviceChanged {
+    /// The stream position where the audio resumed.
+    pub at_sample: u64,
+    /// How much the positions skipped, ms.
+    pub skipped_ms: f64,
+}
+
+impl voxline_core::EngineEvent for CaptureDeviceChanged {
+    fn kind(&self) -> &'static str {
+        "capture_device_changed"
+    }
+    fn utterance_id(&self) -> Option<voxline_core::UtteranceId> {
+        None
+    }
+    fn sample(&self) -> Option<u64> {
+        Some(self.at_sample)
+    }
+    fn fields_json(&self, _: &voxline_core::Clock) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
+}
+
 /// How the echo canceller runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AecOptions {
@@ -115,6 +148,10 @@ pub struct AecSummary {
     /// Stretches of the voice the microphone heard (or the person spoke
     /// from their start): the canceller took the voice out.
     pub stretches_with_echo: u64,
+    /// Times the capture stream skipped (a device that may have changed):
+    /// each time the canceller started again and the echo path was judged
+    /// afresh.
+    pub rejudged: u64,
 }
 
 /// Where a session's [`AecSummary`] is kept while the stage runs; cloning
@@ -175,6 +212,7 @@ pub struct AecStage {
     apm: AudioProcessing,
     reference: EchoReference,
     meter: AecMeter,
+    options: AecOptions,
     /// Microphone samples not yet a whole block, from `pending_start`
     /// (stream position, when captured).
     pending: Vec<f32>,
@@ -219,26 +257,12 @@ impl AecStage {
     #[must_use]
     pub fn new(reference: EchoReference, meter: AecMeter, options: AecOptions) -> Self {
         let suppress_noise = options.noise_suppression;
-        let config = Config {
-            echo_canceller: Some(EchoCanceller::default()),
-            high_pass_filter: Some(HighPassFilter::default()),
-            noise_suppression: suppress_noise.then(|| NoiseSuppression {
-                level: NoiseSuppressionLevel::Moderate,
-                ..NoiseSuppression::default()
-            }),
-            ..Config::default()
-        };
-        let stream = StreamConfig::new(voxline_core::SAMPLE_RATE, 1);
-        let apm = AudioProcessing::builder()
-            .config(config)
-            .capture_config(stream)
-            .render_config(stream)
-            .build();
         meter.lock().summary.noise_suppression = suppress_noise;
         Self {
-            apm,
+            apm: Self::canceller(suppress_noise),
             reference,
             meter,
+            options,
             pending: Vec::with_capacity(BLOCK * 8),
             pending_start: None,
             new_recording: false,
@@ -254,6 +278,60 @@ impl AecStage {
             converged: false,
             stood_aside: false,
         }
+    }
+
+    /// A fresh AEC3 (with noise suppression after it when asked).
+    fn canceller(suppress_noise: bool) -> AudioProcessing {
+        let config = Config {
+            echo_canceller: Some(EchoCanceller::default()),
+            high_pass_filter: Some(HighPassFilter::default()),
+            noise_suppression: suppress_noise.then(|| NoiseSuppression {
+                level: NoiseSuppressionLevel::Moderate,
+                ..NoiseSuppression::default()
+            }),
+            ..Config::default()
+        };
+        let stream = StreamConfig::new(voxline_core::SAMPLE_RATE, 1);
+        AudioProcessing::builder()
+            .config(config)
+            .capture_config(stream)
+            .render_config(stream)
+            .build()
+    }
+
+    /// The capture stream skipped `skipped` samples before `at_sample` (a
+    /// clock gap): the microphone may be another device, with another echo
+    /// path, or none. AEC3 starts again, the echo path is judged afresh
+    /// (cancelling meanwhile), the far end is placed again by the instants,
+    /// and the echo guard is strict until the canceller has taken the
+    /// voice out again. Before, a verdict of no echo path stood: a capture
+    /// PulseAudio moved onto the loudspeaker's monitor heard the voice at
+    /// full level, let through, and it was answered (issue 65).
+    fn device_changed(&mut self, at_sample: u64, skipped: u64, out: &mut Emitter<'_, AudioFrame>) {
+        self.apm = Self::canceller(self.options.noise_suppression);
+        self.path.rejudge();
+        self.coarse = CoarseDelay::default();
+        (self.cursor, self.drift) = (None, 0.0);
+        (self.converged, self.stood_aside) = (false, false);
+        if let Some(g) = &self.guard {
+            g.set_echo_cancelled(false);
+        }
+        let skipped_ms = skipped as f64 / 16.0;
+        {
+            let mut m = self.meter.lock();
+            m.summary.rejudged += 1;
+            (m.loud, m.energy_in, m.energy_out) = (0, 0.0, 0.0);
+        }
+        tracing::warn!(
+            skipped_ms,
+            "aec: the capture stream skipped (its device may have changed): the echo path is judged again"
+        );
+        out.publish(voxline_core::PipelineEvent::engine_event(
+            CaptureDeviceChanged {
+                at_sample,
+                skipped_ms,
+            },
+        ));
     }
 
     /// Tells `guard` how loud each block was before the canceller: the echo
@@ -495,6 +573,12 @@ impl Stage for AecStage {
             // audio was lost before this frame: what came before goes on
             // its own, and the blocks start again at the frame
             self.send(true, false, out)?;
+        }
+        if let Some(skipped) = expected
+            .and_then(|e| frame.start_sample.checked_sub(e))
+            .filter(|&s| s >= DEVICE_CHANGE_SKIP)
+        {
+            self.device_changed(frame.start_sample, skipped, out);
         }
         if frame.new_recording {
             self.new_recording = true;

@@ -69,7 +69,13 @@ impl Consumer {
                 end = Some(CaptureEnd::Stopped);
                 break;
             }
-            match self.drainer.drain(&self.out) {
+            let drained = self.drainer.drain(&self.out);
+            let (gaps, last_ms) = self.drainer.timing.gaps_so_far();
+            self.counters
+                .last_gap_ms
+                .store(last_ms.round() as u64, Ordering::Relaxed);
+            self.counters.clock_gaps.store(gaps, Ordering::Release);
+            match drained {
                 Ok(true) => {}
                 Ok(false) => thread::sleep(POLL_INTERVAL),
                 Err(stop) => end = Some(stop_reason(stop)),

@@ -288,6 +288,19 @@ impl Capture {
         self.counters.captured.load(Ordering::Relaxed)
     }
 
+    /// Clock gaps so far (the device delivered less than wall time: a
+    /// suspended source, an overrun, or a capture PulseAudio moved to
+    /// another device when its own went away), and the last one's length
+    /// in ms. ALSA gives no notice of a device change; this is what the
+    /// stream shows of one.
+    #[must_use]
+    pub fn clock_gaps(&self) -> (u64, u64) {
+        (
+            self.counters.clock_gaps.load(Ordering::Acquire),
+            self.counters.last_gap_ms.load(Ordering::Relaxed),
+        )
+    }
+
     /// Whether the consumer thread has ended on its own (output edge gone or
     /// stream failed); [`Capture::stop`] then returns at once with the reason.
     #[must_use]

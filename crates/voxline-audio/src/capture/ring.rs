@@ -27,6 +27,10 @@ pub(super) struct Counters {
     pub(super) dropped: AtomicU64,
     /// Overruns (xruns) the audio host reported.
     pub(super) overruns: AtomicU64,
+    /// Clock gaps so far, and the last one's length in ms (set by the
+    /// consumer as it places the blocks).
+    pub(super) clock_gaps: AtomicU64,
+    pub(super) last_gap_ms: AtomicU64,
 }
 
 /// When a block was captured, as its callback saw it.

@@ -67,6 +67,7 @@ pub(super) struct TimingAcc {
     latency_sum: f64,
     clock_gaps: u64,
     clock_gap_ms: f64,
+    last_gap_ms: f64,
     gaps: Vec<ClockGap>,
 }
 
@@ -81,6 +82,7 @@ impl TimingAcc {
             latency_sum: 0.0,
             clock_gaps: 0,
             clock_gap_ms: 0.0,
+            last_gap_ms: 0.0,
             gaps: Vec::new(),
         }
     }
@@ -99,9 +101,15 @@ impl TimingAcc {
         let ms = gap.as_secs_f64() * 1000.0;
         self.clock_gaps += 1;
         self.clock_gap_ms += ms;
+        self.last_gap_ms = ms;
         if self.gaps.len() < MAX_KEPT_GAPS {
             self.gaps.push(ClockGap { at_sample, ms });
         }
+    }
+
+    /// Clock gaps so far, and the last one's length in ms.
+    pub(super) fn gaps_so_far(&self) -> (u64, f64) {
+        (self.clock_gaps, self.last_gap_ms)
     }
 
     /// The bucket value at quantile `q`, clamped into the exact min and max.

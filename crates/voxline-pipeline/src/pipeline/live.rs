@@ -50,6 +50,11 @@ pub struct LiveReport {
     pub buffer_ms: Option<f64>,
     /// Why the period asked for differs from the one wanted, if it does.
     pub buffer_note: Option<String>,
+    /// Times the capture stream broke mid-session, each with a warning: a
+    /// clock gap, which is what a capture device that went away (PulseAudio
+    /// moves the capture to another source) shows; a suspended source or an
+    /// overrun shows the same. Each one the echo path is judged again.
+    pub device_changes: u64,
     /// Capture placement: blocks timed by the device or by arrival, the
     /// device latency (capture → callback) and clock gaps.
     pub timing: voxline_audio::CaptureTiming,
@@ -106,6 +111,7 @@ pub(super) fn live_source(
     let mut last_depth: Vec<usize> = vec![0; watched.len()];
     let mut growing: Vec<u32> = vec![0; watched.len()];
     let mut next_check = started + std::time::Duration::from_secs(1);
+    let mut gaps_seen = 0;
     let stopped = loop {
         if stop() {
             break true;
@@ -117,6 +123,14 @@ pub(super) fn live_source(
             || capture.is_finished()
         {
             break false;
+        }
+        let (gaps, last_ms) = capture.clock_gaps();
+        if gaps > gaps_seen {
+            gaps_seen = gaps;
+            eprintln!(
+                "voxline: warning: capture device changed or stalled: the capture clock skipped {last_ms} ms \
+                 (a device that went away, a suspended source); the echo path is judged again"
+            );
         }
         if Instant::now() >= next_check {
             next_check += std::time::Duration::from_secs(1);
@@ -152,6 +166,7 @@ pub(super) fn live_source(
         buffer_frames: f.buffer_frames,
         buffer_ms: f.buffer_ms(),
         buffer_note: f.buffer_note.clone(),
+        device_changes: stats.timing.clock_gaps,
         timing: stats.timing.clone(),
         voice_output: None,
     };
