@@ -732,3 +732,211 @@ fn piper_speaks_a_server_s_run_of_digits_chunk_by_chunk_in_bounded_memory() {
     // (10 KB: 9.6 GB)
     assert!(peak_mb < 1_500, "peak RSS {peak_mb} MB");
 }
+
+/// A transcription server: a GET (the model list) is a 404; the `n`th POST
+/// gets `bodies[n]` (the last for every later one) as a whole 200 reply.
+/// Its `http://host:port` and the heads of the POSTs.
+fn transcribing(bodies: Vec<Vec<u8>>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let posts = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&posts);
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let head = read_request(&s);
+            if head.starts_with("GET ") {
+                let _ = s.write_all(
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                continue;
+            }
+            let n = {
+                let mut p = kept.lock().unwrap();
+                p.push(head);
+                p.len() - 1
+            };
+            let body = &bodies[n.min(bodies.len() - 1)];
+            let _ = s.write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+            let _ = s.write_all(body);
+        }
+    });
+    (url, posts)
+}
+
+/// An answer streamed whole: `Paris`, then `usage` if given, then `[DONE]`.
+fn answering_paris(usage: Option<serde_json::Value>) -> Vec<u8> {
+    let usage = usage.map_or_else(String::new, |u| {
+        format!(
+            "data: {}\n\n",
+            serde_json::json!({"choices": [], "usage": u})
+        )
+    });
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n\
+         data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"Paris\"}},\"finish_reason\":\"stop\"}}]}}\n\n\
+         {usage}data: [DONE]\n\n"
+    )
+    .into_bytes()
+}
+
+/// `voxline replay` of q_capital.wav then q_moon.wav (a turn each: no
+/// speculation, silence ends a turn, so one transcription a turn), both
+/// engines remote: exit code, stdout, stderr and the report.
+fn replay_two_turns_remote(
+    stt: &str,
+    llm: &str,
+    extra: &[&str],
+) -> (Option<i32>, String, String, serde_json::Value) {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("report.json");
+    let out = util::voxline_bin()
+        .arg("replay")
+        .arg(util::fixture("q_capital.wav"))
+        .arg(util::fixture("q_moon.wav"))
+        .args(["--pace", "fast", "--no-speculation", "--no-semantic-turn"])
+        .args(["--stt-url", stt, "--stt-model", "w", "--llm-url", llm])
+        .args(["--llm-model", "m"])
+        .args(extra)
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .arg("--report-json")
+        .arg(&report)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    let r = if report.exists() {
+        util::read_json(&report)
+    } else {
+        serde_json::Value::Null
+    };
+    (out.status.code(), stdout, stderr, r)
+}
+
+const CAPITAL: &[u8] = br#"{"text":" What is the capital of France?"}"#;
+
+#[test]
+fn a_transcription_reply_that_is_not_utf8_is_malformed_and_not_tried_again() {
+    // it was "the reply was cut short (stream did not contain valid UTF-8)",
+    // and tried three times: a server that answers malformed answers so again
+    let _g = util::engine_lock();
+    let (stt, posts) = transcribing(vec![
+        b"{\"text\":\" What is the capital of Fran\xe7e?\"}".to_vec(),
+        CAPITAL.to_vec(),
+    ]);
+    let (llm, _) = serve_hostile(Some(answering_paris(None)), true);
+    let (code, _, err, r) = replay_two_turns_remote(&stt, &llm, &["--quiet"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("transcribing again"),
+        "{err}"
+    );
+    let turns = r["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2, "{r}");
+    let e = turns[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        e.contains(
+            "/v1/audio/transcriptions: malformed reply (not UTF-8: the byte at offset 37 of 42"
+        ) && !e.contains("cut short"),
+        "{e}"
+    );
+    // asked once for each turn; the session went on
+    assert_eq!(posts.lock().unwrap().len(), 2, "{err}");
+    assert_eq!(turns[1]["response"], "Paris", "{}", turns[1]);
+}
+
+#[test]
+fn a_transcript_longer_than_speech_can_be_is_a_turn_error_never_shown_nor_answered() {
+    // a server's 10 MB transcript was printed whole and sent to the LLM
+    let _g = util::engine_lock();
+    let flood = format!(r#"{{"text":"{}"}}"#, "word ".repeat(2_000_000));
+    let (stt, posts) = transcribing(vec![flood.into_bytes(), CAPITAL.to_vec()]);
+    let (llm, asked) = serve_hostile(Some(answering_paris(None)), true);
+    let (code, out, err, r) = replay_two_turns_remote(&stt, &llm, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // the console shows neither the transcript nor more than a few lines
+    for (what, s) in [("stdout", &out), ("stderr", &err)] {
+        assert!(
+            s.len() < 20_000 && !s.contains("word word word"),
+            "{what}: {} bytes: {}",
+            s.len(),
+            s.chars().take(2_000).collect::<String>()
+        );
+    }
+    let turns = r["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2, "{err}");
+    let e = turns[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        e.contains("malformed reply (a transcript of 9999999 characters, past the limit of 3000"),
+        "{e}"
+    );
+    assert!(e.len() < 500, "{e}");
+    assert!(
+        r.to_string().len() < 200_000,
+        "the report holds the transcript"
+    );
+    // not tried again, not sent on: the language model was asked for the
+    // second turn only
+    assert_eq!(posts.lock().unwrap().len(), 2);
+    let llm_posts = asked
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|h| h.starts_with("POST "))
+        .count();
+    assert_eq!(llm_posts, 1);
+    assert_eq!(turns[1]["response"], "Paris", "{}", turns[1]);
+}
+
+#[test]
+fn a_completion_count_of_0_for_an_answer_with_text_is_dropped_with_one_warning() {
+    // `completion_tokens: 0` for "Paris" was taken as the server's count
+    let _g = util::engine_lock();
+    let (stt, _) = transcribing(vec![CAPITAL.to_vec()]);
+    let usage = serde_json::json!({"prompt_tokens": 30, "completion_tokens": 0});
+    let (llm, _) = serve_hostile(Some(answering_paris(Some(usage))), true);
+    let (code, _, err, r) = replay_two_turns_remote(&stt, &llm, &["--quiet"]);
+    assert_eq!(code, Some(0), "{err}");
+    let turns = r["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2, "{err}");
+    for t in turns {
+        assert_eq!(t["response"], "Paris", "{t}");
+        let s = &t["llm_server"];
+        // voxline's own count stands in; the server's sound figure is kept
+        assert_eq!(
+            (
+                &s["completion_tokens"],
+                &s["tokens_from"],
+                &s["prompt_tokens"]
+            ),
+            (
+                &serde_json::json!(1),
+                &serde_json::json!("chunks"),
+                &serde_json::json!(30)
+            ),
+            "{t}"
+        );
+    }
+    // one warning an answer, naming the figure
+    let warned: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("cannot be true"))
+        .collect();
+    assert_eq!(warned.len(), 2, "{err}");
+    assert!(
+        warned.iter().all(|w| w.contains("usage.completion_tokens")),
+        "{warned:?}"
+    );
+}

@@ -239,13 +239,98 @@ fn probe_writable(p: &Path, flag: &str, given: &Path) -> Result<(), BadInput> {
             drop(f); // removes the probe
             Ok(())
         }
-        Err(e) => Err(BadInput(format!(
-            "{}: cannot write here ({}); give {flag} a path in a writable directory (now {})",
-            given.display(),
-            crate::io_reason(&e),
-            dir.display()
-        ))),
+        Err(e) => Err(BadInput(match kernel_filesystem(dir) {
+            // the system's own reason misleads here (/proc says "No such
+            // file or directory" of a file that is there)
+            Some((fs, at)) if std::fs::symlink_metadata(p).is_ok() => format!(
+                "{}: a file of the kernel's {fs} filesystem ({}), where no file can be \
+                 created: it cannot be replaced, and is not written in place; give {flag} a \
+                 path in a writable directory",
+                given.display(),
+                at.display()
+            ),
+            Some((fs, at)) => format!(
+                "{}: {} is the kernel's {fs} filesystem, where no file can be created; give \
+                 {flag} a path in a writable directory",
+                given.display(),
+                at.display()
+            ),
+            None => format!(
+                "{}: cannot write here ({}); give {flag} a path in a writable directory (now {})",
+                given.display(),
+                crate::io_reason(&e),
+                dir.display()
+            ),
+        })),
     }
+}
+
+/// Filesystems whose files are the kernel's own: nothing can be created in
+/// them, and what is there is not a file to replace.
+const KERNEL_FILESYSTEMS: &[&str] = &[
+    "proc",
+    "sysfs",
+    "cgroup",
+    "cgroup2",
+    "debugfs",
+    "tracefs",
+    "securityfs",
+    "configfs",
+    "bpf",
+    "pstore",
+    "efivarfs",
+    "selinuxfs",
+    "fusectl",
+    "binfmt_misc",
+    "devpts",
+];
+
+/// The filesystem type and mount point of `dir` when it is one of
+/// [`KERNEL_FILESYSTEMS`] (read from `/proc/self/mountinfo`).
+fn kernel_filesystem(dir: &Path) -> Option<(String, PathBuf)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dev = std::fs::metadata(dir).ok()?.dev();
+    // glibc's encoding of a device number
+    let (major, minor) = (
+        ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff),
+        (dev & 0xff) | ((dev >> 12) & !0xff),
+    );
+    let id = format!("{major}:{minor}");
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // a later mount of the same device is the one seen
+    info.lines().rev().find_map(|line| {
+        let (mount, fs) = line.split_once(" - ")?;
+        let mount: Vec<&str> = mount.split(' ').collect();
+        let fs = fs.split(' ').next()?;
+        if mount.get(2) != Some(&id.as_str()) || !KERNEL_FILESYSTEMS.contains(&fs) {
+            return None;
+        }
+        Some((fs.to_owned(), PathBuf::from(unescape(mount.get(4)?))))
+    })
+}
+
+/// A mount point as mountinfo writes it (a space as `\040`), as a path.
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('\\') {
+        out.push_str(&rest[..i]);
+        let code = rest
+            .get(i + 1..i + 4)
+            .filter(|c| c.bytes().all(|b| (b'0'..=b'7').contains(&b)));
+        match code.and_then(|c| u8::from_str_radix(c, 8).ok()) {
+            Some(b) => {
+                out.push(char::from(b));
+                rest = &rest[i + 4..];
+            }
+            None => {
+                out.push('\\');
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 impl Output {
@@ -460,6 +545,26 @@ mod tests {
         };
         out.write_all(b"RIFF").unwrap();
         assert_eq!(reader.join().unwrap(), b"RIFF");
+    }
+
+    #[test]
+    fn a_file_of_the_kernel_s_filesystems_is_named_so_not_missing() {
+        if kernel_filesystem(Path::new("/proc")).is_none() {
+            return; // no proc filesystem here
+        }
+        let e = plan1(Path::new("/proc/version"), &[], &[]).unwrap_err().0;
+        assert_eq!(
+            e,
+            "/proc/version: a file of the kernel's proc filesystem (/proc), where no file can be \
+             created: it cannot be replaced, and is not written in place; give --report-json a \
+             path in a writable directory"
+        );
+        let e = plan1(Path::new("/proc/report.json"), &[], &[])
+            .unwrap_err()
+            .0;
+        assert!(e.contains("/proc is the kernel's proc filesystem"), "{e}");
+        assert!(kernel_filesystem(Path::new("/")).is_none());
+        assert_eq!(unescape(r"/mnt/a\040b\134c\9"), "/mnt/a b\\c\\9");
     }
 
     #[test]

@@ -219,6 +219,7 @@ impl RemoteChat {
             timings,
             sse::Seen {
                 max_tokens: self.options.max_tokens,
+                pieces: chunks,
                 request_bytes,
                 elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
             },

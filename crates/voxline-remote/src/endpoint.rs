@@ -8,6 +8,10 @@ use ureq::Agent;
 
 use crate::RemoteError;
 
+/// Most bytes of a reply's body read whole (a transcript, a model list):
+/// the rest is not read, and the cut JSON is a malformed reply.
+const MAX_BODY_BYTES: u64 = 16 << 20;
+
 /// An API key, read from the environment (never from a flag, which would
 /// show in `ps`). It is sent as `Authorization: Bearer …` and nowhere
 /// else: its `Debug` hides it, and no error or report carries it.
@@ -301,13 +305,27 @@ impl Client {
         r: ureq::http::Response<ureq::Body>,
     ) -> Result<String, RemoteError> {
         let r = self.ok(path, r)?;
-        let mut body = String::new();
+        let mut body = Vec::new();
         r.into_body()
             .into_reader()
-            .take(16 << 20)
-            .read_to_string(&mut body)
+            .take(MAX_BODY_BYTES)
+            .read_to_end(&mut body)
             .map_err(|e| self.read_error(path, &e))?;
-        Ok(body)
+        // bytes that are not text are what the server sent, whole: a
+        // malformed reply (it would send the same again), not one cut short
+        String::from_utf8(body).or_else(|e| {
+            let (at, len) = (e.utf8_error().valid_up_to(), e.as_bytes().len());
+            if e.utf8_error().error_len().is_none() && len as u64 == MAX_BODY_BYTES {
+                // the limit cut a character in two: the text up to it
+                let mut body = e.into_bytes();
+                body.truncate(at);
+                return String::from_utf8(body).map_err(|e| self.malformed(path, e.to_string()));
+            }
+            Err(self.malformed(
+                path,
+                format!("not UTF-8: the byte at offset {at} of {len} is not text"),
+            ))
+        })
     }
 
     pub(crate) fn json(&self, path: &str, body: &str) -> Result<serde_json::Value, RemoteError> {

@@ -28,4 +28,7 @@ pub use chat::{answer_byte_limit, ChatOptions, RemoteChat, MAX_BYTES_PER_TOKEN};
 pub use endpoint::{ApiKey, Client, Endpoint, Timeouts};
 pub use error::RemoteError;
 pub use sse::{MAX_EVENT_BYTES, MAX_LINE_BYTES};
-pub use transcribe::{RemoteStt, SttOptions};
+pub use transcribe::{
+    transcript_char_limit, RemoteStt, SttOptions, MAX_TRANSCRIPT_CHARS_PER_S,
+    MIN_TRANSCRIPT_CHAR_LIMIT,
+};

@@ -176,6 +176,9 @@ pub(crate) struct Chunk {
 pub(crate) struct Seen {
     /// The request's `max_tokens`.
     pub(crate) max_tokens: u32,
+    /// Pieces of text the answer streamed: an answer with text has at
+    /// least one token.
+    pub(crate) pieces: u32,
     /// The request body's size: a prompt cannot hold more tokens than its
     /// text has bytes.
     pub(crate) request_bytes: usize,
@@ -185,7 +188,8 @@ pub(crate) struct Seen {
 }
 
 /// The server's `usage` and `timings` where they can be true; a figure
-/// that cannot (more completion tokens than `max_tokens`, a prompt longer
+/// that cannot (more completion tokens than `max_tokens`, none for an
+/// answer that streamed text, a prompt longer
 /// than the request, more cached tokens than the prompt, a time that is
 /// negative, not finite or longer than the exchange) is dropped, and what
 /// voxline counted itself stands in. The second value names what was
@@ -196,9 +200,9 @@ pub(crate) fn plausible(
     seen: Seen,
 ) -> (Usage, Option<Timings>, Vec<&'static str>) {
     let mut dropped = Vec::new();
-    let mut keep = |v: Option<u32>, max: u64, name: &'static str| {
+    let mut keep = |v: Option<u32>, min: u64, max: u64, name: &'static str| {
         v.filter(|&n| {
-            let ok = u64::from(n) <= max;
+            let ok = (min..=max).contains(&u64::from(n));
             if !ok {
                 dropped.push(name);
             }
@@ -206,14 +210,16 @@ pub(crate) fn plausible(
         })
     };
     let request = u64::try_from(seen.request_bytes).unwrap_or(u64::MAX);
-    let prompt_tokens = keep(usage.prompt_tokens, request, "usage.prompt_tokens");
+    let prompt_tokens = keep(usage.prompt_tokens, 0, request, "usage.prompt_tokens");
+    // text streamed is at least one token
     let completion_tokens = keep(
         usage.completion_tokens,
+        u64::from(seen.pieces.min(1)),
         u64::from(seen.max_tokens),
         "usage.completion_tokens",
     );
     let prompt_cap = prompt_tokens.map_or(request, u64::from);
-    let cached_tokens = keep(usage.cached_tokens, prompt_cap, "usage.cached_tokens");
+    let cached_tokens = keep(usage.cached_tokens, 0, prompt_cap, "usage.cached_tokens");
     let timings = timings.map(|t| {
         // the server's clock against voxline's: a millisecond of slack
         let mut ms = |v: Option<f64>, name: &'static str| {
@@ -316,6 +322,7 @@ mod tests {
     fn figures_a_server_cannot_have_measured_are_dropped() {
         let seen = Seen {
             max_tokens: 64,
+            pieces: 60,
             request_bytes: 500,
             elapsed_ms: 200.0,
         };
@@ -369,6 +376,18 @@ mod tests {
             seen,
         );
         assert_eq!(t.unwrap().decode_ms, None);
+        // no tokens for an answer that streamed text; none for one that did not
+        let none = Usage {
+            completion_tokens: Some(0),
+            ..honest
+        };
+        let (u, _, dropped) = plausible(none, None, seen);
+        assert_eq!(
+            (u.completion_tokens, dropped),
+            (None, vec!["usage.completion_tokens"])
+        );
+        let (u, _, dropped) = plausible(none, None, Seen { pieces: 0, ..seen });
+        assert_eq!((u.completion_tokens, dropped), (Some(0), vec![]));
     }
 
     #[test]

@@ -14,6 +14,29 @@ const PATH: &str = "/audio/transcriptions";
 /// Whisper's first special token: segment token ids below it are text.
 const FIRST_SPECIAL_TOKEN: u64 = 50256;
 
+/// Most characters a server's transcript may hold per second of its audio.
+/// Whisper writes at most 448 tokens a 30 s window (some 15 a second, about
+/// 70 characters of English) and the fastest speech is some 25 characters
+/// a second: a transcript past this is not of the audio sent.
+pub const MAX_TRANSCRIPT_CHARS_PER_S: usize = 100;
+
+/// The most characters any transcript may hold, however short its audio:
+/// one window of whisper's longest output, with room to spare.
+pub const MIN_TRANSCRIPT_CHAR_LIMIT: usize = 3_000;
+
+/// Most characters of a transcript of `audio_ms` of audio:
+/// [`MAX_TRANSCRIPT_CHARS_PER_S`] a second, at least
+/// [`MIN_TRANSCRIPT_CHAR_LIMIT`]. A server's transcript past it is a
+/// malformed reply, neither shown nor answered.
+#[must_use]
+pub fn transcript_char_limit(audio_ms: f64) -> usize {
+    // an utterance is at most minutes long: the product fits
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let by_length =
+        (audio_ms.max(0.0) / 1000.0 * MAX_TRANSCRIPT_CHARS_PER_S as f64).ceil() as usize;
+    by_length.max(MIN_TRANSCRIPT_CHAR_LIMIT)
+}
+
 /// How a remote server is asked for a transcript.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SttOptions {
@@ -85,14 +108,26 @@ fn wav(samples: &[f32]) -> Result<Vec<u8>, hound::Error> {
     Ok(out.into_inner())
 }
 
-/// The transcript and its token count from a reply's body.
-fn parse(client: &Client, body: &str) -> Result<(String, u32), RemoteError> {
+/// The transcript and its token count from a reply's body; a transcript of
+/// more than `max_chars` characters is refused.
+fn parse(client: &Client, body: &str, max_chars: usize) -> Result<(String, u32), RemoteError> {
     let v = client.json(PATH, body)?;
     let text = v["text"]
         .as_str()
         .ok_or_else(|| client.malformed(PATH, "no `text` in the reply".into()))?
-        .trim()
-        .to_owned();
+        .trim();
+    let chars = text.chars().count();
+    if chars > max_chars {
+        return Err(client.malformed(
+            PATH,
+            format!(
+                "a transcript of {chars} characters, past the limit of {max_chars} for this \
+                 audio ({MAX_TRANSCRIPT_CHARS_PER_S} a second, at least \
+                 {MIN_TRANSCRIPT_CHAR_LIMIT})"
+            ),
+        ));
+    }
+    let text = text.to_owned();
     let tokens: Option<u64> = v["segments"].as_array().map(|segs| {
         segs.iter()
             .filter_map(|s| s["tokens"].as_array())
@@ -112,6 +147,7 @@ fn request(
     client: &Client,
     options: &SttOptions,
     audio: &[u8],
+    max_chars: usize,
     abandoned: &AtomicBool,
 ) -> Result<(String, u32), RemoteError> {
     let mut wait = Duration::from_millis(100);
@@ -130,7 +166,7 @@ fn request(
             .map_err(|e| client.malformed(PATH, e.to_string()))?;
         let r = client
             .post_form(PATH, form.part("file", part))
-            .and_then(|body| parse(client, &body));
+            .and_then(|body| parse(client, &body, max_chars));
         match r {
             Err(e) if e.retryable() && tried < options.tries => {
                 tracing::warn!(error = %e, "transcribing again");
@@ -155,6 +191,7 @@ impl SpeechToText for RemoteStt {
     ) -> Result<Transcription, SttError> {
         let audio_ms = samples.len() as f64 * 1000.0 / f64::from(voxline_core::SAMPLE_RATE);
         let audio = wav(samples).map_err(|e| SttError::Remote(Box::new(e)))?;
+        let max_chars = transcript_char_limit(audio_ms);
         let (tx, rx) = crossbeam_channel::bounded(1);
         let abandoned = Arc::new(AtomicBool::new(false));
         let (client, options, gone) =
@@ -162,7 +199,7 @@ impl SpeechToText for RemoteStt {
         std::thread::Builder::new()
             .name("stt-request".into())
             .spawn(move || {
-                let _ = tx.send(request(&client, &options, &audio, &gone));
+                let _ = tx.send(request(&client, &options, &audio, max_chars, &gone));
             })
             .map_err(|e| SttError::Remote(Box::new(e)))?;
         let result = loop {
@@ -233,21 +270,90 @@ mod tests {
         let c = client();
         let verbose = r#"{"task":"transcribe","text":" What is the capital of France?","segments":[{"id":0,"text":" What is the capital of France?","tokens":[50363,1867,318,262,3139,286,4881,30,50513]}]}"#;
         assert_eq!(
-            parse(&c, verbose).unwrap(),
+            parse(&c, verbose, 3000).unwrap(),
             ("What is the capital of France?".into(), 7)
         );
         // text only: the words are counted
         assert_eq!(
-            parse(&c, r#"{"text":" Two words "}"#).unwrap(),
+            parse(&c, r#"{"text":" Two words "}"#, 3000).unwrap(),
             ("Two words".into(), 2)
         );
         for (body, says) in [("{\"words\":[]}", "no `text`"), ("<html>", "not JSON")] {
-            let e = parse(&c, body).unwrap_err().to_string();
+            let e = parse(&c, body, 3000).unwrap_err().to_string();
             assert!(
                 e.contains(says) && e.starts_with("127.0.0.1:9: /v1/audio/transcriptions"),
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn a_transcript_longer_than_speech_can_be_is_refused_not_shown() {
+        let c = client();
+        assert_eq!(transcript_char_limit(2_000.0), 3_000);
+        assert_eq!(transcript_char_limit(60_000.0), 6_000);
+        let at = |n: usize| format!(r#"{{"text":"{}"}}"#, "a".repeat(n));
+        assert_eq!(parse(&c, &at(3_000), 3_000).unwrap().0.len(), 3_000);
+        // characters, not bytes, and the text itself stays out of the message
+        let e = parse(&c, &format!(r#"{{"text":"{}"}}"#, "é".repeat(3_001)), 3_000).unwrap_err();
+        assert!(!e.retryable());
+        let e = e.to_string();
+        assert!(
+            e.contains("a transcript of 3001 characters, past the limit of 3000")
+                && !e.contains('é'),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_reply_that_is_not_utf8_is_malformed_and_asked_once() {
+        use std::io::{BufRead as _, Read as _, Write as _};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let asked = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let n = Arc::clone(&asked);
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                n.fetch_add(1, Ordering::Relaxed);
+                let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+                let mut len = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let _ = r.read_exact(&mut vec![0; len]);
+                let body = b"{\"text\":\"caf\xe9\"}";
+                let _ = s.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                         content-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    )
+                    .as_bytes(),
+                );
+                let _ = s.write_all(body);
+            }
+        });
+        let mut stt = RemoteStt::new(
+            Client::new(
+                Endpoint::parse("--stt-url", &format!("http://127.0.0.1:{port}"), None).unwrap(),
+                Timeouts::default(),
+            ),
+            SttOptions::default(),
+        );
+        let e = stt.transcribe(&[0.0; 1600], false, &|| false).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("malformed reply (not UTF-8: the byte at offset 12 of 15 is not text)"),
+            "{e}"
+        );
+        assert_eq!(asked.load(Ordering::Relaxed), 1, "asked again");
     }
 
     #[test]

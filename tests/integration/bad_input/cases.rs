@@ -539,6 +539,19 @@ pub(super) fn cases() -> Vec<Case> {
             ..Case::ONE_LINE
         },
         Case {
+            // a file that is there but is the kernel's: it said "No such
+            // file or directory"
+            name: "--voice-out /proc/version",
+            setup: |s| s.replay_good(&[&"--voice-out", &"/proc/version"]),
+            expect: vec![
+                "--voice-out",
+                "/proc/version",
+                "the kernel's proc filesystem",
+                "cannot be replaced",
+            ],
+            ..Case::ONE_LINE
+        },
+        Case {
             name: "--events under a regular file",
             setup: |s| {
                 let to = s.put("somefile.txt", PLAIN).join("events.jsonl");
