@@ -726,11 +726,104 @@ fn piper_speaks_a_server_s_run_of_digits_chunk_by_chunk_in_bounded_memory() {
     assert_eq!(r["turns"][0]["response"], digits.as_str());
     let spoken = hound::WavReader::open(&wav).unwrap().duration();
     assert!(spoken > 0, "nothing spoken: {err}");
-    // whisper, Piper and one chunk's working memory, whatever the length:
-    // measured 641 MB for 660 digits, 651-859 MB for 2,200 (the same
-    // binary, by run), where the whole word at once grew ~1 MB a digit
-    // (10 KB: 9.6 GB)
-    assert!(peak_mb < 1_500, "peak RSS {peak_mb} MB");
+    // whisper, Piper and one run's working memory (400 phoneme ids, a
+    // chunk of 220 digits being ~975), whatever the length: 527 MB for
+    // 4,400 digits; 651-859 MB for 2,200 when a chunk was one run, and
+    // ~1 MB a digit when the whole word was (10 KB: 9.6 GB)
+    assert!(peak_mb <= 800, "peak RSS {peak_mb} MB");
+}
+
+/// `voxline replay --voice piper` answered `text` by a server on the
+/// loopback: the exit code, the peak RSS in MB, stderr and the report.
+fn piper_answering(text: &str) -> (Option<i32>, u64, String, serde_json::Value) {
+    let content = serde_json::to_string(text).unwrap();
+    let reply = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n\
+         data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{content}}},\"finish_reason\":\"stop\"}}]}}\n\n\
+         data: [DONE]\n\n"
+    );
+    let url = flooding(Box::leak(reply.into_boxed_str()), String::new());
+    let tmp = tempfile::tempdir().unwrap();
+    let (report, wav) = (tmp.path().join("report.json"), tmp.path().join("voice.wav"));
+    let (code, peak_mb, err) = util::run_with_peak_mb(
+        replay_against(&url)
+            .args(["--llm-model", "m", "--max-tokens", "400", "--quiet"])
+            .args(["--voice", "piper", "--voice-out"])
+            .arg(&wav)
+            .arg("--report-json")
+            .arg(&report),
+    );
+    let r = if code == Some(0) {
+        util::read_json(&report)
+    } else {
+        serde_json::Value::Null
+    };
+    (code, peak_mb, err, r)
+}
+
+#[test]
+fn piper_leaves_out_scripts_it_cannot_read_and_speaks_long_phonemes_in_bounded_memory() {
+    // espeak-ng's English reads a Chinese character as "Chinese letter"
+    // (~15 phonemes), an Ethiopic one as "Ethiopic letter" and its code,
+    // and Piper ran a chunk's phonemes in one call: a server's 660 Chinese
+    // characters peaked at 3.1 GB (257 s of "Chinese letter"), 660
+    // Ethiopic ones at 2.6 GB, 658 characters of large numbers (read out,
+    // ~7 phonemes a character) at 2.9 GB. An English voice now leaves out
+    // what it cannot read, with one warning an answer, and runs the model
+    // on at most 400 ids at a time
+    let _g = util::engine_lock();
+    let warnings = |err: &str| -> Vec<String> {
+        err.lines()
+            .filter(|l| l.contains("the voice cannot read"))
+            .map(str::to_owned)
+            .collect()
+    };
+    for (name, text, script) in [
+        ("Chinese", "中文".repeat(330), "Chinese characters"),
+        ("Ethiopic", "ሰላ".repeat(330), "Ethiopic"),
+    ] {
+        let (code, peak_mb, err, r) = piper_answering(&text);
+        eprintln!("660 {name} characters through Piper: peak RSS {peak_mb} MB");
+        assert_eq!(code, Some(0), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        let turn = &r["turns"][0];
+        // the text is the server's; nothing of it is spoken
+        assert_eq!(turn["response"], text.as_str());
+        assert_eq!(turn["voice_chunks"], 0, "{turn}");
+        match warnings(&err).as_slice() {
+            [w] => assert!(
+                w.contains(&format!("cannot read {script}: 660 characters")),
+                "{w}"
+            ),
+            w => panic!("one warning an answer: {w:?}"),
+        }
+        assert!(peak_mb <= 800, "{name}: peak RSS {peak_mb} MB");
+    }
+    // both scripts in every sentence, between English words and long
+    // numbers: the words and numbers are spoken, in bounded memory, and the
+    // answer warns once
+    let mixed =
+        "Hello is 你好 in Chinese and ሰላም in Amharic; 1,234,567,891 and 2,345,678,912. ".repeat(8);
+    let (code, peak_mb, err, r) = piper_answering(&mixed);
+    eprintln!(
+        "{} mixed characters through Piper: peak RSS {peak_mb} MB",
+        mixed.chars().count()
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let turn = &r["turns"][0];
+    assert_eq!(turn["response"], mixed.as_str());
+    assert!(turn["voice_chunks"].as_u64().unwrap() >= 8, "{turn}");
+    let spoken = turn["voice_audio_s"].as_f64().unwrap();
+    assert!(spoken > 60.0, "the numbers are read out: {spoken} s");
+    match warnings(&err).as_slice() {
+        [w] => assert!(
+            w.contains("cannot read Chinese characters, Ethiopic: 40 characters"),
+            "{w}"
+        ),
+        w => panic!("one warning an answer: {w:?}"),
+    }
+    assert!(peak_mb <= 800, "mixed: peak RSS {peak_mb} MB");
 }
 
 /// A transcription server: a GET (the model list) is a 404; the `n`th POST

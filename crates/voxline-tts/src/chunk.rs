@@ -59,6 +59,96 @@ pub fn speakable(text: &str) -> String {
         .to_owned()
 }
 
+/// What of an answer a voice left out because it cannot read it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LeftOut {
+    /// Characters left out.
+    pub chars: usize,
+    /// Their scripts, in the order first met.
+    pub scripts: Vec<&'static str>,
+}
+
+/// The script of `c` when an English voice cannot read it; `None` when it
+/// can.
+///
+/// An English voice reads the Latin script (accented letters included),
+/// Greek letters (by their names: "π" is "pi"), digits, punctuation and
+/// symbols. Of a letter in any other script espeak-ng's English says only
+/// what it is, "Chinese letter", "Ethiopic letter 1 2 3 0", "letter 1 D 4 3
+/// 1": 10-35 phonemes a character that tell a listener nothing (660
+/// Chinese characters were 257 s of "Chinese letter"). Those letters, and
+/// the marks, digits and punctuation of their scripts, are left out.
+#[must_use]
+pub fn unreadable_in_english(c: char) -> Option<&'static str> {
+    let u = u32::from(c);
+    let named = match u {
+        0x0400..=0x052F | 0x1C80..=0x1C8F | 0x2DE0..=0x2DFF | 0xA640..=0xA69F => "Cyrillic",
+        0x0530..=0x058F => "Armenian",
+        0x0590..=0x05FF => "Hebrew",
+        0x0600..=0x06FF | 0x0750..=0x077F | 0x08A0..=0x08FF | 0xFB50..=0xFDFF | 0xFE70..=0xFEFF => {
+            "Arabic"
+        }
+        0x0900..=0x0DFF => "Indic",
+        0x0E00..=0x0EFF => "Thai or Lao",
+        0x10A0..=0x10FF => "Georgian",
+        0x1100..=0x11FF | 0x3130..=0x318F | 0xAC00..=0xD7AF => "Korean",
+        0x1200..=0x139F | 0x2D80..=0x2DDF | 0xAB00..=0xAB2F => "Ethiopic",
+        0x3040..=0x30FF | 0x31F0..=0x31FF => "Japanese kana",
+        0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xF900..=0xFAFF | 0x20000..=0x3FFFF => {
+            "Chinese characters"
+        }
+        _ => "",
+    };
+    if !named.is_empty() {
+        return Some(named);
+    }
+    let latin_or_greek = matches!(
+        u,
+        0x0000..=0x036F
+            | 0x0370..=0x03FF
+            | 0x1E00..=0x1FFF
+            | 0x2C60..=0x2C7F
+            | 0xA720..=0xA7FF
+            | 0xAB30..=0xAB6F
+            | 0xFB00..=0xFB06
+    );
+    // a letter or digit of a script not named above (fullwidth and
+    // mathematical letters, Roman numerals: espeak-ng says "letter" and
+    // their code) is left out too
+    (c.is_alphanumeric() && !latin_or_greek).then_some("other scripts")
+}
+
+/// `text` with what `unread` names a script of left out, counted in
+/// `left_out`: each run of it becomes one space, so the words on either
+/// side stay apart.
+pub fn leave_out(
+    text: &str,
+    unread: impl Fn(char) -> Option<&'static str>,
+    left_out: &mut LeftOut,
+) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_run = false;
+    for c in text.chars() {
+        match unread(c) {
+            Some(script) => {
+                left_out.chars += 1;
+                if !left_out.scripts.contains(&script) {
+                    left_out.scripts.push(script);
+                }
+                if !in_run {
+                    out.push(' ');
+                }
+                in_run = true;
+            }
+            None => {
+                out.push(c);
+                in_run = false;
+            }
+        }
+    }
+    out
+}
+
 impl Chunker {
     /// A chunker at the start of an answer.
     #[must_use]
@@ -278,6 +368,38 @@ mod tests {
         let chunks = stream(&["One. ", &words]);
         assert!(chunks.len() >= 3, "{chunks:?}");
         assert_eq!(chunks.concat().matches("word").count(), 60);
+    }
+
+    #[test]
+    fn an_english_voice_leaves_out_the_scripts_it_cannot_read() {
+        let en = unreadable_in_english;
+        for c in [
+            'a', 'é', 'Ø', 'ß', 'ệ', 'π', 'Δ', '7', '%', '™', '→', '😀', '，',
+        ] {
+            assert_eq!(en(c), None, "{c}");
+        }
+        for (c, script) in [
+            ('中', "Chinese characters"),
+            ('ሰ', "Ethiopic"),
+            ('ж', "Cyrillic"),
+            ('ا', "Arabic"),
+            ('한', "Korean"),
+            ('か', "Japanese kana"),
+            ('Ａ', "other scripts"),
+            ('Ⅻ', "other scripts"),
+        ] {
+            assert_eq!(en(c), Some(script), "{c}");
+        }
+        let mut left = LeftOut::default();
+        let said = leave_out("The word 你好，means hello; ሰላም too.", en, &mut left);
+        assert_eq!(said, "The word  ，means hello;   too.");
+        assert_eq!(left.chars, 5);
+        assert_eq!(left.scripts, ["Chinese characters", "Ethiopic"]);
+        // what is left is spoken as before; a text of them alone is not
+        assert_eq!(stream(&[&said]), ["The word ，means hello;", "too."]);
+        let cjk = leave_out(&"中文".repeat(330), en, &mut left);
+        assert!(stream(&[&cjk]).is_empty());
+        assert_eq!(left.chars, 665);
     }
 
     #[test]

@@ -22,6 +22,6 @@ pub use error::TtsError;
 pub use message::{
     VoiceAudio, VoiceDone, VoiceEnded, VoiceInterrupted, VoiceOut, VoicePlayed, VoiceResumed,
 };
-pub use piper::{Piper, PiperConfig};
+pub use piper::{Piper, PiperConfig, MAX_IDS_PER_RUN};
 pub use stage::{TtsStage, BLOCK_MS, STAGE, STAGE_NAME};
 pub use voice::{Espeak, TextToSpeech, Until, CHUNK_LIMIT, ESPEAK_PROGRAM};

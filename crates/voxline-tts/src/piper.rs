@@ -4,7 +4,8 @@
 //! program, see [`crate::voice`]) as IPA, one line per clause, and each
 //! phoneme becomes the ids the voice's `phoneme_id_map` gives it, with the
 //! clause's punctuation put back, between a start and an end mark and
-//! padding after each phoneme. The model makes the waveform in one call.
+//! padding after each phoneme. The model makes the waveform in one call
+//! per piece of at most [`MAX_IDS_PER_RUN`] ids, the pieces' audio joined.
 //!
 //! ONNX Runtime is loaded at run time from the `libonnxruntime.so` that
 //! `voxline models fetch --voice piper` installs (nothing is downloaded or
@@ -20,8 +21,20 @@ use voxline_onnx::ort;
 use voxline_onnx::ort::session::Session;
 use voxline_onnx::ort::value::Tensor;
 
-use crate::voice::{check_espeak, run_espeak, Until, POLL};
+use crate::voice::{check_espeak, run_espeak, unreadable_by, Until, POLL};
 use crate::{TextToSpeech, TtsError};
+
+/// The most phoneme ids one run of the model takes (~200 phonemes, a
+/// 200-character English sentence).
+///
+/// The model's working memory grows with its input, and ONNX Runtime keeps
+/// what it grew to: one run on a chunk of 220 Chinese characters, which
+/// espeak-ng's English reads as "Chinese letter" ~3,300 ids, took the voice
+/// from 135 MB to 1.9 GB, and a second such run to 3.1 GB. A chunk's
+/// phonemes past this bound are spoken in pieces (cut at a clause, else a
+/// word), one run each, the audio joined: that chunk then peaks at 350 MB,
+/// an English sentence of 415 ids at 340-360 MB, 200 ids at 233 MB.
+pub const MAX_IDS_PER_RUN: usize = 400;
 
 /// The voice's `.onnx.json`: what Piper needs from it.
 #[derive(Debug, Clone, Deserialize)]
@@ -239,6 +252,25 @@ impl Piper {
         Ok(s)
     }
 
+    /// `phonemes` cut into the pieces the model runs on one at a time,
+    /// each at most [`MAX_IDS_PER_RUN`] ids with its marks.
+    fn pieces<'p>(&self, phonemes: &'p str) -> Vec<&'p str> {
+        let map = &self.config.phoneme_id_map;
+        let len = |k: &str| map.get(k).map_or(0, Vec::len);
+        let pad = len("_");
+        // a piece's own marks: its start, the padding after it, its end
+        let marks = len("^") + pad + len("$");
+        let mut buf = [0u8; 4];
+        pieces(
+            phonemes,
+            MAX_IDS_PER_RUN.saturating_sub(marks).max(1),
+            |c| {
+                map.get(&*c.encode_utf8(&mut buf))
+                    .map_or(0, |ids| ids.len() + pad)
+            },
+        )
+    }
+
     /// The model's input ids for `phonemes`.
     #[must_use]
     pub fn ids(&self, phonemes: &str) -> Vec<i64> {
@@ -268,6 +300,10 @@ impl TextToSpeech for Piper {
         self.config.audio.sample_rate
     }
 
+    fn cannot_read(&self, c: char) -> Option<&'static str> {
+        unreadable_by(&self.config.espeak.voice, c)
+    }
+
     fn threads(&self) -> usize {
         self.threads
     }
@@ -275,25 +311,24 @@ impl TextToSpeech for Piper {
     fn synthesize_until(&mut self, text: &str, until: &Until<'_>) -> Result<Vec<f32>, TtsError> {
         let started = std::time::Instant::now();
         let phonemes = self.phonemes_until(text, until)?;
-        let ids = self.ids(&phonemes);
-        if ids.len() <= 4 {
+        let runs: Vec<Vec<i64>> = self
+            .pieces(&phonemes)
+            .into_iter()
+            .map(|p| self.ids(p))
+            .filter(|ids| ids.len() > 4)
+            .collect();
+        if runs.is_empty() {
             return Ok(Vec::new());
         }
         let fail = |e: ort::Error| TtsError::Inference(e.to_string());
-        let n = ids.len();
         let inf = self.config.inference;
-        let input = Tensor::from_array(([1usize, n], ids)).map_err(fail)?;
-        let lengths = Tensor::from_array(([1usize], vec![n as i64])).map_err(fail)?;
-        let scales = Tensor::from_array((
-            [3usize],
-            vec![inf.noise_scale, inf.length_scale, inf.noise_w],
-        ))
-        .map_err(fail)?;
+        let scales = [inf.noise_scale, inf.length_scale, inf.noise_w];
         let options = ort::session::RunOptions::new().map_err(fail)?;
         let (done, finished) = std::sync::mpsc::channel::<()>();
         let (session, opts) = (&mut self.session, &options);
         // a watcher ends the run at its next step once the answer is
-        // cancelled or the chunk is over its limit
+        // cancelled or the chunk is over its limit (a run it ended fails,
+        // and so does any later one: the options stay terminated)
         let (run, stopped) = std::thread::scope(|s| {
             let watcher = std::thread::Builder::new()
                 .name("voxline-piper-watch".into())
@@ -307,31 +342,93 @@ impl TextToSpeech for Piper {
                         return Some(why);
                     }
                 });
-            let run = session
-                .run_with_options(
-                    ort::inputs![
-                        "input" => input,
-                        "input_lengths" => lengths,
-                        "scales" => scales,
-                    ],
-                    &options,
-                )
-                .and_then(|outputs| {
-                    let (_, audio) = outputs[0].try_extract_tensor::<f32>()?;
-                    Ok(audio
-                        .iter()
-                        .map(|s| s.clamp(-1.0, 1.0))
-                        .collect::<Vec<f32>>())
-                });
+            // one run per piece, the audio joined: what the model holds
+            // at once is bounded by the piece, not the chunk
+            let mut audio = Vec::new();
+            let mut run = Ok(());
+            for ids in runs {
+                match run_model(session, ids, scales, opts) {
+                    Ok(a) => audio.extend(a),
+                    Err(e) => {
+                        run = Err(e);
+                        break;
+                    }
+                }
+            }
             drop(done);
             let stopped = watcher.ok().and_then(|w| w.join().ok().flatten());
-            (run, stopped)
+            (run.map(|()| audio), stopped)
         });
         match (run, stopped) {
             (_, Some(why)) => Err(why),
             (run, None) => run.map_err(fail),
         }
     }
+}
+
+/// One run of the model on `ids`: its audio, clamped to ±1.
+fn run_model(
+    session: &mut Session,
+    ids: Vec<i64>,
+    scales: [f32; 3],
+    options: &ort::session::RunOptions,
+) -> Result<Vec<f32>, ort::Error> {
+    let n = ids.len();
+    let input = Tensor::from_array(([1usize, n], ids))?;
+    let lengths = Tensor::from_array(([1usize], vec![n as i64]))?;
+    let scales = Tensor::from_array(([3usize], scales.to_vec()))?;
+    let outputs = session.run_with_options(
+        ort::inputs![
+            "input" => input,
+            "input_lengths" => lengths,
+            "scales" => scales,
+        ],
+        options,
+    )?;
+    let (_, audio) = outputs[0].try_extract_tensor::<f32>()?;
+    Ok(audio.iter().map(|s| s.clamp(-1.0, 1.0)).collect())
+}
+
+/// `phonemes` cut into pieces of at most `max` ids each, `cost` being a
+/// phoneme's ids (its padding included): at a clause's end (the mark and a
+/// space) when that keeps at least half of the piece, else at the last
+/// space (a word's end), else, for one word longer than a piece, at its
+/// last phoneme that fits. Nothing is left out; the spaces cut at are.
+fn pieces(phonemes: &str, max: usize, mut cost: impl FnMut(char) -> usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = phonemes.trim();
+    while !rest.is_empty() {
+        let (mut used, mut end) = (0usize, rest.len());
+        // the last clause's end (and the ids before it), the last space
+        let (mut clause, mut space): (Option<(usize, usize)>, Option<usize>) = (None, None);
+        let mut prev = ' ';
+        for (i, c) in rest.char_indices() {
+            let n = cost(c);
+            if used + n > max && i > 0 {
+                end = match (clause, space) {
+                    (Some((at, ids)), _) if 2 * ids >= max => at,
+                    (_, Some(at)) => at,
+                    _ => i,
+                };
+                break;
+            }
+            if c == ' ' {
+                space = Some(i);
+                if clause_mark(prev) {
+                    clause = Some((i, used));
+                }
+            }
+            used += n;
+            prev = c;
+        }
+        let (piece, next) = rest.split_at(end);
+        let piece = piece.trim_end();
+        if !piece.is_empty() {
+            out.push(piece);
+        }
+        rest = next.trim_start();
+    }
+    out
 }
 
 #[cfg(test)]
@@ -346,6 +443,34 @@ mod tests {
         assert_eq!(c[2].0.trim(), "It is 3.5 degrees");
         assert!(clauses("...").is_empty());
         assert_eq!(clauses("no mark")[0], ("no mark".into(), None));
+    }
+
+    #[test]
+    fn phonemes_past_a_run_are_cut_at_a_clause_else_a_word_else_anywhere() {
+        // every phoneme one id, a space too; `#` none (not in the map)
+        let cost = |c: char| usize::from(c != '#');
+        let cut = |s, max| pieces(s, max, cost);
+        assert_eq!(cut("  hello wɜːld  ", 100), ["hello wɜːld"]);
+        assert!(cut("   ", 10).is_empty());
+        // at the last word that fits
+        assert_eq!(cut("aaa bbb ccc ddd", 9), ["aaa bbb", "ccc ddd"]);
+        // at a clause's end that keeps half the piece, not a later word
+        assert_eq!(
+            cut("aaaa bbb, cc dd ee ff", 14),
+            ["aaaa bbb,", "cc dd ee ff"]
+        );
+        // a clause that would leave a short piece is not waited for
+        assert_eq!(cut("a, bbbbbb cccc dd", 12), ["a, bbbbbb", "cccc dd"]);
+        // one word longer than a run: cut where it is full
+        assert_eq!(cut("xxxxxxxxxx yy", 4), ["xxxx", "xxxx", "xx", "yy"]);
+        // what has no ids costs nothing
+        assert_eq!(cut("##a##b## c", 3), ["##a##b##", "c"]);
+        // whatever the text, no piece is over its run and nothing is lost
+        let long = "tʃˈaɪniːz lˌɛɾɚ, ".repeat(300);
+        let p = cut(&long, 200);
+        assert!(p.iter().all(|p| p.chars().count() <= 200), "{p:?}");
+        assert_eq!(p.join(" "), long.trim());
+        assert!(p.iter().all(|p| p.ends_with(',')), "cut at clauses");
     }
 
     #[test]

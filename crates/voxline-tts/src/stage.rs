@@ -6,7 +6,7 @@ use std::sync::Arc;
 use voxline_core::{Emitter, Priority, Stage, StageError, StageId, TurnError, UtteranceId};
 use voxline_llm::LlmOut;
 
-use crate::chunk::Chunker;
+use crate::chunk::{leave_out, Chunker, LeftOut};
 use crate::message::{VoiceAudio, VoiceDone, VoiceOut};
 use crate::{TextToSpeech, TtsError, Until, CHUNK_LIMIT};
 
@@ -28,7 +28,9 @@ pub const BLOCK_MS: u32 = 40;
 /// [`Chunker`] completes is spoken at once and sent on in
 /// [`BLOCK_MS`] blocks; the answer's end flushes the rest and sends
 /// [`VoiceDone`]. A chunk the voice fails on is a turn error; the rest of
-/// the answer is still spoken.
+/// the answer is still spoken. Characters the voice cannot read
+/// ([`TextToSpeech::cannot_read`]) are left out before the text is cut,
+/// with one warning an answer.
 pub struct TtsStage<V: TextToSpeech + 'static> {
     voice: V,
     turn: Option<Turn>,
@@ -41,6 +43,8 @@ struct Turn {
     chars: u32,
     samples: u64,
     failed: u32,
+    /// What the voice could not read and left out.
+    left_out: LeftOut,
 }
 
 impl Turn {
@@ -51,6 +55,7 @@ impl Turn {
             chars: 0,
             samples: 0,
             failed: 0,
+            left_out: LeftOut::default(),
         }
     }
 }
@@ -139,6 +144,17 @@ impl<V: TextToSpeech> TtsStage<V> {
             self.speak(n, rest, out)?;
         }
         if let Some(t) = self.turn.take() {
+            if t.left_out.chars > 0 {
+                // one warning an answer, whatever it held
+                tracing::warn!(
+                    id = t.id,
+                    voice = self.voice.name(),
+                    chars = t.left_out.chars,
+                    "the voice cannot read {}: {} characters of the answer were left out of what it spoke (the text is unchanged)",
+                    t.left_out.scripts.join(", "),
+                    t.left_out.chars,
+                );
+            }
             out.emit(VoiceOut::Done(VoiceDone {
                 id: t.id,
                 voice: self.voice.name(),
@@ -204,8 +220,12 @@ impl<V: TextToSpeech + 'static> Stage for TtsStage<V> {
                 let Some(turn) = self.turn.as_mut() else {
                     return Ok(());
                 };
+                // a script the voice cannot read is left out, not named
+                // letter by letter
+                let voice = &self.voice;
+                let said = leave_out(&t.text, |c| voice.cannot_read(c), &mut turn.left_out);
                 let first = turn.chunker.emitted() as u32;
-                let chunks = turn.chunker.push(&t.text);
+                let chunks = turn.chunker.push(&said);
                 for (k, chunk) in chunks.into_iter().enumerate() {
                     self.speak(first + k as u32, chunk, out)?;
                 }

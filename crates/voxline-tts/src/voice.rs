@@ -25,6 +25,16 @@ pub trait TextToSpeech: Send {
         1
     }
 
+    /// The script of `c` when the voice cannot read it (the stage leaves
+    /// such characters out of what it speaks, with one warning an answer);
+    /// `None` when it can. A voice reads everything unless it says
+    /// otherwise; an English one reads neither Chinese characters nor
+    /// Ethiopic ([`crate::chunk::unreadable_in_english`]).
+    fn cannot_read(&self, c: char) -> Option<&'static str> {
+        let _ = c;
+        None
+    }
+
     /// Speaks `text` (one chunk): mono samples at [`Self::sample_rate`].
     ///
     /// # Errors
@@ -197,6 +207,28 @@ fn thread_started<T>(
     })
 }
 
+/// Whether espeak-ng's voice `voice` (`en-us`, `en`, `gmw/en-GB-x-rp`)
+/// speaks English.
+pub(crate) fn is_english(voice: &str) -> bool {
+    let lang = voice
+        .rsplit('/')
+        .next()
+        .unwrap_or(voice)
+        .to_ascii_lowercase();
+    lang == "en" || lang.starts_with("en-") || lang.starts_with("en_")
+}
+
+/// What `c` is when espeak-ng's voice `voice` cannot read it (see
+/// [`TextToSpeech::cannot_read`]): for an English voice, a script other
+/// than Latin and Greek; for any other, nothing.
+pub(crate) fn unreadable_by(voice: &str, c: char) -> Option<&'static str> {
+    if is_english(voice) {
+        crate::chunk::unreadable_in_english(c)
+    } else {
+        None
+    }
+}
+
 /// Checks that espeak-ng runs and has voice `voice`.
 pub(crate) fn check_espeak(voice: &str) -> Result<(), TtsError> {
     let out = run_espeak(&["-q", "-v", voice, "--ipa"], "a", &Until::never())?;
@@ -274,6 +306,10 @@ impl TextToSpeech for Espeak {
         ESPEAK_RATE
     }
 
+    fn cannot_read(&self, c: char) -> Option<&'static str> {
+        unreadable_by(&self.voice, c)
+    }
+
     fn synthesize_until(&mut self, text: &str, until: &Until<'_>) -> Result<Vec<f32>, TtsError> {
         let wpm = self.words_per_minute.to_string();
         let wav = run_espeak(&["-v", &self.voice, "-s", &wpm, "--stdout"], text, until)?;
@@ -320,6 +356,19 @@ mod tests {
             .expect("espeak-ng and its writer deadlocked")
             .unwrap();
         assert!(out.len() > 65_536, "{} bytes", out.len());
+    }
+
+    #[test]
+    fn an_english_voice_cannot_read_chinese_another_voice_may() {
+        for v in ["en", "en-us", "en-GB-x-rp", "gmw/en-US"] {
+            assert!(is_english(v), "{v}");
+            assert_eq!(unreadable_by(v, '中'), Some("Chinese characters"));
+            assert_eq!(unreadable_by(v, 'é'), None);
+        }
+        for v in ["cmn", "de", "eng-x", "sit/yue"] {
+            assert!(!is_english(v), "{v}");
+            assert_eq!(unreadable_by(v, '中'), None);
+        }
     }
 
     #[test]
