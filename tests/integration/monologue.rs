@@ -129,8 +129,9 @@ pub struct LongRun {
     pub transcripts: Vec<Transcript>,
     /// The turns that failed, with why.
     pub errors: Vec<StageError>,
-    /// Transcripts passed on although [`implausibly_short`] (the stage
-    /// makes those turn errors, so this stays 0).
+    /// Transcripts passed on although [`implausibly_short`] for their
+    /// whole audio (the stage reads such audio again in pieces, so on
+    /// dense speech this stays 0).
     pub short: usize,
 }
 

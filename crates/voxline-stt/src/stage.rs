@@ -14,12 +14,12 @@ use crate::{
 /// from the chunk it continues ([`join_continuation`]), so the chunks'
 /// transcripts read one after another as the whole. Whisper reads each
 /// utterance with its pauses over [`crate::LONG_PAUSE_MS`] shortened
-/// ([`compact_pauses`]). A transcript
-/// [`implausibly_short`] for the audio that sounds ([`sounding_s`]) is
-/// transcribed again in pieces cut
-/// at its quietest points ([`pieces`]), and the reading with more words is
-/// passed on: sparse speech (digits read slowly, fillers, a question over
-/// babble) is what it heard, never a turn error.
+/// ([`compact_pauses`]). A transcript [`implausibly_short`] for the audio
+/// that sounds ([`sounding_s`]) is transcribed again in pieces cut at its
+/// quietest points ([`pieces`]), and the reading with more words is passed
+/// on: sparse speech (digits read slowly, fillers, a question over babble)
+/// is what it heard, never a turn error. A transcript of hesitations alone
+/// ([`hesitation_only`]) becomes `[hesitation: …]`, which nothing answers.
 ///
 /// The stage is generic over its engine ([`SpeechToText`]); the runtime
 /// skips a cancelled speculative attempt and the stage aborts one that is
