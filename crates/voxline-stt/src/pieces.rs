@@ -24,12 +24,14 @@ const FRAME: usize = SAMPLE_RATE as usize / 1000 * 16;
 const SOUNDING_WITHIN_DB: f64 = 25.0;
 
 /// A pause longer than this, ms, is shortened to [`KEPT_PAUSE_MS`] before
-/// whisper hears it.
-pub const LONG_PAUSE_MS: u32 = 500;
+/// whisper hears it. A shorter one is how whisper tells one sentence from
+/// two: "Seven of clubs." | a second | "Go forward ten meters." ran together
+/// as one sentence with a 1 s pause cut to 300 ms.
+pub const LONG_PAUSE_MS: u32 = 1_200;
 
 /// What is kept of a long pause, ms: half at either end, so the words on
 /// both sides keep their tails and the gap between them still reads as one.
-pub const KEPT_PAUSE_MS: u32 = 300;
+pub const KEPT_PAUSE_MS: u32 = 600;
 
 /// Per 16 ms frame of `samples`: whether it sounds (within
 /// [`SOUNDING_WITHIN_DB`] of the loud frames and above -70 dBFS).
@@ -197,8 +199,8 @@ mod tests {
         }
         let c = compact_pauses(&a);
         let secs = c.len() as f64 / 16_000.0;
-        // 1.6 s of sound, five pauses of 0.3 s (the first was short already)
-        assert!((2.9..=3.3).contains(&secs), "{secs}");
+        // 1.6 s of sound, 0.3 s before it, four pauses of 0.6 s
+        assert!((4.0..=4.4).contains(&secs), "{secs}");
         assert!((sounding_s(&c) - sounding_s(&a)).abs() < 0.05);
         // the loud samples are all there, in order
         let loud: Vec<f32> = a.iter().copied().filter(|x| x.abs() > 0.01).collect();
@@ -217,6 +219,14 @@ mod tests {
             ));
         }
         assert!(compact_pauses(&[]).is_empty());
+        // a pause of a second between two sentences is kept
+        let mut pair = tone(2.0, 0.3);
+        pair.extend(tone(1.0, 0.0));
+        pair.extend(tone(2.5, 0.3));
+        assert!(matches!(
+            compact_pauses(&pair),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]
