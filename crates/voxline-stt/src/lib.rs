@@ -31,7 +31,8 @@ pub use engine::{gpu_device, Confidence, SttEngine, Transcription};
 pub use error::SttError;
 pub use normalise::normalise;
 pub use pieces::{
-    compact_pauses, pieces, quiet_cuts, sounding_s, KEPT_PAUSE_MS, LONG_PAUSE_MS, MAX_PIECE_S,
+    compact_pauses, pieces, quiet_cuts, sounding_s, COMPACT_AFTER_S, KEPT_PAUSE_MS, LONG_PAUSE_MS,
+    MAX_PIECE_S,
 };
 pub use stage::{SttStage, STAGE, STAGE_NAME};
 pub use text::{

@@ -51,8 +51,16 @@ fn sounding_frames(samples: &[f32]) -> Vec<bool> {
     energy.iter().map(|&e| e >= floor).collect()
 }
 
-/// `samples` with every pause (frames that do not sound) longer than
-/// [`LONG_PAUSE_MS`] shortened to [`KEPT_PAUSE_MS`]: what whisper reads.
+/// Utterances at most this long (seconds) are read as they are: in a few
+/// seconds of speech a pause is how whisper tells one sentence from two,
+/// and the turn-taking reads its punctuation on held speech (two questions
+/// 1.5 s apart, their pause shortened, were once heard as one turn).
+/// Invented and dropped words came only in long, mostly silent windows.
+pub const COMPACT_AFTER_S: f64 = MAX_PIECE_S;
+
+/// `samples`, when longer than [`COMPACT_AFTER_S`], with every pause (frames
+/// that do not sound) longer than [`LONG_PAUSE_MS`] shortened to
+/// [`KEPT_PAUSE_MS`]: what whisper reads.
 /// "My account number is … three … seven …", said 1.8 s apart and joined
 /// into one turn, reads as the digits said at an ordinary pace; tiny.en
 /// drops and invents words in long silences (faster-whisper's VAD filter
@@ -60,6 +68,9 @@ fn sounding_frames(samples: &[f32]) -> Vec<bool> {
 /// quiet (a question over babble), is unchanged.
 #[must_use]
 pub fn compact_pauses(samples: &[f32]) -> std::borrow::Cow<'_, [f32]> {
+    if samples.len() as f64 <= COMPACT_AFTER_S * f64::from(SAMPLE_RATE) {
+        return std::borrow::Cow::Borrowed(samples);
+    }
     let frames = sounding_frames(samples);
     let ms_frames = |ms: u32| (ms as usize * SAMPLE_RATE as usize / 1000).div_ceil(FRAME);
     let (long, kept) = (ms_frames(LONG_PAUSE_MS), ms_frames(KEPT_PAUSE_MS));
@@ -219,9 +230,9 @@ mod tests {
             ));
         }
         assert!(compact_pauses(&[]).is_empty());
-        // a pause of a second between two sentences is kept
+        // a few seconds keep their pauses, even long ones
         let mut pair = tone(2.0, 0.3);
-        pair.extend(tone(1.0, 0.0));
+        pair.extend(tone(1.5, 0.0));
         pair.extend(tone(2.5, 0.3));
         assert!(matches!(
             compact_pauses(&pair),
