@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
+use cpal::traits::{DeviceTrait, StreamTrait};
 use cpal::SampleFormat;
 use voxline_core::Clock;
 
@@ -163,9 +163,12 @@ pub enum Cut {
 }
 
 mod callback;
+mod device;
 mod played;
 
 use callback::{build, Callback};
+pub use device::check_output_device;
+use device::find_output;
 
 pub use played::PlayedLevel;
 use played::{PlayedRings, RawLevel, PLAYED_SECONDS};
@@ -230,47 +233,6 @@ impl std::fmt::Debug for Speaker {
 /// Called from the speaker's thread with each mark as it reaches the
 /// device, and the instant it does.
 pub type OnPlayed = Box<dyn FnMut(Mark, Instant) + Send>;
-
-/// Finds output device `wanted` (by id, then by name) or the default.
-fn find_output(host: &cpal::Host, wanted: Option<&str>) -> Result<cpal::Device, PlaybackError> {
-    let Some(wanted) = wanted else {
-        return host
-            .default_output_device()
-            .ok_or(PlaybackError::NoOutputDevice);
-    };
-    let mut devices: Vec<cpal::Device> = host
-        .output_devices()
-        .map_err(|e| PlaybackError::Enumerate(e.to_string()))?
-        .collect();
-    let names: Vec<(String, String)> = devices.iter().map(crate::capture::device_names).collect();
-    let by_id = names.iter().position(|(id, _)| id == wanted);
-    match by_id.or_else(|| names.iter().position(|(_, n)| n == wanted)) {
-        Some(i) => Ok(devices.swap_remove(i)),
-        None => Err(PlaybackError::DeviceNotFound {
-            name: wanted.to_owned(),
-            available: names.into_iter().map(|(id, _)| id).collect(),
-        }),
-    }
-}
-
-/// Checks that output device `device` exists and has a default output
-/// configuration, without playing: a missing device is refused before the
-/// models load.
-///
-/// # Errors
-/// As [`Speaker::open`].
-pub fn check_output_device(device: Option<&str>) -> Result<(), AudioError> {
-    crate::quiet::silence_audio_libraries();
-    let host = cpal::default_host();
-    let d = find_output(&host, device)?;
-    let (id, _) = crate::capture::device_names(&d);
-    d.default_output_config()
-        .map_err(|e| PlaybackError::CannotOpen {
-            device: id,
-            reason: e.to_string(),
-        })?;
-    Ok(())
-}
 
 impl Speaker {
     /// Opens output device `device` (its id or name; the default when
