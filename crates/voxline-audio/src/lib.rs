@@ -22,7 +22,10 @@ pub mod turn;
 pub mod vad;
 pub mod wav;
 
-pub use aec::{AecMeter, AecOptions, AecStage, AecSummary, EchoReference, AEC_STAGE};
+pub use aec::{
+    AecMeter, AecOptions, AecStage, AecSummary, CaptureDeviceChanged, DeviceChange, EchoReference,
+    AEC_STAGE,
+};
 pub use barge::BargeInOptions;
 pub use capture::{
     check_input_device, list_input_devices, list_output_devices, Capture, CaptureEnd, CaptureError,

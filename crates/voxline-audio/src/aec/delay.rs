@@ -23,6 +23,14 @@ pub const MAX_LAG_BLOCKS: usize = 150;
 /// The microphone's levels compared (10 ms blocks): 2 s.
 const WINDOW_BLOCKS: usize = 200;
 
+/// The fewest of the microphone's levels compared when asked whether it
+/// follows the voice at all (10 ms blocks): a quarter of a second.
+const FOLLOWS_MIN_BLOCKS: usize = 25;
+
+/// The correlation of the levels from which the microphone follows the
+/// voice: stricter than [`MIN_LIKENESS`], the window being shorter.
+const FOLLOWS_LIKENESS: f32 = 0.8;
+
 /// The correlation of the levels from which a lag is the echo's.
 const MIN_LIKENESS: f32 = 0.7;
 
@@ -71,20 +79,33 @@ impl CoarseDelay {
     }
 
     /// The echo's lag behind the far end as placed (blocks) and how well
-    /// the levels match there; `None` without enough of them, or when the
-    /// far end's level hardly moves.
-    fn lag(&self) -> Option<(usize, f32)> {
-        if self.levels.len() < WINDOW_BLOCKS + MAX_LAG_BLOCKS {
+    /// the levels match there, over the microphone's last `window` blocks
+    /// and lags up to `max_lag`; `None` without enough of them, or when
+    /// the far end's level hardly moves.
+    fn lag(&self, window: usize, max_lag: usize) -> Option<(usize, f32)> {
+        let n = self.levels.len();
+        if n < window + max_lag {
             return None;
         }
         let (far, mic): (Vec<f32>, Vec<f32>) = self.levels.iter().copied().unzip();
-        let heard = &mic[MAX_LAG_BLOCKS..];
-        (0..=MAX_LAG_BLOCKS)
+        let heard = &mic[n - window..];
+        (0..=max_lag)
             .filter_map(|lag| {
-                let played = &far[MAX_LAG_BLOCKS - lag..MAX_LAG_BLOCKS - lag + WINDOW_BLOCKS];
+                let played = &far[n - window - lag..n - lag];
                 level_correlation(heard, played).map(|c| (lag, c))
             })
             .max_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// Whether the microphone's level over its last `blocks` follows the
+    /// far end's closely (at least [`FOLLOWS_MIN_BLOCKS`], at most
+    /// [`WINDOW_BLOCKS`] compared), at a lag AEC3 finds: the voice's echo
+    /// does, a person speaking over the voice does not.
+    pub(super) fn follows_the_voice(&self, blocks: usize) -> bool {
+        let reach = (AEC3_FINDS_BLOCKS + self.back.max(0)) as usize;
+        let window = blocks.clamp(FOLLOWS_MIN_BLOCKS, WINDOW_BLOCKS);
+        self.lag(window, reach.min(MAX_LAG_BLOCKS))
+            .is_some_and(|(_, likeness)| likeness >= FOLLOWS_LIKENESS)
     }
 
     /// The canceller did not converge on an echo the microphone hears:
@@ -92,7 +113,7 @@ impl CoarseDelay {
     /// is moved back by it. Returns the blocks it moved (positive: further
     /// back), if it did.
     pub(super) fn not_converged(&mut self) -> Option<i64> {
-        let (lag, likeness) = self.lag()?;
+        let (lag, likeness) = self.lag(WINDOW_BLOCKS, MAX_LAG_BLOCKS)?;
         if likeness < MIN_LIKENESS {
             return None;
         }
@@ -182,8 +203,28 @@ mod tests {
             d.block(*f, other[i]);
         }
         assert_eq!(d.not_converged(), None);
+        assert!(!d.follows_the_voice(40));
         // too little heard yet
         let mut d = heard_behind(&far[..300], 70);
         assert_eq!(d.not_converged(), None);
+    }
+
+    #[test]
+    fn an_echo_that_began_a_second_ago_follows_the_voice() {
+        // the voice speaks from block 280 to 350 without a pause
+        let far = voice(345, 0x2545_f491, 0.21, 70);
+        let mut d = CoarseDelay::default();
+        for (i, f) in far.iter().enumerate() {
+            // the microphone at its floor, then the loudspeaker's monitor, 20 ms behind
+            let mic = if i >= 300 { far[i - 2] } else { 1e-9 };
+            d.block(*f, mic);
+        }
+        assert!(d.follows_the_voice(35));
+        // an echo 300 ms behind, 20 dB down, in a room: still followed
+        let mut room = CoarseDelay::default();
+        for (i, f) in far.iter().enumerate() {
+            room.block(*f, 1e-7 + if i >= 300 { 0.01 * far[i - 30] } else { 0.0 });
+        }
+        assert!(room.follows_the_voice(30));
     }
 }

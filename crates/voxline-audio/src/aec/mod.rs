@@ -76,20 +76,35 @@ const STATS_EVERY: u64 = 100;
 
 /// A skip this long in the capture's stream positions (a clock gap; 60 ms,
 /// the capture's own threshold) is taken for a capture device that may have
-/// changed: the echo path is judged afresh.
+/// changed: the echo path is judged afresh ([`DeviceChange::ClockGap`]).
 const DEVICE_CHANGE_SKIP: u64 = 960;
 
-/// The capture stream skipped (a clock gap: what a capture device that
-/// went away shows through PulseAudio, which moves the capture to another
-/// source; a suspended source looks the same): the canceller starts again
-/// and the echo path is judged afresh, the echo guard strict meanwhile.
+/// The capture device may have changed: the canceller starts again and the
+/// echo path is judged afresh, the echo guard strict meanwhile.
 /// `"type": "capture_device_changed"`.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct CaptureDeviceChanged {
-    /// The stream position where the audio resumed.
+    /// The stream position where it was seen.
     pub at_sample: u64,
-    /// How much the positions skipped, ms.
-    pub skipped_ms: f64,
+    /// How it showed.
+    pub cause: DeviceChange,
+    /// How much the stream positions skipped (ms), for a clock gap.
+    pub skipped_ms: Option<f64>,
+}
+
+/// How a capture device change showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceChange {
+    /// The capture stream skipped (a clock gap): a suspended source, or a
+    /// device that went away where the sound server shows it so.
+    ClockGap,
+    /// In the middle of an answer judged without an echo path, the
+    /// microphone began to hear the voice, its level following the
+    /// voice's: PulseAudio moved a capture whose device went away to the
+    /// loudspeaker's monitor, with no gap in the stream (issue 65), or
+    /// headphones were taken off mid-answer.
+    VoiceHeard,
 }
 
 impl voxline_core::EngineEvent for CaptureDeviceChanged {
@@ -148,10 +163,13 @@ pub struct AecSummary {
     /// Stretches of the voice the microphone heard (or the person spoke
     /// from their start): the canceller took the voice out.
     pub stretches_with_echo: u64,
-    /// Times the capture stream skipped (a device that may have changed):
-    /// each time the canceller started again and the echo path was judged
-    /// afresh.
+    /// Times the capture device may have changed (a clock gap, or the
+    /// voice heard mid-answer): each time the canceller started again and
+    /// the echo path was judged afresh.
     pub rejudged: u64,
+    /// Of them, times the microphone began to hear the voice in the middle
+    /// of an answer judged without an echo path ([`DeviceChange::VoiceHeard`]).
+    pub voice_heard: u64,
 }
 
 /// Where a session's [`AecSummary`] is kept while the stage runs; cloning
@@ -243,6 +261,9 @@ pub struct AecStage {
     /// without an echo path.
     converged: bool,
     stood_aside: bool,
+    /// The microphone began to hear the voice mid-answer, in the block
+    /// just cancelled ([`DeviceChange::VoiceHeard`]).
+    voice_heard: bool,
 }
 
 impl std::fmt::Debug for AecStage {
@@ -277,6 +298,7 @@ impl AecStage {
             placed: [0.0; BLOCK],
             converged: false,
             stood_aside: false,
+            voice_heard: false,
         }
     }
 
@@ -299,39 +321,50 @@ impl AecStage {
             .build()
     }
 
-    /// The capture stream skipped `skipped` samples before `at_sample` (a
-    /// clock gap): the microphone may be another device, with another echo
-    /// path, or none. AEC3 starts again, the echo path is judged afresh
-    /// (cancelling meanwhile), the far end is placed again by the instants,
-    /// and the echo guard is strict until the canceller has taken the
-    /// voice out again. Before, a verdict of no echo path stood: a capture
-    /// PulseAudio moved onto the loudspeaker's monitor heard the voice at
-    /// full level, let through, and it was answered (issue 65).
-    fn device_changed(&mut self, at_sample: u64, skipped: u64, out: &mut Emitter<'_, AudioFrame>) {
+    /// The capture device may have changed, as `change` shows: the
+    /// microphone may be another device, with another echo path, or none.
+    /// AEC3 starts again, the echo path is judged afresh (cancelling
+    /// meanwhile), the far end is placed again by the instants, and the
+    /// echo guard is strict until the canceller has taken the voice out
+    /// again. Before, a verdict of no echo path stood: a capture PulseAudio
+    /// moved onto the loudspeaker's monitor heard the voice at full level,
+    /// let through, and it was answered (issue 65).
+    fn device_changed(&mut self, change: CaptureDeviceChanged, out: &mut Emitter<'_, AudioFrame>) {
         self.apm = Self::canceller(self.options.noise_suppression);
         self.path.rejudge();
+        let back = self.coarse.back_blocks();
         self.coarse = CoarseDelay::default();
-        (self.cursor, self.drift) = (None, 0.0);
+        if let Some(c) = self.cursor.as_mut().filter(|_| back != 0) {
+            // the far end is placed by the instants again
+            *c += back * BLOCK as i64;
+        }
+        self.drift = 0.0;
+        if change.cause == DeviceChange::ClockGap {
+            self.cursor = None;
+        }
         (self.converged, self.stood_aside) = (false, false);
         if let Some(g) = &self.guard {
             g.set_echo_cancelled(false);
         }
-        let skipped_ms = skipped as f64 / 16.0;
         {
             let mut m = self.meter.lock();
             m.summary.rejudged += 1;
+            if change.cause == DeviceChange::VoiceHeard {
+                m.summary.voice_heard += 1;
+            }
             (m.loud, m.energy_in, m.energy_out) = (0, 0.0, 0.0);
         }
-        tracing::warn!(
-            skipped_ms,
-            "aec: the capture stream skipped (its device may have changed): the echo path is judged again"
-        );
-        out.publish(voxline_core::PipelineEvent::engine_event(
-            CaptureDeviceChanged {
-                at_sample,
-                skipped_ms,
-            },
-        ));
+        match change.cause {
+            DeviceChange::ClockGap => tracing::warn!(
+                skipped_ms = change.skipped_ms,
+                "aec: the capture stream skipped (its device may have changed): the echo path is judged again"
+            ),
+            DeviceChange::VoiceHeard => tracing::warn!(
+                "aec: the microphone began to hear the voice mid-answer (its device may have changed): \
+                 the echo path is judged again"
+            ),
+        }
+        out.publish(voxline_core::PipelineEvent::engine_event(change));
     }
 
     /// Tells `guard` how loud each block was before the canceller: the echo
@@ -425,6 +458,15 @@ impl AecStage {
         let loud = far > 1e-6;
         let heard = self.path.block(far, raw);
         self.coarse.block(mean_square(&self.placed), raw);
+        if let Some(since) = self.path.appeared().filter(|_| heard == Heard::Absent) {
+            if self.coarse.follows_the_voice(since) {
+                // judged afresh once this block is out (`send`)
+                self.voice_heard = true;
+            } else {
+                // a person speaking over the voice
+                self.path.not_appeared();
+            }
+        }
         if heard == Heard::Absent {
             // no echo path in this stretch of the voice: nothing to take
             // out, and AEC3 would take the person down while it learns that
@@ -529,6 +571,14 @@ impl AecStage {
         for (i, b) in samples.chunks_mut(BLOCK).enumerate() {
             let at = captured + Duration::from_secs_f64((i * BLOCK) as f64 / 16_000.0);
             self.block(b, at)?;
+            if std::mem::take(&mut self.voice_heard) {
+                let change = CaptureDeviceChanged {
+                    at_sample: start + (i * BLOCK) as u64,
+                    cause: DeviceChange::VoiceHeard,
+                    skipped_ms: None,
+                };
+                self.device_changed(change, out);
+            }
         }
         let sent = samples.len() as u64;
         out.emit(AudioFrame {
@@ -578,7 +628,12 @@ impl Stage for AecStage {
             .and_then(|e| frame.start_sample.checked_sub(e))
             .filter(|&s| s >= DEVICE_CHANGE_SKIP)
         {
-            self.device_changed(frame.start_sample, skipped, out);
+            let change = CaptureDeviceChanged {
+                at_sample: frame.start_sample,
+                cause: DeviceChange::ClockGap,
+                skipped_ms: Some(skipped as f64 / 16.0),
+            };
+            self.device_changed(change, out);
         }
         if frame.new_recording {
             self.new_recording = true;

@@ -36,6 +36,14 @@
 //!   row, and two blocks in three up are enough: counted from every onset,
 //!   with nine in ten asked, an echo path 40 ms behind never overturned it
 //!   (issue 65: "heard it in 0 of 8 answers").
+//! - A stretch judged [`Heard::Absent`] is still watched to its end: if
+//!   the microphone then rises with the voice for a quarter of a second
+//!   ([`APPEARED_BLOCKS`], two blocks in three), [`EchoPath::appeared`]
+//!   says so, and the stage checks that the microphone's level follows
+//!   the voice's (a person speaking over it does not) before it takes it
+//!   for an echo path that appeared mid-answer: the capture moved to the
+//!   loudspeaker's monitor (PulseAudio does that when the microphone goes
+//!   away, with no gap in the stream), or headphones taken off.
 //! - [`EchoPath::rejudge`] forgets all of it (the floor too): the capture
 //!   device changed, and the path is judged afresh, as at the start.
 
@@ -76,6 +84,14 @@ pub const REJUDGE_BLOCKS: u32 = 100;
 /// server's buffering, the room; 120 ms).
 pub const ONSET_BLOCKS: u32 = 12;
 
+/// Blocks of the voice speaking with the microphone above its floor, in a
+/// stretch without an echo path, from which one may have appeared
+/// mid-stretch (a quarter of a second; see [`EchoPath::appeared`]). The
+/// microphone hearing the voice soon makes it pause (barge-in), so the
+/// evidence must come before that: through PulseAudio it paused ~0.4 s
+/// after the capture moved.
+pub const APPEARED_BLOCKS: u32 = 25;
+
 /// Blocks without the voice after which it is a new stretch of it, judged
 /// afresh (2 s: between answers, not between two of an answer's
 /// sentences).
@@ -99,7 +115,8 @@ pub enum Heard {
 #[derive(Debug)]
 pub struct EchoPath {
     /// The microphone's quiet level (mean square), followed while the
-    /// voice is silent: down at once, up slowly.
+    /// voice is silent, from [`ECHO_DELAY_BLOCKS`] after it last sounded
+    /// (before, its echo may still be coming): down at once, up slowly.
     floor: Option<f32>,
     heard: Heard,
     /// Whether this stretch has been judged.
@@ -114,6 +131,12 @@ pub struct EchoPath {
     into_stretch: Option<u32>,
     /// Blocks the voice has spoken in a row.
     speaking: u32,
+    /// Since this stretch was judged without an echo path: blocks of the
+    /// voice speaking with the microphone above its floor, and at it.
+    after_raised: u32,
+    after_quiet: u32,
+    /// When (blocks into the stretch) the first of them rose.
+    raised_from: Option<u32>,
     /// Stretches ended or judged so far: without an echo path, and with
     /// one.
     absent_stretches: u64,
@@ -131,6 +154,9 @@ impl Default for EchoPath {
             silent: NEW_STRETCH_AFTER_BLOCKS,
             into_stretch: None,
             speaking: 0,
+            after_raised: 0,
+            after_quiet: 0,
+            raised_from: None,
             absent_stretches: 0,
             present_stretches: 0,
         }
@@ -156,12 +182,16 @@ impl EchoPath {
                 // a new stretch starts from the last verdict, judged again
                 (self.absent_stretches, self.present_stretches) = self.stretches();
                 (self.judged, self.quiet, self.raised) = (false, 0, 0);
+                (self.after_raised, self.after_quiet, self.raised_from) = (0, 0, None);
                 self.into_stretch = None;
             }
-            self.floor = Some(match self.floor {
-                Some(f) if mic >= f => (f * FLOOR_RISE).min(mic),
-                _ => mic,
-            });
+            // the echo of the voice's last sound may still be coming
+            if self.silent >= ECHO_DELAY_BLOCKS {
+                self.floor = Some(match self.floor {
+                    Some(f) if mic >= f => (f * FLOOR_RISE).min(mic),
+                    _ => mic,
+                });
+            }
             return self.heard;
         }
         self.silent = 0;
@@ -170,10 +200,25 @@ impl EchoPath {
             // nothing was ever heard without the voice: no floor to judge by
             return self.heard;
         };
-        if self.judged || far <= VOICE_SPEAKS {
+        if far <= VOICE_SPEAKS {
             return self.heard;
         }
-        if mic <= floor.max(MIN_FLOOR) * ABOVE_FLOOR {
+        let at_floor = mic <= floor.max(MIN_FLOOR) * ABOVE_FLOOR;
+        if self.heard == Heard::Absent {
+            if at_floor {
+                // the onset of a word's echo comes behind it
+                if self.speaking >= ONSET_BLOCKS {
+                    self.after_quiet += 1;
+                }
+            } else {
+                self.after_raised += 1;
+                self.raised_from.get_or_insert(into_stretch);
+            }
+        }
+        if self.judged {
+            return self.heard;
+        }
+        if at_floor {
             // quiet before the echo could have come says nothing
             let onset = self.heard == Heard::Absent && self.speaking < ONSET_BLOCKS;
             if into_stretch >= ECHO_DELAY_BLOCKS && !onset {
@@ -198,6 +243,28 @@ impl EchoPath {
         self.heard
     }
 
+    /// Whether, in a stretch judged without an echo path (or begun with
+    /// that verdict), the microphone has risen with the voice for
+    /// [`APPEARED_BLOCKS`], two blocks in three: an echo path may have
+    /// appeared mid-stretch, or a person is speaking over the voice; the
+    /// caller tells which by the levels. If so, the blocks since the
+    /// microphone first rose (what to compare). [`EchoPath::not_appeared`]
+    /// says it was the person.
+    #[must_use]
+    pub fn appeared(&self) -> Option<usize> {
+        let from = self.raised_from?;
+        (self.heard == Heard::Absent
+            && self.after_raised >= APPEARED_BLOCKS
+            && self.after_quiet * 2 <= self.after_raised)
+            .then(|| (self.into_stretch.unwrap_or(0) - from + 1) as usize)
+    }
+
+    /// What [`EchoPath::appeared`] saw was not an echo path: it is
+    /// counted afresh from here.
+    pub fn not_appeared(&mut self) {
+        (self.after_raised, self.after_quiet, self.raised_from) = (0, 0, None);
+    }
+
     /// The capture device changed (or its stream broke): what was learnt
     /// of the microphone, its floor included, no longer holds. The path is
     /// judged afresh, as at the start ([`Heard::Unknown`]: the canceller
@@ -209,6 +276,7 @@ impl EchoPath {
         (self.judged, self.quiet, self.raised) = (false, 0, 0);
         self.into_stretch = None;
         self.speaking = 0;
+        (self.after_raised, self.after_quiet, self.raised_from) = (0, 0, None);
     }
 
     /// Stretches of the voice without an echo path, and with one, by
@@ -375,9 +443,49 @@ mod tests {
         p.rejudge();
         // no floor yet on the new device: it cancels meanwhile
         assert_eq!(run(&mut p, 10, VOICE, VOICE), Heard::Unknown);
-        run(&mut p, 5, 0.0, 0.0);
+        // the pauses between words are no floor: the echo's tail is in them
+        run(&mut p, 5, 0.0, VOICE);
+        assert_eq!(run(&mut p, 10, VOICE, VOICE), Heard::Unknown);
+        run(&mut p, ECHO_DELAY_BLOCKS, 0.0, 0.0);
         assert_eq!(run(&mut p, 5, VOICE, VOICE), Heard::Present);
         assert_eq!(p.stretches(), (1, 1));
+    }
+
+    #[test]
+    fn an_echo_path_that_appears_mid_stretch_is_seen_before_the_stretch_ends() {
+        // issue 65: the capture moved to the loudspeaker's monitor half a
+        // second into an answer judged without an echo path
+        let mut p = EchoPath::default();
+        run(&mut p, 50, 0.0, 1e-8);
+        assert_eq!(words(&mut p, 80, 0, 1e-8), Heard::Absent);
+        assert_eq!(p.appeared(), None);
+        words(&mut p, 40, 2, VOICE);
+        let since = p.appeared().expect("a voice heard at full level for 0.4 s");
+        assert!((30..=40).contains(&since), "{since}");
+        // the verdict itself is the stage's to change
+        assert_eq!(p.block(VOICE, VOICE), Heard::Absent);
+        // a person, not the voice: counted afresh
+        p.not_appeared();
+        assert_eq!(p.appeared(), None);
+        // a word over the voice is not enough
+        words(&mut p, 20, 2, VOICE);
+        assert_eq!(p.appeared(), None);
+        // and a new stretch starts counting from nothing
+        p.rejudge();
+        assert_eq!(p.appeared(), None);
+    }
+
+    #[test]
+    fn a_microphone_at_its_floor_through_an_answer_sees_nothing_appear() {
+        let mut p = EchoPath::default();
+        run(&mut p, 50, 0.0, 1e-8);
+        assert_eq!(words(&mut p, 600, 0, 1e-8), Heard::Absent);
+        assert_eq!(p.appeared(), None);
+        // an echo path present from the start is judged so, not "appeared"
+        let mut q = EchoPath::default();
+        run(&mut q, 50, 0.0, 1e-8);
+        assert_eq!(words(&mut q, 600, 4, 1e-3), Heard::Present);
+        assert_eq!(q.appeared(), None);
     }
 
     #[test]

@@ -333,6 +333,11 @@ fn with_headphones_a_person_over_the_voices_first_second_is_heard_as_they_are() 
             guard.echo_cancelled(),
             "speech over the voice is judged as speech"
         );
+        assert_eq!(
+            (s.voice_heard, s.rejudged),
+            (0, 0),
+            "a person is no device change"
+        );
     }
     let mut near = hiss(far.len() + 16_000);
     near.truncate(far.len());
@@ -433,4 +438,34 @@ fn an_echo_later_than_the_canceller_searches_is_found_by_its_level() {
             s.far_end_back_ms
         );
     }
+}
+
+/// Issue 65: the microphone went away 1.5 s into an answer judged without
+/// an echo path (headphones), and PulseAudio moved the capture to the
+/// loudspeaker's monitor: from then on the microphone hears the voice
+/// itself, at full level, 20 ms behind. The stage sees it within a second,
+/// says so and starts the canceller again on it (the echo guard strict
+/// until it converges); the canceller then takes the voice out.
+#[test]
+fn a_capture_moved_to_the_loudspeakers_monitor_mid_answer_is_seen_and_cancelled() {
+    let far = fixture("q_story.wav").repeat(3);
+    let voice = far.iter().position(|x| x.abs() > 1e-3).unwrap();
+    let moved = voice + 24_000;
+    let mut near = hiss(far.len() + 16_000);
+    for (i, n) in near.iter_mut().enumerate().skip(moved) {
+        *n += far.get(i - 320).copied().unwrap_or(0.0);
+    }
+    let (out, _, heard, meter, _, _) =
+        through_the_room(&far, &near, 0.0, 0.0, (60, 60), AecOptions::default(), 0);
+    let s = meter.summary();
+    eprintln!("moved to the monitor: {s:?}");
+    assert_eq!((s.voice_heard, s.rejudged), (1, 1), "{s:?}");
+    assert!(s.stretches_with_echo >= 1, "{s:?}");
+    // the last seconds of the voice: taken out
+    let tail = far.len() - 4 * 16_000..far.len() - 16_000;
+    let erle = db(power(&heard[tail.clone()]) / power(&out[tail]));
+    assert!(
+        erle >= 15.0,
+        "the monitor's voice taken out by {erle:.1} dB"
+    );
 }

@@ -50,10 +50,13 @@ pub struct LiveReport {
     pub buffer_ms: Option<f64>,
     /// Why the period asked for differs from the one wanted, if it does.
     pub buffer_note: Option<String>,
-    /// Times the capture stream broke mid-session, each with a warning: a
-    /// clock gap, which is what a capture device that went away (PulseAudio
-    /// moves the capture to another source) shows; a suspended source or an
-    /// overrun shows the same. Each one the echo path is judged again.
+    /// Times the capture device may have changed mid-session, each with a
+    /// warning: the capture stream broke (a clock gap: a suspended source,
+    /// an overrun, a device that went away where the sound server shows it
+    /// so), or, with the echo canceller, the microphone began to hear the
+    /// voice mid-answer (PulseAudio moves a capture whose device went away
+    /// to the loudspeaker's monitor with no gap). Each one the echo path is
+    /// judged again.
     pub device_changes: u64,
     /// Capture placement: blocks timed by the device or by arrival, the
     /// device latency (capture → callback) and clock gaps.

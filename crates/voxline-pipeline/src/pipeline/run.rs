@@ -386,6 +386,18 @@ where
                     if let Some(h) = &hook {
                         h(&ev);
                     }
+                    // a clock gap is said by the capture's watch (`live_source`)
+                    if ev
+                        .event
+                        .engine::<voxline_audio::CaptureDeviceChanged>()
+                        .is_some_and(|c| c.cause == voxline_audio::DeviceChange::VoiceHeard)
+                    {
+                        eprintln!(
+                            "voxline: warning: capture device changed? the microphone began to hear the voice \
+                             mid-answer, as loud as it plays (the capture moved to the loudspeaker's monitor, or \
+                             headphones came off); the echo path is judged again"
+                        );
+                    }
                     // a turn of no words (a sound, a backchannel over the
                     // voice) is no turn: it does not count towards the limit
                     if matches!(ev.event, PipelineEvent::TurnError(_))
@@ -625,6 +637,10 @@ fn finish_run(
         let stopped = stop_requested.is_some_and(ShutdownHandle::is_requested);
         let played = v.finish(!stopped);
         if let Some(l) = live.as_mut() {
+            l.device_changes += played
+                .echo_cancellation
+                .as_ref()
+                .map_or(0, |a| a.voice_heard);
             l.voice_output = Some(played);
         }
     }
