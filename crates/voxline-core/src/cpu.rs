@@ -246,27 +246,44 @@ impl Drop for MeterGuard {
     }
 }
 
-/// Cumulative CPU time, in clock ticks: the whole machine's busy time and this process's.
+/// Cumulative CPU time, in clock ticks: the machine's busy time that
+/// competes with this process, and this process's own.
+///
+/// Time spent by processes at a lower priority (a positive nice value:
+/// the `nice` column of `/proc/stat`) does not compete: the scheduler gives
+/// a nice-19 process ~1.5 % of a core against one at 0, so a background
+/// job at the lowest priority left the engines one thread where they could
+/// have had two (issue 61). It is left out while this process itself runs
+/// at nice 0 or below; a niced voxline counts everything, its own time
+/// being in that column too.
 fn cpu_ticks() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+    competing_ticks(&stat, &own)
+}
+
+/// [`cpu_ticks`] from the text of `/proc/stat` and `/proc/self/stat`.
+fn competing_ticks(stat: &str, own: &str) -> Option<(u64, u64)> {
     let line = stat.lines().next()?;
     let f: Vec<u64> = line
         .split_whitespace()
         .skip(1)
         .filter_map(|v| v.parse().ok())
         .collect();
-    // user nice system idle iowait irq softirq steal …: busy = all − idle − iowait
-    let total: u64 = f.iter().take(8).sum();
-    let busy =
-        total.saturating_sub(f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0));
-    let own = std::fs::read_to_string("/proc/self/stat").ok()?;
     // fields after the command name (which may hold spaces) in parentheses
     let rest = own.rsplit_once(')')?.1;
     // state, ppid, pgrp, session, tty_nr, tpgid (-1 without a terminal), flags,
-    // minflt, cminflt, majflt, cmajflt, utime, stime: fields 3..=15 of the line
+    // minflt, cminflt, majflt, cmajflt, utime, stime, cutime, cstime,
+    // priority, nice: fields 3..=19 of the line
     let g: Vec<&str> = rest.split_whitespace().collect();
     let utime: u64 = g.get(11)?.parse().ok()?;
     let stime: u64 = g.get(12)?.parse().ok()?;
+    let nice: i64 = g.get(16)?.parse().ok()?;
+    // user nice system idle iowait irq softirq steal …: busy = all − idle − iowait
+    let total: u64 = f.iter().take(8).sum();
+    let field = |i: usize| f.get(i).copied().unwrap_or(0);
+    let lower = if nice <= 0 { field(1) } else { 0 };
+    let busy = total.saturating_sub(field(3) + field(4) + lower);
     Some((busy, utime + stime))
 }
 
@@ -280,7 +297,9 @@ struct GovernorState {
 /// Grants engine threads out of a budget, minus the cores other processes
 /// are keeping busy: a spinning ggml thread that has to share its core with
 /// another process stalls every other thread of its engine at each barrier,
-/// so fewer threads on free cores beat more threads on busy ones.
+/// so fewer threads on free cores beat more threads on busy ones. Processes
+/// at a lower priority than this one do not count: the scheduler gives
+/// their core to the engine's thread.
 ///
 /// It samples the machine's and this process's CPU time (at most every
 /// 250 ms) and grants `budget − round(external busy cores)` threads, at
@@ -519,6 +538,21 @@ mod tests {
     }
 
     #[test]
+    fn time_at_a_lower_priority_does_not_compete_unless_voxline_is_niced_too() {
+        // cpu user nice system idle iowait irq softirq steal
+        let stat = "cpu  1000 500 200 3000 100 10 20 0 0 0\ncpu0 1 2 3 4\n";
+        // pid (comm with spaces) state … utime 40 stime 10 … priority 20 nice 0
+        let own = |nice: i32| {
+            format!("42 (vox line) S 1 42 42 0 -1 4194560 10 0 0 0 40 10 0 0 20 {nice} 9 0 100")
+        };
+        assert_eq!(competing_ticks(stat, &own(0)), Some((1230, 50)));
+        assert_eq!(competing_ticks(stat, &own(-5)), Some((1230, 50)));
+        assert_eq!(competing_ticks(stat, &own(10)), Some((1730, 50)));
+        assert_eq!(competing_ticks("", &own(0)), None);
+        assert_eq!(competing_ticks(stat, "42 (x) S 1"), None);
+    }
+
+    #[test]
     fn the_governor_sees_another_process_keep_a_core_busy() {
         if cpu_ticks().is_none() {
             return; // no /proc here
@@ -537,6 +571,21 @@ mod tests {
         assert!(
             load >= 0.6,
             "a busy-looping process is at least ~one core: {load}"
+        );
+        // the same loop at the lowest priority leaves the engines its core
+        let mut child = std::process::Command::new("nice")
+            .args(["-n", "19", "sh", "-c", "while :; do :; done"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = g.external_load();
+        std::thread::sleep(Duration::from_millis(600));
+        let niced = g.external_load();
+        child.kill().unwrap();
+        let _ = child.wait();
+        assert!(
+            niced <= load - 0.5,
+            "a loop at nice 19 is no competitor: {niced} against {load} at nice 0"
         );
     }
 }
