@@ -12,13 +12,14 @@
 //!   taken off) and a second question is asked: the canceller must engage
 //!   in that answer.
 
-use std::io::BufRead;
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use crate::pulse::{is_loud, live_reader, read_events, recorder, Pulse};
+use crate::pulse::{
+    is_loud, live_reader, live_session, read_events, recorder, Line, Pulse, QUIET_LOG,
+};
 use crate::util;
 
 /// `pactl` with `args` on `pulse`; its standard output.
@@ -33,52 +34,27 @@ fn pactl(pulse: &Pulse, args: &[&str]) -> String {
 
 /// `voxline live --voice espeak` capturing `source`, the voice to
 /// `voxout`, for `run`; waited for until it listens. The child and its
-/// stderr lines as they come.
+/// lines as they come.
 fn live(
     pulse: &Pulse,
     source: &str,
     run: Duration,
     report: &Path,
     events: &Path,
-) -> (std::process::Child, Receiver<String>) {
-    let mut vox = util::voxline_bin();
-    pulse
-        .client(&mut vox)
-        .env("PULSE_SINK", "voxout")
-        .env("PULSE_SOURCE", source)
-        .env(
-            "VOXLINE_LOG",
-            "warn,voxline_core=error,voxline_audio=error,llama-cpp-2=off,whisper_rs=off",
-        )
-        .args(["live", "--voice", "espeak", "--max-duration"])
-        .arg(format!("{}s", run.as_secs()))
-        .arg("--models-dir")
-        .arg(util::models_dir())
-        .arg("--report-json")
-        .arg(report)
-        .arg("--events")
-        .arg(events)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut vox = vox.spawn().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel::<String>();
-    let err = vox.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(l) if l.contains("listening") => return (vox, lines),
-            Ok(_) => {}
-            Err(_) => {
-                let _ = vox.kill();
-                panic!("voxline never started listening");
-            }
-        }
-    }
+) -> (std::process::Child, Receiver<Line>) {
+    let run = format!("{}s", run.as_secs());
+    let args: Vec<&OsStr> = vec![
+        OsStr::new("--voice"),
+        OsStr::new("espeak"),
+        OsStr::new("--max-duration"),
+        OsStr::new(&run),
+        OsStr::new("--report-json"),
+        report.as_os_str(),
+        OsStr::new("--events"),
+        events.as_os_str(),
+    ];
+    let s = live_session(pulse, Some(source), &args, QUIET_LOG);
+    (s.child, s.lines)
 }
 
 /// Waits until the voice sounds on `voxout`'s monitor (`heard`), up to 60 s.
@@ -110,8 +86,9 @@ fn voice_ends(heard: &Receiver<(Instant, Vec<u8>)>, quiet: Duration) {
     panic!("the voice never stopped");
 }
 
-/// Waits for `child` to exit (killing it after `within`); all it printed on stderr.
-fn finish(child: &mut std::process::Child, lines: &Receiver<String>, within: Duration) -> String {
+/// Waits for `child` to exit (killing it after `within`); all it printed on
+/// stderr since it listened.
+fn finish(child: &mut std::process::Child, lines: &Receiver<Line>, within: Duration) -> String {
     let deadline = Instant::now() + within;
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
@@ -122,7 +99,12 @@ fn finish(child: &mut std::process::Child, lines: &Receiver<String>, within: Dur
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(300));
-    lines.try_iter().collect::<Vec<_>>().join("\n")
+    lines
+        .try_iter()
+        .filter(|(_, out, _)| !out)
+        .map(|(_, _, l)| l)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The capture source unloaded while the first answer plays: the capture

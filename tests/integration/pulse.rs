@@ -166,6 +166,102 @@ pub(crate) fn recorder(pulse: &Pulse, source: &str) -> std::process::Child {
     rec.spawn().expect("arecord (alsa-utils) runs")
 }
 
+/// A line a live session printed: when, on standard output (`true`) or
+/// standard error, and the line.
+pub(crate) type Line = (std::time::Instant, bool, String);
+
+/// The log filter the live tests run `voxline` with: warnings, and what the
+/// conversation keeps after a barge-in.
+pub(crate) const LIVE_LOG: &str =
+    "warn,voxline_core=error,voxline_audio=error,voxline_llm=info,voxline_stt::stage=debug,llama-cpp-2=off,whisper_rs=off,symphonia=off";
+
+/// The log filter for a live test that reads only what `voxline` says
+/// (warnings, the console), not its debug lines.
+pub(crate) const QUIET_LOG: &str =
+    "warn,voxline_core=error,voxline_audio=error,llama-cpp-2=off,whisper_rs=off";
+
+/// A `voxline live` session started by [`live_session`].
+pub(crate) struct LiveSession {
+    /// The process.
+    pub(crate) child: std::process::Child,
+    /// Its lines from the one that said it listens on, as they come.
+    pub(crate) lines: std::sync::mpsc::Receiver<Line>,
+    /// When it said it listens.
+    pub(crate) listening: std::time::Instant,
+    /// What it printed until then, that line included.
+    pub(crate) before: Vec<String>,
+}
+
+/// `voxline live ARGS` on this daemon, the voice to `voxout` and the
+/// microphone on `source` (default: the daemon's default source,
+/// `voxsink`'s monitor), logging as `log` says (plus `$VOXLINE_LOG`),
+/// waited for until it listens (120 s at most).
+pub(crate) fn live_session(
+    pulse: &Pulse,
+    source: Option<&str>,
+    args: &[&std::ffi::OsStr],
+    log: &str,
+) -> LiveSession {
+    use std::time::{Duration, Instant};
+    let mut vox = util::voxline_bin();
+    pulse
+        .client(&mut vox)
+        .env("PULSE_SINK", "voxout")
+        .env(
+            "VOXLINE_LOG",
+            [log, &std::env::var("VOXLINE_LOG").unwrap_or_default()]
+                .join(",")
+                .trim_end_matches(','),
+        )
+        .arg("live")
+        .args(args)
+        .arg("--models-dir")
+        .arg(util::models_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(s) = source {
+        vox.env("PULSE_SOURCE", s);
+    }
+    let mut vox = vox.spawn().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel::<Line>();
+    for (out, r) in [
+        (
+            true,
+            Box::new(vox.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        ),
+        (false, Box::new(vox.stderr.take().unwrap())),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(r).lines().map_while(Result::ok) {
+                let _ = tx.send((Instant::now(), out, l));
+            }
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut seen = Vec::new();
+    loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok((at, false, l)) if l.contains("listening") => {
+                seen.push(l);
+                return LiveSession {
+                    child: vox,
+                    lines,
+                    listening: at,
+                    before: seen,
+                };
+            }
+            Ok((_, _, l)) => seen.push(l),
+            Err(_) => {
+                let _ = vox.kill();
+                let _ = vox.wait();
+                seen.extend(lines.try_iter().map(|(_, _, l)| l));
+                panic!("voxline never started listening:\n{}", seen.join("\n"));
+            }
+        }
+    }
+}
+
 /// `voxline live --voice espeak` on this daemon (the microphone on
 /// `voxsink`'s monitor, the voice to `voxout`) with `extra` flags, waited for
 /// until it listens; its stderr, whole, from the thread that reads it.
@@ -175,65 +271,33 @@ pub(crate) fn speaking_live(
     report: &Path,
     events: Option<&Path>,
 ) -> (std::process::Child, std::thread::JoinHandle<String>) {
-    use std::time::{Duration, Instant};
-    let mut vox = util::voxline_bin();
-    pulse
-        .client(&mut vox)
-        .env("PULSE_SINK", "voxout")
-        // the default filter, and what the conversation keeps after a barge-in
-        // (and, for a closer look, what VOXLINE_LOG adds)
-        .env(
-            "VOXLINE_LOG",
-            [
-                "warn,voxline_core=error,voxline_audio=error,voxline_llm=info,voxline_stt::stage=debug,llama-cpp-2=off,whisper_rs=off,symphonia=off",
-                &std::env::var("VOXLINE_LOG").unwrap_or_default(),
-            ]
-            .join(",")
-            .trim_end_matches(','),
-        )
-        .arg("live")
-        // espeak-ng for 90 s at most, unless the test says otherwise
-        .args(if extra.contains(&"--voice") { &[][..] } else { &["--voice", "espeak"][..] })
-        .args(if extra.contains(&"--max-duration") { &[][..] } else { &["--max-duration", "90s"][..] })
-        .args(extra)
-        .arg("--models-dir")
-        .arg(util::models_dir())
-        .arg("--report-json")
-        .arg(report)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    let mut args: Vec<&std::ffi::OsStr> = Vec::new();
+    // espeak-ng for 90 s at most, unless the test says otherwise
+    if !extra.contains(&"--voice") {
+        args.extend([
+            std::ffi::OsStr::new("--voice"),
+            std::ffi::OsStr::new("espeak"),
+        ]);
+    }
+    if !extra.contains(&"--max-duration") {
+        args.extend([
+            std::ffi::OsStr::new("--max-duration"),
+            std::ffi::OsStr::new("90s"),
+        ]);
+    }
+    args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+    args.extend([std::ffi::OsStr::new("--report-json"), report.as_os_str()]);
     if let Some(e) = events {
-        vox.arg("--events").arg(e);
+        args.extend([std::ffi::OsStr::new("--events"), e.as_os_str()]);
     }
-    let mut vox = vox.spawn().unwrap();
-    let stderr = vox.stderr.take().unwrap();
-    let (line_tx, line_rx) = std::sync::mpsc::channel::<String>();
+    let s = live_session(pulse, None, &args, LIVE_LOG);
+    let (lines, mut err) = (s.lines, s.before);
+    // standard error, whole, once the session has ended
     let err_thread = std::thread::spawn(move || {
-        let mut all = Vec::new();
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = line_tx.send(line.clone());
-            all.push(line);
-        }
-        all.join("\n")
+        err.extend(lines.iter().filter(|(_, out, _)| !out).map(|(_, _, l)| l));
+        err.join("\n")
     });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match line_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(l) if l.contains("listening") => return (vox, err_thread),
-            Ok(_) => {}
-            Err(_) => {
-                let _ = vox.kill();
-                let _ = vox.wait();
-                panic!(
-                    "voxline never started listening:\n{}",
-                    err_thread.join().unwrap()
-                );
-            }
-        }
-    }
+    (s.child, err_thread)
 }
 
 /// A reader whose chunks arrive, stamped, on a channel as they are read.

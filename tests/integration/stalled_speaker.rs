@@ -6,20 +6,18 @@
 //! past 105 s with its speaker, sink and barge-in threads waiting forever,
 //! and only a second signal ended it, with no report.
 
-use std::io::BufRead;
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use crate::pulse::{is_loud, live_reader, read_events, recorder, Pulse};
+use crate::pulse::{
+    is_loud, live_reader, live_session, read_events, recorder, Line, Pulse, QUIET_LOG,
+};
 use crate::util;
 
 /// The play-out limit of docs/limits.md.
 const PLAY_OUT: Duration = Duration::from_secs(30);
-
-/// A line the session printed: on standard output (`true`) or standard error.
-type Line = (Instant, bool, String);
 
 /// `voxline live --voice espeak` on `pulse` (the microphone on `voxsink`'s
 /// monitor, the voice to `voxout`) with `extra` flags, waited for until it
@@ -30,52 +28,16 @@ fn live(
     report: &Path,
     events: &Path,
 ) -> (std::process::Child, Receiver<Line>, Instant) {
-    let mut vox = util::voxline_bin();
-    pulse
-        .client(&mut vox)
-        .env("PULSE_SINK", "voxout")
-        .env(
-            "VOXLINE_LOG",
-            "warn,voxline_core=error,voxline_audio=error,llama-cpp-2=off,whisper_rs=off",
-        )
-        .args(["live", "--voice", "espeak"])
-        .args(extra)
-        .arg("--models-dir")
-        .arg(util::models_dir())
-        .arg("--report-json")
-        .arg(report)
-        .arg("--events")
-        .arg(events)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut vox = vox.spawn().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel::<Line>();
-    for (out, r) in [
-        (
-            true,
-            Box::new(vox.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-        ),
-        (false, Box::new(vox.stderr.take().unwrap())),
-    ] {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for l in std::io::BufReader::new(r).lines().map_while(Result::ok) {
-                let _ = tx.send((Instant::now(), out, l));
-            }
-        });
-    }
-    let mut seen = Vec::new();
-    let listening = wait_for(&lines, &mut seen, Duration::from_secs(120), |out, l| {
-        !out && l.contains("listening")
-    });
-    match listening {
-        Some(at) => (vox, lines, at),
-        None => {
-            let _ = vox.kill();
-            let _ = vox.wait();
-            panic!("voxline never started listening:\n{}", seen.join("\n"));
-        }
-    }
+    let mut args: Vec<&OsStr> = vec![OsStr::new("--voice"), OsStr::new("espeak")];
+    args.extend(extra.iter().map(OsStr::new));
+    args.extend([
+        OsStr::new("--report-json"),
+        report.as_os_str(),
+        OsStr::new("--events"),
+        events.as_os_str(),
+    ]);
+    let s = live_session(pulse, None, &args, QUIET_LOG);
+    (s.child, s.lines, s.listening)
 }
 
 /// Reads `lines` into `seen` until one matches (when it came) or `within` passes.
