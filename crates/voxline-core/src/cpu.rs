@@ -558,31 +558,28 @@ mod tests {
             return; // no /proc here
         }
         let g = CpuGovernor::new(2, true);
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", "while :; do :; done"])
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        let _ = g.external_load();
-        std::thread::sleep(Duration::from_millis(600));
-        let load = g.external_load();
-        child.kill().unwrap();
-        let _ = child.wait();
+        // the load the governor reads while `command` loops
+        let load_beside = |command: &[&str]| {
+            let mut child = std::process::Command::new(command[0])
+                .args(&command[1..])
+                .args(["sh", "-c", "while :; do :; done"])
+                .spawn()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = g.external_load();
+            std::thread::sleep(Duration::from_millis(600));
+            let load = g.external_load();
+            child.kill().unwrap();
+            let _ = child.wait();
+            load
+        };
+        let load = load_beside(&["env"]);
         assert!(
             load >= 0.6,
             "a busy-looping process is at least ~one core: {load}"
         );
         // the same loop at the lowest priority leaves the engines its core
-        let mut child = std::process::Command::new("nice")
-            .args(["-n", "19", "sh", "-c", "while :; do :; done"])
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        let _ = g.external_load();
-        std::thread::sleep(Duration::from_millis(600));
-        let niced = g.external_load();
-        child.kill().unwrap();
-        let _ = child.wait();
+        let niced = load_beside(&["nice", "-n", "19"]);
         assert!(
             niced <= load - 0.5,
             "a loop at nice 19 is no competitor: {niced} against {load} at nice 0"
