@@ -256,7 +256,7 @@ impl EchoPath {
         (self.heard == Heard::Absent
             && self.after_raised >= APPEARED_BLOCKS
             && self.after_quiet * 2 <= self.after_raised)
-            .then(|| (self.into_stretch.unwrap_or(0) - from + 1) as usize)
+            .then(|| (self.into_stretch.unwrap_or(from).saturating_sub(from) + 1) as usize)
     }
 
     /// What [`EchoPath::appeared`] saw was not an echo path: it is

@@ -394,8 +394,8 @@ where
                     {
                         eprintln!(
                             "voxline: warning: capture device changed? the microphone began to hear the voice \
-                             mid-answer, as loud as it plays (the capture moved to the loudspeaker's monitor, or \
-                             headphones came off); the echo path is judged again"
+                             mid-answer, its level following the voice's (the capture moved to the loudspeaker's \
+                             monitor, or headphones came off); the echo path is judged again"
                         );
                     }
                     // a turn of no words (a sound, a backchannel over the
