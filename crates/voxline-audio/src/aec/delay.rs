@@ -27,6 +27,10 @@ const WINDOW_BLOCKS: usize = 200;
 /// follows the voice at all (10 ms blocks): a quarter of a second.
 const FOLLOWS_MIN_BLOCKS: usize = 25;
 
+/// The fewest blocks with the voice speaking compared when asked whether
+/// the microphone follows it.
+const FOLLOWS_MIN_SPEAKING: usize = 15;
+
 /// The correlation of the levels from which the microphone follows the
 /// voice: stricter than [`MIN_LIKENESS`], the window being shorter.
 const FOLLOWS_LIKENESS: f32 = 0.8;
@@ -99,13 +103,28 @@ impl CoarseDelay {
 
     /// Whether the microphone's level over its last `blocks` follows the
     /// far end's closely (at least [`FOLLOWS_MIN_BLOCKS`], at most
-    /// [`WINDOW_BLOCKS`] compared), at a lag AEC3 finds: the voice's echo
-    /// does, a person speaking over the voice does not.
+    /// [`WINDOW_BLOCKS`] looked at), at a lag AEC3 finds: the voice's echo
+    /// does, a person speaking over the voice does not. Only the blocks in
+    /// which the voice speaks are compared (at least
+    /// [`FOLLOWS_MIN_SPEAKING`] of them): where it is silent, a person who
+    /// is silent too would look like its echo.
     pub(super) fn follows_the_voice(&self, blocks: usize) -> bool {
-        let reach = (AEC3_FINDS_BLOCKS + self.back.max(0)) as usize;
+        let reach = ((AEC3_FINDS_BLOCKS + self.back.max(0)) as usize).min(MAX_LAG_BLOCKS);
         let window = blocks.clamp(FOLLOWS_MIN_BLOCKS, WINDOW_BLOCKS);
-        self.lag(window, reach.min(MAX_LAG_BLOCKS))
-            .is_some_and(|(_, likeness)| likeness >= FOLLOWS_LIKENESS)
+        let n = self.levels.len();
+        if n < window + reach {
+            return false;
+        }
+        let (far, mic): (Vec<f32>, Vec<f32>) = self.levels.iter().copied().unzip();
+        let speaks = db(super::path::VOICE_SPEAKS);
+        (0..=reach).any(|lag| {
+            let (heard, played): (Vec<f32>, Vec<f32>) = (n - window..n)
+                .map(|i| (mic[i], far[i - lag]))
+                .filter(|&(_, f)| f > speaks)
+                .unzip();
+            heard.len() >= FOLLOWS_MIN_SPEAKING
+                && level_correlation(&heard, &played).is_some_and(|c| c >= FOLLOWS_LIKENESS)
+        })
     }
 
     /// The canceller did not converge on an echo the microphone hears:
@@ -219,12 +238,27 @@ mod tests {
             let mic = if i >= 300 { far[i - 2] } else { 1e-9 };
             d.block(*f, mic);
         }
-        assert!(d.follows_the_voice(35));
+        assert!(d.follows_the_voice(45));
         // an echo 300 ms behind, 20 dB down, in a room: still followed
         let mut room = CoarseDelay::default();
         for (i, f) in far.iter().enumerate() {
             room.block(*f, 1e-7 + if i >= 300 { 0.01 * far[i - 30] } else { 0.0 });
         }
-        assert!(room.follows_the_voice(30));
+        assert!(room.follows_the_voice(45));
+    }
+
+    #[test]
+    fn a_person_silent_where_the_voice_is_silent_does_not_follow_it() {
+        // a person's words over the voice, in a digitally silent room: by
+        // chance they speak where the voice speaks and pause where it
+        // pauses, and the levels of the two correlate over the whole window
+        let far = voice(345, 0x2545_f491, 0.21, 70);
+        let other = voice(345, 0x9e37_79b9, 0.13, 45);
+        let mut d = CoarseDelay::default();
+        for (i, f) in far.iter().enumerate() {
+            let speaks = *f > 1e-4;
+            d.block(*f, if i >= 300 && speaks { other[i] } else { 0.0 });
+        }
+        assert!(!d.follows_the_voice(45));
     }
 }
