@@ -21,6 +21,10 @@ pub(crate) struct EngineArgs {
     /// if it holds a manifest.json, else the user data directory, ~/.local/share/voxline/models).
     #[arg(long)]
     pub(crate) models_dir: Option<PathBuf>,
+    /// The speech-to-text engine in this process: `whisper` (whisper.cpp, the default) or
+    /// `ct2` (CTranslate2, the engine under faster-whisper: the installed tiny.en, int8).
+    #[arg(long, value_enum, default_value_t = SttEngineArg::Whisper)]
+    pub(crate) stt_engine: SttEngineArg,
     /// whisper.cpp ggml speech model (default: the installed tiny.en).
     #[arg(long)]
     pub(crate) whisper_model: Option<PathBuf>,
@@ -97,6 +101,15 @@ pub(crate) struct EngineArgs {
     /// (`live` synthesises and measures the voice but does not play it yet).
     #[arg(long, value_enum)]
     pub(crate) voice: Option<VoiceArg>,
+}
+
+/// The speech-to-text engine in this process (`--stt-engine`).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SttEngineArg {
+    /// whisper.cpp (ggml), through whisper-rs.
+    Whisper,
+    /// CTranslate2, int8 on the CPU.
+    Ct2,
 }
 
 /// A voice for the answers (`--voice`).
@@ -256,6 +269,7 @@ impl EngineArgs {
         }
         let remote = self.remotes()?;
         let models_dir = location::resolve_from_process(self.models_dir.as_deref());
+        let ct2 = self.ct2(&models_dir, remote.0.is_some())?;
         if self.whisper_model.is_some() && self.whisper_quant.is_some() {
             return Err(BadInput(
                 "--whisper-quant picks an installed model; with --whisper-model give the quantised file itself".into(),
@@ -286,9 +300,9 @@ impl EngineArgs {
                 self.llm_model.is_some(),
             ),
         ];
-        // a remote engine reads no model file
+        // a remote engine reads no model file; CTranslate2's are checked above
         let local = local.into_iter().filter(|(_, _, role, _)| match role {
-            Role::Stt => remote.0.is_none(),
+            Role::Stt => remote.0.is_none() && ct2.is_none(),
             _ => remote.1.is_none(),
         });
         for (path, flag, role, given) in local {
@@ -349,9 +363,10 @@ impl EngineArgs {
             )));
         }
         let settings = EngineSettings {
-            stt: match remote.0 {
-                Some(r) => SttBackend::Remote(r),
-                None => SttBackend::Whisper(WhisperSettings {
+            stt: match (remote.0, ct2) {
+                (Some(r), _) => SttBackend::Remote(r),
+                (None, Some(c)) => SttBackend::Ct2(c),
+                (None, None) => SttBackend::Whisper(WhisperSettings {
                     model: whisper_model,
                     audio_ctx,
                     gpu: self.stt_gpu,
@@ -387,6 +402,61 @@ pub(crate) const LLM_KEY_VAR: &str = "VOXLINE_LLM_API_KEY";
 pub(crate) const STT_KEY_VAR: &str = "VOXLINE_STT_API_KEY";
 
 impl EngineArgs {
+    /// CTranslate2's settings when `--stt-engine ct2` asks for it, its
+    /// installed library and model checked; refused beside the options that
+    /// only whisper.cpp takes and beside a remote speech server.
+    fn ct2(
+        &self,
+        models_dir: &location::ModelsDir,
+        remote_stt: bool,
+    ) -> Result<Option<voxline_pipeline::settings::Ct2Settings>, BadInput> {
+        if self.stt_engine != SttEngineArg::Ct2 {
+            return Ok(None);
+        }
+        if remote_stt {
+            return Err(BadInput(
+                "--stt-engine ct2 runs speech to text in this process; with --stt-url the server transcribes: give one of them".into(),
+            ));
+        }
+        for (given, flag) in [
+            (self.whisper_model.is_some(), "--whisper-model"),
+            (self.whisper_quant.is_some(), "--whisper-quant"),
+            (self.stt_gpu, "--stt-gpu"),
+            (self.flash_attn, "--flash-attn"),
+            (self.audio_ctx != "default", "--audio-ctx"),
+        ] {
+            if given {
+                return Err(BadInput(format!(
+                    "{flag} applies to whisper.cpp; --stt-engine ct2 runs the installed tiny.en on CTranslate2 (drop {flag}, or use --stt-engine whisper)"
+                )));
+            }
+        }
+        voxline_ct2::built_with_engine().map_err(BadInput)?;
+        let dir = &models_dir.path;
+        for m in [
+            registry::CT2_LIBRARY,
+            registry::CT2_OPENMP,
+            registry::CT2_WHISPER_MODEL,
+            registry::CT2_WHISPER_CONFIG,
+            registry::CT2_WHISPER_VOCABULARY,
+        ] {
+            if !dir.join(m.file).is_file() {
+                return Err(BadInput(format!(
+                    "{}: not installed, and --stt-engine ct2 needs it — the models directory is {} ({}); run {}",
+                    dir.join(m.file).display(),
+                    dir.display(),
+                    models_dir.source,
+                    fetch_command(models_dir)
+                )));
+            }
+        }
+        Ok(Some(voxline_pipeline::settings::Ct2Settings {
+            model_dir: dir.join(registry::CT2_WHISPER_DIR),
+            library: dir.join(registry::CT2_LIBRARY.file),
+            beam: 1,
+        }))
+    }
+
     /// The remote engines asked for (`--stt-url`, `--llm-url`), checked
     /// against the options that apply to local engines only.
     fn remotes(&self) -> Result<(Option<RemoteSettings>, Option<RemoteSettings>), BadInput> {

@@ -284,12 +284,15 @@ fn load_engines(
         ),
         (None, None) => anyhow::bail!("the language model has neither a model nor a server"),
     };
-    let stt = match (remotes.stt(), settings.stt_config()) {
-        (Some(remote), _) => Stt::Remote(remote),
-        (None, Some(config)) => {
+    let stt = match (remotes.stt(), settings.stt_config(), settings.ct2_config()) {
+        (Some(remote), _, _) => Stt::Remote(remote),
+        (None, _, Some(config)) => {
+            Stt::Ct2(voxline_ct2::Ct2Engine::load(config).context("loading the speech model")?)
+        }
+        (None, Some(config), None) => {
             Stt::Whisper(voxline_stt::SttEngine::load(config).context("loading the speech model")?)
         }
-        (None, None) => anyhow::bail!("speech to text has neither a model nor a server"),
+        (None, None, None) => anyhow::bail!("speech to text has neither a model nor a server"),
     };
     Ok(Some((stt, llm, t0.elapsed().as_secs_f64() * 1000.0)))
 }

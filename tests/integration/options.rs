@@ -23,13 +23,18 @@ fn run(mut c: Command) -> (Option<i32>, String, String) {
 
 /// `replay FILE --pace fast --quiet --max-tokens 4` with the test models and `extra`.
 fn replay(file: &Path, report: &Path, extra: &[&str]) -> Command {
+    replay_in(&util::models_dir(), file, report, extra)
+}
+
+/// The same with the models in `models`.
+fn replay_in(models: &Path, file: &Path, report: &Path, extra: &[&str]) -> Command {
     let mut c = util::voxline_bin();
     c.current_dir(util::root())
         .arg("replay")
         .arg(file)
         .args(["--pace", "fast", "--quiet", "--max-tokens", "4"])
         .arg("--models-dir")
-        .arg(util::models_dir())
+        .arg(models)
         .arg("--report-json")
         .arg(report)
         .args(extra);
@@ -295,6 +300,8 @@ fn linked_models(at: &Path) -> usize {
         .collect();
     for f in &files {
         let target = std::fs::canonicalize(util::models_dir().join(f)).unwrap();
+        // a model of several files lies in its own directory
+        std::fs::create_dir_all(at.join(f).parent().unwrap()).unwrap();
         std::os::unix::fs::symlink(target, at.join(f)).unwrap();
     }
     std::fs::copy(
@@ -381,5 +388,73 @@ fn models_are_found_from_any_working_directory() {
     assert!(
         err.contains(".local/share/voxline/models") && err.contains("`voxline models fetch`"),
         "{err}"
+    );
+}
+
+/// `--stt-engine ct2` transcribes with CTranslate2 and says so in the
+/// report; an option only whisper.cpp takes, a missing library and one cut
+/// short each give one line naming what to do, exit 2, and no report.
+#[test]
+fn the_ctranslate2_engine_runs_and_its_bad_setups_exit_2() {
+    let _g = util::engine_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("report.json");
+    let q = util::fixture("q_capital.wav");
+    let (code, out, err) = run(replay(&q, &report, &["--stt-engine", "ct2"]));
+    assert_eq!(code, Some(0), "{out}{err}");
+    let r = util::read_json(&report);
+    assert_eq!(r["config"]["stt_backend"], "ct2", "{}", r["config"]);
+    assert_eq!(r["config"]["whisper_model"], "whisper-tiny.en-ct2");
+    let turn = &r["turns"][0];
+    assert_eq!(turn["wer"], 0.0, "{turn}");
+    assert!(turn["stt_ms"].as_f64().unwrap() > 0.0, "{turn}");
+    std::fs::remove_file(&report).unwrap();
+
+    let refused = |extra: &[&str], models: Option<&Path>, named: &[&str]| {
+        let models = models.map_or_else(util::models_dir, Path::to_owned);
+        let (code, out, err) = run(replay_in(&models, &q, &report, extra));
+        assert_eq!(code, Some(2), "{extra:?}: {out}{err}");
+        let lines: Vec<&str> = err
+            .lines()
+            .filter(|l| !l.trim().is_empty() && *l != "voxline: loading models")
+            .collect();
+        assert_eq!(lines.len(), 1, "{extra:?}: {err}");
+        for n in named {
+            assert!(lines[0].contains(n), "{extra:?}: {err}");
+        }
+        assert!(!report.exists(), "nothing half-written");
+    };
+    refused(
+        &["--stt-engine", "ct2", "--audio-ctx", "auto"],
+        None,
+        &["--audio-ctx", "whisper.cpp"],
+    );
+    refused(
+        &["--stt-engine", "ct2", "--whisper-quant", "f16"],
+        None,
+        &["--whisper-quant"],
+    );
+    refused(
+        &["--stt-engine", "ct2", "--stt-url", "http://127.0.0.1:9"],
+        None,
+        &["--stt-url"],
+    );
+    // a models directory without the library, then with one cut short
+    let models = tmp.path().join("models");
+    linked_models(&models);
+    let lib = models.join(voxline_models::registry::CT2_LIBRARY.file);
+    std::fs::remove_file(&lib).unwrap();
+    refused(
+        &["--stt-engine", "ct2"],
+        Some(&models),
+        &["not installed", "models fetch"],
+    );
+    let bytes =
+        std::fs::read(util::models_dir().join(voxline_models::registry::CT2_LIBRARY.file)).unwrap();
+    std::fs::write(&lib, &bytes[..bytes.len() / 3]).unwrap();
+    refused(
+        &["--stt-engine", "ct2"],
+        Some(&models),
+        &["cut short", "models fetch"],
     );
 }

@@ -14,6 +14,7 @@ pub mod aec;
 mod barge;
 pub mod capture;
 mod error;
+pub mod mel;
 pub mod playback;
 mod quiet;
 pub mod resample;

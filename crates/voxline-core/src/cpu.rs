@@ -194,8 +194,11 @@ impl Drop for LeaseGuard {
 /// the engines in again.
 #[derive(Debug)]
 pub struct FreeCores {
-    pub(crate) _lease: LeaseGuard,
+    // fields drop in order: the threads stop counting before the lease lets
+    // an engine in (the other way round, an engine's threads were counted
+    // beside ones already done: a peak of 4 on 2 cores)
     pub(crate) _meter: MeterGuard,
+    pub(crate) _lease: LeaseGuard,
 }
 
 /// Counts engine threads running right now and the most ever at once.
@@ -584,5 +587,29 @@ mod tests {
             niced <= load - 0.5,
             "a loop at nice 19 is no competitor: {niced} against {load} at nice 0"
         );
+    }
+
+    #[test]
+    fn free_cores_stop_counting_before_the_lease_lets_an_engine_in() {
+        let (lease, meter) = (CpuLease::new(), ThreadMeter::new());
+        let cores = FreeCores {
+            _meter: meter.enter(2),
+            _lease: lease.try_acquire(Priority::Committed).expect("free"),
+        };
+        let (l, m) = (lease.clone(), meter.clone());
+        let engine = std::thread::spawn(move || {
+            let _g = l.acquire(Priority::Committed);
+            m.running()
+        });
+        while lease.state().waiting.is_empty() {
+            std::thread::yield_now();
+        }
+        drop(cores);
+        assert_eq!(
+            engine.join().expect("no panic"),
+            0,
+            "counted past their end"
+        );
+        assert_eq!(meter.peak(), 2);
     }
 }

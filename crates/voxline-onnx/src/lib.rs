@@ -76,7 +76,7 @@ pub fn environment(lib: &Path) -> Result<ort::environment::Environment, OnnxErro
     };
     // a library cut short is mapped all the same, and the first page
     // past its end kills the process (SIGBUS): it is checked first
-    check_library(lib).map_err(fail)?;
+    voxline_models::kind::check_shared_library(lib).map_err(fail)?;
     // loading a library that is no ONNX Runtime may panic inside ort: a broken file is an error too
     let built = std::panic::catch_unwind(|| {
         ort::init_from(lib)
@@ -89,62 +89,6 @@ pub fn environment(lib: &Path) -> Result<ort::environment::Environment, OnnxErro
     .map_err(fail)?;
     *held = Some((lib.to_owned(), built.clone()));
     Ok(built)
-}
-
-/// Checks that `lib` is a whole shared library for this machine before it
-/// is mapped: an ELF file of this architecture whose every loadable
-/// segment, and its section headers, lie within the file. A copy or download cut short passes the
-/// dynamic loader's own checks and is mapped anyway; the first page
-/// touched past its end then kills the process with SIGBUS.
-///
-/// # Errors
-/// What is wrong with it, in words.
-fn check_library(lib: &Path) -> Result<(), String> {
-    use object::elf::{FileHeader64, ET_DYN, PT_LOAD};
-    use object::read::elf::{FileHeader, ProgramHeader};
-    let data = std::fs::read(lib).map_err(|e| format!("it cannot be read: {e}"))?;
-    let data = data.as_slice();
-    let len = data.len() as u64;
-    let header = FileHeader64::<object::Endianness>::parse(data)
-        .map_err(|e| format!("it is not a 64-bit ELF library ({e})"))?;
-    let endian = header
-        .endian()
-        .map_err(|e| format!("it is not a 64-bit ELF library ({e})"))?;
-    if header.e_type(endian) != ET_DYN {
-        return Err("it is not a shared library".into());
-    }
-    let host = if cfg!(target_arch = "x86_64") {
-        Some(object::elf::EM_X86_64)
-    } else if cfg!(target_arch = "aarch64") {
-        Some(object::elf::EM_AARCH64)
-    } else {
-        None
-    };
-    let machine = header.e_machine(endian);
-    if host.is_some_and(|h| h != machine) {
-        return Err(format!(
-            "it is built for another machine (ELF machine {machine})"
-        ));
-    }
-    let cut = |end: u64| format!("it is cut short: it has {len} bytes, its headers say {end}");
-    let headers = header.program_headers(endian, data).map_err(|_| {
-        cut(header.e_phoff(endian).saturating_add(
-            u64::from(header.e_phnum(endian)) * u64::from(header.e_phentsize(endian)),
-        ))
-    })?;
-    for ph in headers.iter().filter(|ph| ph.p_type(endian) == PT_LOAD) {
-        let end = ph.p_offset(endian).saturating_add(ph.p_filesz(endian));
-        if end > len {
-            return Err(cut(end));
-        }
-    }
-    let sections = header
-        .e_shoff(endian)
-        .saturating_add(u64::from(header.e_shnum(endian)) * u64::from(header.e_shentsize(endian)));
-    if sections > len {
-        return Err(cut(sections));
-    }
-    Ok(())
 }
 
 /// Opens `model` on the runtime `lib`, computing with `threads` threads
@@ -224,20 +168,20 @@ mod tests {
     #[test]
     fn a_library_cut_short_or_not_a_library_is_refused_before_it_is_mapped() {
         let lib = loaded_library();
-        check_library(&lib).unwrap();
+        voxline_models::kind::check_shared_library(&lib).unwrap();
         let dir = std::env::temp_dir().join(format!("voxline-onnx-cut-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let bytes = std::fs::read(&lib).unwrap();
         let cut = dir.join("libcut.so");
         // the headers and part of the first segments, not the rest
         std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
-        let e = check_library(&cut).unwrap_err();
+        let e = voxline_models::kind::check_shared_library(&cut).unwrap_err();
         assert!(e.contains("cut short"), "{e}");
         let e = environment(&cut).unwrap_err().to_string();
         assert!(e.contains("cut short") && e.contains("libcut.so"), "{e}");
         let text = dir.join("libtext.so");
         std::fs::write(&text, "not a library").unwrap();
-        let e = check_library(&text).unwrap_err();
+        let e = voxline_models::kind::check_shared_library(&text).unwrap_err();
         assert!(e.contains("not a 64-bit ELF"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

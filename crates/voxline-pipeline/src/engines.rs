@@ -18,6 +18,8 @@ use crate::BadInput;
 pub enum Stt {
     /// whisper.cpp in this process.
     Whisper(SttEngine),
+    /// whisper on CTranslate2 in this process.
+    Ct2(voxline_ct2::Ct2Engine),
     /// A remote server.
     Remote(RemoteStt),
 }
@@ -31,6 +33,7 @@ impl SpeechToText for Stt {
     ) -> Result<Transcription, SttError> {
         match self {
             Self::Whisper(e) => SpeechToText::transcribe(e, samples, chunk, abort),
+            Self::Ct2(e) => e.transcribe(samples, chunk, abort),
             Self::Remote(e) => e.transcribe(samples, chunk, abort),
         }
     }
@@ -38,6 +41,7 @@ impl SpeechToText for Stt {
     fn threads(&self) -> usize {
         match self {
             Self::Whisper(e) => SpeechToText::threads(e),
+            Self::Ct2(e) => e.threads(),
             Self::Remote(e) => e.threads(),
         }
     }
@@ -45,6 +49,7 @@ impl SpeechToText for Stt {
     fn computes_here(&self) -> bool {
         match self {
             Self::Whisper(e) => e.computes_here(),
+            Self::Ct2(e) => e.computes_here(),
             Self::Remote(e) => e.computes_here(),
         }
     }
@@ -52,6 +57,7 @@ impl SpeechToText for Stt {
     fn set_threads(&mut self, threads: usize) {
         match self {
             Self::Whisper(e) => SpeechToText::set_threads(e, threads),
+            Self::Ct2(e) => e.set_threads(threads),
             Self::Remote(e) => e.set_threads(threads),
         }
     }
@@ -255,7 +261,7 @@ pub fn connect(settings: &EngineSettings) -> Result<Remotes, BadInput> {
     };
     let stt = match &settings.stt {
         SttBackend::Remote(r) => Some(check(r, "--stt-model", Some("whisper-1"))?),
-        SttBackend::Whisper(_) => None,
+        SttBackend::Whisper(_) | SttBackend::Ct2(_) => None,
     };
     let llm = match &settings.llm {
         LlmBackend::Remote(r, _) => Some(check(r, "--llm-model", None)?),

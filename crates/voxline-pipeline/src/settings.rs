@@ -214,8 +214,21 @@ impl ThreadBudget {
 pub enum SttBackend {
     /// whisper.cpp in this process, on the pipeline's threads.
     Whisper(WhisperSettings),
+    /// whisper on CTranslate2 in this process, on the pipeline's threads.
+    Ct2(Ct2Settings),
     /// A server of the OpenAI transcription API.
     Remote(RemoteSettings),
+}
+
+/// The CTranslate2 engine's settings.
+#[derive(Debug, Clone)]
+pub struct Ct2Settings {
+    /// The model directory (`model.bin`, `config.json`, `vocabulary.txt`).
+    pub model_dir: PathBuf,
+    /// The CTranslate2 library.
+    pub library: PathBuf,
+    /// Beam size (1: greedy).
+    pub beam: usize,
 }
 
 /// A remote engine's server and model.
@@ -274,6 +287,7 @@ impl SttBackend {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Whisper(_) => "whisper",
+            Self::Ct2(_) => "ct2",
             Self::Remote(_) => "remote",
         }
     }
@@ -283,6 +297,7 @@ impl SttBackend {
     pub fn model(&self) -> Option<&std::path::Path> {
         match self {
             Self::Whisper(w) => Some(&w.model),
+            Self::Ct2(c) => Some(&c.model_dir),
             Self::Remote(_) => None,
         }
     }
@@ -291,7 +306,7 @@ impl SttBackend {
     #[must_use]
     pub fn remote(&self) -> Option<&RemoteSettings> {
         match self {
-            Self::Whisper(_) => None,
+            Self::Whisper(_) | Self::Ct2(_) => None,
             Self::Remote(r) => Some(r),
         }
     }
@@ -390,7 +405,7 @@ impl EngineSettings {
     pub fn whisper(&self) -> Option<&WhisperSettings> {
         match &self.stt {
             SttBackend::Whisper(w) => Some(w),
-            SttBackend::Remote(_) => None,
+            SttBackend::Ct2(_) | SttBackend::Remote(_) => None,
         }
     }
 
@@ -398,7 +413,7 @@ impl EngineSettings {
     pub fn whisper_mut(&mut self) -> Option<&mut WhisperSettings> {
         match &mut self.stt {
             SttBackend::Whisper(w) => Some(w),
-            SttBackend::Remote(_) => None,
+            SttBackend::Ct2(_) | SttBackend::Remote(_) => None,
         }
     }
 
@@ -428,6 +443,21 @@ impl EngineSettings {
         c.use_gpu = w.gpu;
         c.flash_attn = w.flash_attn;
         Some(c)
+    }
+
+    /// The CTranslate2 engine's configuration (`None` unless speech to text
+    /// runs on it).
+    #[must_use]
+    pub fn ct2_config(&self) -> Option<voxline_ct2::Ct2Config> {
+        match &self.stt {
+            SttBackend::Ct2(c) => Some(voxline_ct2::Ct2Config {
+                model_dir: c.model_dir.clone(),
+                library: c.library.clone(),
+                threads: self.threads.stt,
+                beam: c.beam,
+            }),
+            _ => None,
+        }
     }
 
     /// The LLM engine's configuration (`None` when the language model is remote).

@@ -27,6 +27,25 @@ pub enum SttError {
         #[source]
         source: whisper_rs::WhisperError,
     },
+    /// Another in-process engine (CTranslate2) could not be loaded: its
+    /// library or its model is missing or broken, or the build lacks it.
+    #[error("{}: {detail}", path.display())]
+    EngineLoad {
+        /// The library or model directory.
+        path: PathBuf,
+        /// What was wrong and what to do.
+        detail: String,
+    },
+    /// Another in-process engine failed a transcription.
+    #[error("{engine} failed to transcribe a {audio_ms:.0} ms utterance: {detail}")]
+    Engine {
+        /// The engine's name.
+        engine: &'static str,
+        /// Utterance length.
+        audio_ms: f64,
+        /// The engine's error.
+        detail: String,
+    },
     /// The configuration is invalid.
     #[error("{0}")]
     Config(String),
@@ -44,8 +63,10 @@ impl SttError {
     #[must_use]
     pub fn fault(&self) -> voxline_core::Fault {
         match self {
-            Self::Model(_) | Self::Load { .. } | Self::Config(_) => voxline_core::Fault::Input,
-            Self::Transcribe { .. } | Self::Remote(_) | Self::Aborted => {
+            Self::Model(_) | Self::Load { .. } | Self::EngineLoad { .. } | Self::Config(_) => {
+                voxline_core::Fault::Input
+            }
+            Self::Transcribe { .. } | Self::Engine { .. } | Self::Remote(_) | Self::Aborted => {
                 voxline_core::Fault::System
             }
         }

@@ -173,6 +173,7 @@ type StagesFn = Arc<dyn Fn() -> Extras + Send + Sync>;
 /// remote server.
 enum HubStt {
     Whisper(Mutex<SttEngine>),
+    Ct2(Mutex<voxline_ct2::Ct2Engine>),
     Remote(voxline_remote::RemoteStt),
 }
 
@@ -253,13 +254,17 @@ impl Hub {
         config.validate().map_err(|e| HubError::Config(e.0))?;
         let threads = engine.threads.total.max(1);
         let remotes = crate::engines::connect(engine)?;
-        let stt = match (remotes.stt(), engine.stt_config()) {
-            (Some(remote), _) => HubStt::Remote(remote),
-            (None, Some(mut stt_config)) => {
+        let stt = match (remotes.stt(), engine.stt_config(), engine.ct2_config()) {
+            (Some(remote), _, _) => HubStt::Remote(remote),
+            (None, _, Some(mut ct2)) => {
+                ct2.threads = threads;
+                HubStt::Ct2(Mutex::new(voxline_ct2::Ct2Engine::load(ct2)?))
+            }
+            (None, Some(mut stt_config), None) => {
                 stt_config.threads = threads;
                 HubStt::Whisper(Mutex::new(SttEngine::load(stt_config)?))
             }
-            (None, None) => {
+            (None, None, None) => {
                 return Err(HubError::Stages(
                     "speech to text has neither a model nor a server".into(),
                 ))
@@ -356,6 +361,7 @@ impl Hub {
         // on failure the client (or the slot) leaves as it drops, and the slot is free again
         let stt = match &self.stt {
             HubStt::Whisper(e) => Stt::Whisper(lock(e).share()?),
+            HubStt::Ct2(e) => Stt::Ct2(lock(e).share()?),
             HubStt::Remote(r) => Stt::Remote(r.clone()),
         };
         // unbounded in messages, bounded in samples (`queued`)
