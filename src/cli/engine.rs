@@ -21,10 +21,16 @@ pub(crate) struct EngineArgs {
     /// if it holds a manifest.json, else the user data directory, ~/.local/share/voxline/models).
     #[arg(long)]
     pub(crate) models_dir: Option<PathBuf>,
-    /// The speech-to-text engine in this process: `whisper` (whisper.cpp, the default) or
-    /// `ct2` (CTranslate2, the engine under faster-whisper: the installed tiny.en, int8).
-    #[arg(long, value_enum, default_value_t = SttEngineArg::Whisper)]
+    /// The speech-to-text engine in this process: `ct2` (CTranslate2, the engine under
+    /// faster-whisper: the installed tiny.en, int8), `whisper` (whisper.cpp), or `auto` (the
+    /// default: ct2 when installed, whisper.cpp when an option only it takes is given,
+    /// --stt-gpu among them, or when ct2 is not installed).
+    #[arg(long, value_enum, default_value_t = SttEngineArg::Auto)]
     pub(crate) stt_engine: SttEngineArg,
+    /// Speech-to-text beam size, either engine: 1 decodes greedily (the default), more
+    /// searches that many hypotheses (slower; see docs/decisions.md for what it gained).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub(crate) stt_beam: u32,
     /// whisper.cpp ggml speech model (default: the installed tiny.en).
     #[arg(long)]
     pub(crate) whisper_model: Option<PathBuf>,
@@ -106,6 +112,8 @@ pub(crate) struct EngineArgs {
 /// The speech-to-text engine in this process (`--stt-engine`).
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum SttEngineArg {
+    /// CTranslate2 where it is installed and no whisper.cpp option is given, else whisper.cpp.
+    Auto,
     /// whisper.cpp (ggml), through whisper-rs.
     Whisper,
     /// CTranslate2, int8 on the CPU.
@@ -371,6 +379,7 @@ impl EngineArgs {
                     audio_ctx,
                     gpu: self.stt_gpu,
                     flash_attn: self.flash_attn,
+                    beam: self.stt_beam as usize,
                 }),
             },
             llm: match remote.1 {
@@ -410,21 +419,43 @@ impl EngineArgs {
         models_dir: &location::ModelsDir,
         remote_stt: bool,
     ) -> Result<Option<voxline_pipeline::settings::Ct2Settings>, BadInput> {
-        if self.stt_engine != SttEngineArg::Ct2 {
-            return Ok(None);
+        let whisper_only = [
+            (self.whisper_model.is_some(), "--whisper-model"),
+            (self.whisper_quant.is_some(), "--whisper-quant"),
+            (self.stt_gpu, "--stt-gpu"),
+            (self.flash_attn, "--flash-attn"),
+            (self.audio_ctx != "default", "--audio-ctx"),
+        ];
+        let needed = [
+            registry::CT2_LIBRARY,
+            registry::CT2_OPENMP,
+            registry::CT2_WHISPER_MODEL,
+            registry::CT2_WHISPER_CONFIG,
+            registry::CT2_WHISPER_VOCABULARY,
+        ];
+        let dir = &models_dir.path;
+        let settings = || voxline_pipeline::settings::Ct2Settings {
+            model_dir: dir.join(registry::CT2_WHISPER_DIR),
+            library: dir.join(registry::CT2_LIBRARY.file),
+            beam: self.stt_beam as usize,
+        };
+        match self.stt_engine {
+            SttEngineArg::Whisper => return Ok(None),
+            SttEngineArg::Auto => {
+                let fits = !remote_stt
+                    && !whisper_only.iter().any(|(given, _)| *given)
+                    && voxline_ct2::built_with_engine().is_ok()
+                    && needed.iter().all(|m| dir.join(m.file).is_file());
+                return Ok(fits.then(settings));
+            }
+            SttEngineArg::Ct2 => {}
         }
         if remote_stt {
             return Err(BadInput(
                 "--stt-engine ct2 runs speech to text in this process; with --stt-url the server transcribes: give one of them".into(),
             ));
         }
-        for (given, flag) in [
-            (self.whisper_model.is_some(), "--whisper-model"),
-            (self.whisper_quant.is_some(), "--whisper-quant"),
-            (self.stt_gpu, "--stt-gpu"),
-            (self.flash_attn, "--flash-attn"),
-            (self.audio_ctx != "default", "--audio-ctx"),
-        ] {
+        for (given, flag) in whisper_only {
             if given {
                 return Err(BadInput(format!(
                     "{flag} applies to whisper.cpp; --stt-engine ct2 runs the installed tiny.en on CTranslate2 (drop {flag}, or use --stt-engine whisper)"
@@ -432,14 +463,7 @@ impl EngineArgs {
             }
         }
         voxline_ct2::built_with_engine().map_err(BadInput)?;
-        let dir = &models_dir.path;
-        for m in [
-            registry::CT2_LIBRARY,
-            registry::CT2_OPENMP,
-            registry::CT2_WHISPER_MODEL,
-            registry::CT2_WHISPER_CONFIG,
-            registry::CT2_WHISPER_VOCABULARY,
-        ] {
+        for m in needed {
             if !dir.join(m.file).is_file() {
                 return Err(BadInput(format!(
                     "{}: not installed, and --stt-engine ct2 needs it — the models directory is {} ({}); run {}",
@@ -450,11 +474,7 @@ impl EngineArgs {
                 )));
             }
         }
-        Ok(Some(voxline_pipeline::settings::Ct2Settings {
-            model_dir: dir.join(registry::CT2_WHISPER_DIR),
-            library: dir.join(registry::CT2_LIBRARY.file),
-            beam: 1,
-        }))
+        Ok(Some(settings()))
     }
 
     /// The remote engines asked for (`--stt-url`, `--llm-url`), checked

@@ -254,6 +254,8 @@ pub struct WhisperSettings {
     pub gpu: bool,
     /// Flash attention.
     pub flash_attn: bool,
+    /// Beam size (1: greedy).
+    pub beam: usize,
 }
 
 /// The language model's engine, and its own settings.
@@ -385,6 +387,7 @@ impl EngineSettings {
                 audio_ctx: AudioCtx::Default,
                 gpu: false,
                 flash_attn: false,
+                beam: 1,
             }),
             llm: LlmBackend::Llama(LlamaSettings {
                 model: llm_model,
@@ -442,6 +445,7 @@ impl EngineSettings {
         c.audio_ctx = w.audio_ctx;
         c.use_gpu = w.gpu;
         c.flash_attn = w.flash_attn;
+        c.beam = w.beam;
         Some(c)
     }
 

@@ -149,6 +149,7 @@ mod tests {
                 audio_ctx: voxline_stt::AudioCtx::Auto { pad: 64 },
                 gpu: false,
                 flash_attn: false,
+                beam: 1,
             }),
             llm: LlmBackend::Llama(LlamaSettings {
                 model: PathBuf::from("downloads/llm/SmolLM2.gguf"),

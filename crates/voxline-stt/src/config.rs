@@ -114,6 +114,9 @@ pub struct SttConfig {
     /// 1050 ms against 869 ms; 1 thread: 2038 against 1642) and, greedy,
     /// mis-heard the noisy fixture ("What is my capital of France?").
     pub flash_attn: bool,
+    /// Beam size: 1 decodes greedily (the default: on tiny.en the beam
+    /// costs time and gains nothing measured, see docs/decisions.md).
+    pub beam: usize,
 }
 
 impl SttConfig {
@@ -127,6 +130,7 @@ impl SttConfig {
             audio_ctx: AudioCtx::Default,
             language: "en".into(),
             flash_attn: false,
+            beam: 1,
         }
     }
 }

@@ -278,7 +278,14 @@ impl SttEngine {
             samples
         };
         let audio_ctx = self.config.audio_ctx.positions(input.len());
-        let mut p = FullParams::new(SamplingStrategy::Greedy { best_of: 1 });
+        let mut p = FullParams::new(if self.config.beam > 1 {
+            SamplingStrategy::BeamSearch {
+                beam_size: i32::try_from(self.config.beam).unwrap_or(1),
+                patience: -1.0,
+            }
+        } else {
+            SamplingStrategy::Greedy { best_of: 1 }
+        });
         p.set_n_threads(i32::try_from(self.config.threads).unwrap_or(1));
         p.set_language(Some(&self.config.language));
         p.set_translate(false);
