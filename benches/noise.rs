@@ -15,7 +15,7 @@
 //! Prints each transcript with its no-speech probability and mean token
 //! log-probability, and whether [`voxline_stt::not_words`] (the rule the
 //! STT stage applies) takes it for noise. The rule must take every sound
-//! and no question.
+//! and no question. Both engines by default; `-- whisper` or `-- ct2` for one.
 
 #[path = "../tests/integration/util.rs"]
 #[allow(dead_code)] // the benches use some of the tests' helpers
@@ -24,7 +24,7 @@ mod util;
 use std::f64::consts::TAU;
 use std::path::PathBuf;
 
-use voxline_stt::{not_words, SttConfig, SttEngine};
+use voxline_stt::{not_words, SpeechToText, SttConfig, SttEngine};
 
 /// `secs` of `f(t)` at 16 kHz, peak `level` (of full scale).
 fn sound(secs: f64, level: f64, mut f: impl FnMut(f64) -> f64) -> Vec<f32> {
@@ -152,15 +152,57 @@ fn speech() -> Vec<(String, Vec<f32>)> {
     out
 }
 
+/// The engine named `name`, with the pipeline's STT settings.
+fn engine(name: &str) -> Box<dyn SpeechToText> {
+    let threads = util::threads_each();
+    match name {
+        "whisper" => Box::new(
+            SttEngine::load(SttConfig::new(util::whisper_model(), threads))
+                .expect("the whisper model (voxline models fetch)"),
+        ),
+        "ct2" => {
+            let m = util::models_dir();
+            Box::new(
+                voxline_ct2::Ct2Engine::load(voxline_ct2::Ct2Config {
+                    model_dir: m.join(voxline_models::registry::CT2_WHISPER_DIR),
+                    library: m.join(voxline_models::registry::CT2_LIBRARY.file),
+                    threads,
+                    beam: 1,
+                })
+                .expect("the CTranslate2 engine (voxline models fetch)"),
+            )
+        }
+        other => panic!("{other}: the engines are whisper and ct2"),
+    }
+}
+
 fn main() {
-    let mut stt = SttEngine::load(SttConfig::new(util::whisper_model(), util::threads_each()))
-        .expect("the whisper model (voxline models fetch)");
+    let asked: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a == "whisper" || a == "ct2")
+        .collect();
+    let names = if asked.is_empty() {
+        vec!["whisper".to_owned(), "ct2".to_owned()]
+    } else {
+        asked
+    };
+    for name in names {
+        println!(
+            "
+## {name}"
+        );
+        decide(engine(&name).as_mut());
+    }
+}
+
+/// Transcribes every clip with `stt` and prints the decisions.
+fn decide(stt: &mut dyn SpeechToText) {
     let mut wrong = 0;
     for (kind, clips) in [("sound", sounds()), ("speech", speech())] {
         println!("\n| {kind} | transcript | no-speech p | mean logprob | taken for noise |");
         println!("|---|---|---|---|---|");
         for (name, x) in clips {
-            let t = stt.transcribe(&x).expect("transcribes");
+            let t = stt.transcribe(&x, false, &|| false).expect("transcribes");
             let c = t.confidence.expect("whisper says");
             let noise = not_words(&t.text, c).is_some() || voxline_core::non_speech(&t.text);
             if noise != (kind == "sound") {

@@ -434,11 +434,6 @@ impl EngineArgs {
             registry::CT2_WHISPER_VOCABULARY,
         ];
         let dir = &models_dir.path;
-        let settings = || voxline_pipeline::settings::Ct2Settings {
-            model_dir: dir.join(registry::CT2_WHISPER_DIR),
-            library: dir.join(registry::CT2_LIBRARY.file),
-            beam: self.stt_beam as usize,
-        };
         match self.stt_engine {
             SttEngineArg::Whisper => return Ok(None),
             SttEngineArg::Auto => {
@@ -446,7 +441,9 @@ impl EngineArgs {
                     && !whisper_only.iter().any(|(given, _)| *given)
                     && voxline_ct2::built_with_engine().is_ok()
                     && needed.iter().all(|m| dir.join(m.file).is_file());
-                return Ok(fits.then(settings));
+                if !fits {
+                    return Ok(None);
+                }
             }
             SttEngineArg::Ct2 => {}
         }
@@ -473,8 +470,14 @@ impl EngineArgs {
                     fetch_command(models_dir)
                 )));
             }
+            voxline_models::installed::check_installed_in(dir, m.file)
+                .map_err(BadInput::from_display)?;
         }
-        Ok(Some(settings()))
+        Ok(Some(voxline_pipeline::settings::Ct2Settings {
+            model_dir: dir.join(registry::CT2_WHISPER_DIR),
+            library: dir.join(registry::CT2_LIBRARY.file),
+            beam: self.stt_beam as usize,
+        }))
     }
 
     /// The remote engines asked for (`--stt-url`, `--llm-url`), checked

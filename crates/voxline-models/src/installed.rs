@@ -41,6 +41,17 @@ pub fn check_installed(path: &Path) -> Result<(), ModelError> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
         return Ok(());
     };
+    check_installed_in(dir, name)
+}
+
+/// Checks the file the manifest of `dir` lists as `name` (a name with a
+/// directory in it, for a model of several files: `whisper-tiny.en-ct2/model.bin`),
+/// as [`check_installed`] does.
+///
+/// # Errors
+/// As [`check_installed`].
+pub fn check_installed_in(dir: &Path, name: &str) -> Result<(), ModelError> {
+    let path = &dir.join(name);
     let Some(manifest) = Manifest::load(dir)? else {
         return Ok(());
     };
