@@ -359,7 +359,7 @@ fn plan_outputs(
         .filter_map(|(f, p)| p.map(|p| (*f, p)))
         .collect();
     let mut inputs: Vec<PathBuf> = recordings.to_vec();
-    inputs.extend(settings.stt.model().map(Path::to_path_buf));
+    inputs.extend(settings.stt.files());
     inputs.extend(settings.llm.model().map(Path::to_path_buf));
     inputs.extend(other_inputs.iter().flatten().map(|p| p.to_path_buf()));
     let mut planned = output::plan(&given, &inputs, recordings)?.into_iter();

@@ -452,6 +452,14 @@ fn the_ctranslate2_engine_runs_and_its_bad_setups_exit_2() {
     let bytes =
         std::fs::read(util::models_dir().join(voxline_models::registry::CT2_LIBRARY.file)).unwrap();
     std::fs::write(&lib, &bytes[..bytes.len() / 3]).unwrap();
+    // installed there: refused as changed since (its size), before it is mapped
+    refused(
+        &["--stt-engine", "ct2"],
+        Some(&models),
+        &["corrupted or replaced", "models fetch"],
+    );
+    // in a directory with no manifest: refused as cut short, before it is mapped
+    std::fs::remove_file(models.join("manifest.json")).unwrap();
     refused(
         &["--stt-engine", "ct2"],
         Some(&models),

@@ -77,19 +77,36 @@ fn an_output_that_names_an_input_a_sidecar_the_other_output_or_a_directory_is_re
         assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
         assert_eq!(snapshot(dir.path()), before, "{args:?}: nothing changed");
     }
-    // a model given as the output
-    let model = util::whisper_model();
-    let out = run(
-        dir.path(),
-        &[
-            "replay",
-            "talk.wav",
-            "--report-json",
-            model.to_str().unwrap(),
-        ],
-    );
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("the input"));
+    // a model the run reads given as the output: whisper.cpp's file, and
+    // CTranslate2's (the default engine), whose model is a directory of files
+    let ct2 = util::models_dir()
+        .join(voxline_models::registry::CT2_WHISPER_MODEL.file)
+        .canonicalize()
+        .unwrap();
+    for (model, engine) in [(util::whisper_model(), "whisper"), (ct2, "ct2")] {
+        let before = std::fs::metadata(&model).unwrap().len();
+        let out = run(
+            dir.path(),
+            &[
+                "replay",
+                "talk.wav",
+                "--stt-engine",
+                engine,
+                "--report-json",
+                model.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(out.status.code(), Some(2), "{engine}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("the input"),
+            "{engine}"
+        );
+        assert_eq!(
+            std::fs::metadata(&model).unwrap().len(),
+            before,
+            "{engine}: untouched"
+        );
+    }
     // bench: a baseline inside --out would be overwritten by the new report
     std::fs::write(dir.path().join("sub/report.json"), b"{}").unwrap();
     let out = run(

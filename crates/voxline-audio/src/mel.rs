@@ -67,12 +67,40 @@ impl LogMel {
 
     /// The features of `x`, row-major: `N_MELS` bands of `frames` frames.
     /// `x` gives `x.len() / HOP` frames (the centred transform's last one
-    /// dropped); fewer are cut, the ones missing stay 0.
+    /// dropped); fewer are cut, the ones missing stay 0 (faster-whisper's
+    /// padding, in the features).
     pub fn compute(&mut self, x: &[f32], frames: usize) -> Vec<f32> {
+        self.features(x, frames, frames, false)
+    }
+
+    /// The features of `audio` followed by silence to `frames` frames, as
+    /// whisper and whisper.cpp pad their 30 s window (with zeros in the
+    /// audio, so the frames past it are at the floor, 8 decades under the
+    /// loudest): what whisper was trained on. Frames of silence alone are
+    /// not transformed.
+    pub fn compute_in_silence(&mut self, audio: &[f32], frames: usize) -> Vec<f32> {
+        // every frame whose window reaches the audio, on zeros long enough
+        // that no window reflects back into it
+        let reached = ((audio.len() + N_FFT / 2) / HOP + 1).min(frames);
+        let mut x = Vec::with_capacity((reached + 1) * HOP + N_FFT);
+        x.extend_from_slice(audio);
+        x.resize((reached + 1) * HOP + N_FFT, 0.0);
+        self.features(&x[..], reached, frames, true)
+    }
+
+    /// At most `computed` frames of `x`, in a window of `frames`; the rest
+    /// is silence (the floor) or 0.
+    fn features(
+        &mut self,
+        x: &[f32],
+        computed: usize,
+        frames: usize,
+        silence_after: bool,
+    ) -> Vec<f32> {
         let n = x.len();
         let pad = N_FFT / 2;
         // a reflection needs more samples than the half window
-        let have = if n > pad { (n / HOP).min(frames) } else { 0 };
+        let have = if n > pad { (n / HOP).min(computed) } else { 0 };
         // reflected edges (the edge sample itself is not repeated)
         let at = |i: usize| -> f64 {
             let j = if i < pad {
@@ -101,8 +129,17 @@ impl LogMel {
                 log_mel[m * have + t] = e.max(MEL_FLOOR).log10();
             }
         }
-        let top = log_mel.iter().copied().fold(f64::MIN, f64::max);
-        let mut out = vec![0f32; N_MELS * frames];
+        let silence = MEL_FLOOR.log10();
+        let mut top = log_mel.iter().copied().fold(f64::MIN, f64::max);
+        if silence_after {
+            top = top.max(silence);
+        }
+        let rest = if silence_after {
+            ((silence.max(top - 8.0) + 4.0) / 4.0) as f32
+        } else {
+            0.0
+        };
+        let mut out = vec![rest; N_MELS * frames];
         for m in 0..N_MELS {
             for t in 0..have {
                 out[m * frames + t] = ((log_mel[m * have + t].max(top - 8.0) + 4.0) / 4.0) as f32;
@@ -188,5 +225,32 @@ mod tests {
             "band {loudest} at {centre_hz} Hz"
         );
         assert!(mel.compute(&tone[..100], 3000).iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn audio_in_silence_is_what_the_whole_padded_window_gives() {
+        let mut mel = LogMel::new();
+        let tone: Vec<f32> = (0..20_000)
+            .map(|i| (std::f32::consts::TAU * 700.0 * i as f32 / 16_000.0).sin() * 0.2)
+            .collect();
+        // the reference: the audio followed by zeros to the whole window, transformed frame by frame
+        let mut whole = tone.clone();
+        whole.resize(300 * HOP, 0.0);
+        let reference = mel.compute(&whole, 300);
+        let fast = mel.compute_in_silence(&tone, 300);
+        assert_eq!(fast.len(), reference.len());
+        for (i, (a, b)) in fast.iter().zip(&reference).enumerate() {
+            assert!((a - b).abs() < 1e-5, "value {i}: {a} against {b}");
+        }
+        // past the audio: the floor, 2.0 (8 decades) under the loudest
+        let top = fast.iter().copied().fold(f32::MIN, f32::max);
+        assert!((fast[299] - (top - 2.0)).abs() < 1e-5);
+        // nothing at all: the floor everywhere
+        let none = mel.compute_in_silence(&[], 10);
+        assert!(
+            none.iter().all(|&v| (v - (-1.5)).abs() < 1e-6),
+            "{:?}",
+            &none[..3]
+        );
     }
 }

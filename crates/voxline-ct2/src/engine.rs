@@ -205,11 +205,10 @@ impl Ct2Engine {
         // whisper's window is 30 s: a longer piece is cut (the stage's
         // pieces are shorter)
         let take = samples.len().min(N_FRAMES * HOP);
-        let mut x = Vec::with_capacity(take + HOP);
-        x.extend_from_slice(&samples[..take]);
-        // one hop of silence, as whisper's feature extractor pads
-        x.resize(take + HOP, 0.0);
-        let mut features = self.mel.compute(&x, N_FRAMES);
+        // in silence to the end of the window, as whisper was trained (and
+        // as whisper.cpp pads); faster-whisper pads its features with 0
+        // instead, which mis-heard short pieces of long speech here
+        let mut features = self.mel.compute_in_silence(&samples[..take], N_FRAMES);
         let prompt = self.vocabulary.prompt(timestamps);
         let mut ids = vec![0usize; MAX_LENGTH];
         let (mut n_ids, mut no_speech, mut score) = (0usize, 0f32, 0f32);

@@ -94,6 +94,11 @@ int vx_ct2_transcribe(void* replica, size_t threads, float* mel, size_t n_mels,
     options.max_length = max_length;
     options.return_scores = true;
     options.return_no_speech_prob = true;
+    // nothing suppressed but a blank start, as whisper.cpp decodes: the
+    // model may then write a sound as an annotation ("(buzzing)"), which the
+    // pipeline knows is no words; with CTranslate2's default list (symbols
+    // and brackets) it wrote a whistle as "That's the right way."
+    options.suppress_tokens.clear();
     std::vector<std::vector<size_t>> prompts{std::vector<size_t>(prompt, prompt + prompt_len)};
     auto results = r->generate(std::move(memory), prompts, options);
     if (results.empty() || results.front().sequences_ids.empty()) {

@@ -304,6 +304,21 @@ impl SttBackend {
         }
     }
 
+    /// Every file it reads: the model, and CTranslate2's model files and
+    /// library (none for a remote engine). An output must name none of them.
+    #[must_use]
+    pub fn files(&self) -> Vec<PathBuf> {
+        match self {
+            Self::Whisper(w) => vec![w.model.clone()],
+            Self::Ct2(c) => ["model.bin", "config.json", "vocabulary.txt"]
+                .iter()
+                .map(|f| c.model_dir.join(f))
+                .chain([c.library.clone()])
+                .collect(),
+            Self::Remote(_) => vec![],
+        }
+    }
+
     /// The remote server, if it runs on one.
     #[must_use]
     pub fn remote(&self) -> Option<&RemoteSettings> {
