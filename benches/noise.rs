@@ -168,6 +168,7 @@ fn engine(name: &str) -> Box<dyn SpeechToText> {
                     library: m.join(voxline_models::registry::CT2_LIBRARY.file),
                     threads,
                     beam: 1,
+                    compute: voxline_ct2::Compute::default(),
                 })
                 .expect("the CTranslate2 engine (voxline models fetch)"),
             )

@@ -4,9 +4,9 @@
     python3 benches/stt_engines.py [--rounds N] [--beam B] [--fixtures DIR ...] [--out DIR]
 
 For each round, runs `voxline bench --pace fast` on each fixture directory
-with each configuration in turn (whisper greedy, ct2 greedy, whisper beam B,
-ct2 beam B; the order rotates every round), with the CLI's defaults
-otherwise. From each run's report.json: every turn's STT time (warm-up turn
+with each configuration in turn (whisper.cpp greedy, CTranslate2 greedy in
+float32 and in int8, whisper.cpp beam B, CTranslate2 beam B; the order
+rotates every round), with the CLI's defaults otherwise. From each run's report.json: every turn's STT time (warm-up turn
 excluded), the pooled WER, response latency p50, and the process's CPU
 seconds (user + system, from the operating system's accounting of the
 finished process). Prints per configuration the medians over rounds, and the
@@ -25,9 +25,9 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(binary, fixtures, engine, beam, out):
+def run(binary, fixtures, engine, beam, extra, out):
     cmd = [binary, "bench", "--fixtures", fixtures, "--stt-engine", engine,
-           "--stt-beam", str(beam), "--out", out]
+           "--stt-beam", str(beam), "--out", out] + list(extra)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     err = proc.stderr.read().decode(errors="replace")
@@ -56,24 +56,26 @@ def main():
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/voxline"))
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="stt-engines-")
-    configs = [("whisper", 1), ("ct2", 1), ("whisper", a.beam), ("ct2", a.beam)]
+    configs = [("whisper", 1, ()), ("ct2", 1, ()), ("ct2", 1, ("--ct2-compute", "int8")),
+               ("whisper", a.beam, ()), ("ct2", a.beam, ())]
     print(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} before")
     for fixtures in a.fixtures:
         rows = {c: [] for c in configs}
         for r in range(a.rounds):
             order = configs[r % len(configs):] + configs[:r % len(configs)]
-            for engine, beam in order:
-                d = os.path.join(out, os.path.basename(fixtures.rstrip("/")), f"{engine}-b{beam}-r{r}")
-                rows[(engine, beam)].append(run(a.binary, fixtures, engine, beam, d))
+            for engine, beam, extra in order:
+                name = f"{engine}-b{beam}{''.join(x.strip('-') for x in extra)}-r{r}"
+                d = os.path.join(out, os.path.basename(fixtures.rstrip("/")), name)
+                rows[(engine, beam, extra)].append(run(a.binary, fixtures, engine, beam, extra, d))
         base = rows[configs[0]]
         print(f"\n{fixtures} ({a.rounds} rounds; medians, and the median per-round ratio to whisper greedy)\n")
-        print("| engine | beam | STT p50 ms | STT p95 ms | WER | response p50 ms | CPU s | STT p50 ÷ whisper | CPU ÷ whisper |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| engine | beam | options | STT p50 ms | STT p95 ms | WER | response p50 ms | CPU s | STT p50 ÷ whisper | CPU ÷ whisper |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for c in configs:
             v = rows[c]
             med = lambda k: statistics.median(x[k] for x in v)
             ratio = lambda k: statistics.median(x[k] / b[k] for x, b in zip(v, base))
-            print(f"| {c[0]} | {c[1]} | {med('stt_p50'):.0f} | {med('stt_p95'):.0f} | "
+            print(f"| {c[0]} | {c[1]} | {' '.join(c[2])} | {med('stt_p50'):.0f} | {med('stt_p95'):.0f} | "
                   f"{100 * med('wer'):.1f} % | {med('resp_p50'):.0f} | {med('cpu_s'):.1f} | "
                   f"×{ratio('stt_p50'):.2f} | ×{ratio('cpu_s'):.2f} |")
     print(f"\nload {os.getloadavg()[0]:.2f} after; reports under {out}")

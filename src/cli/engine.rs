@@ -31,6 +31,10 @@ pub(crate) struct EngineArgs {
     /// searches that many hypotheses (slower; see docs/decisions.md for what it gained).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub(crate) stt_beam: u32,
+    /// CTranslate2's precision: `float32` (the default: whisper.cpp's word error rate) or
+    /// `int8` (faster-whisper's; a little faster, a little less accurate on the fixtures).
+    #[arg(long, value_enum)]
+    pub(crate) ct2_compute: Option<Ct2ComputeArg>,
     /// whisper.cpp ggml speech model (default: the installed tiny.en).
     #[arg(long)]
     pub(crate) whisper_model: Option<PathBuf>,
@@ -118,6 +122,15 @@ pub(crate) enum SttEngineArg {
     Whisper,
     /// CTranslate2, int8 on the CPU.
     Ct2,
+}
+
+/// CTranslate2's precision (`--ct2-compute`).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Ct2ComputeArg {
+    /// 32-bit floats.
+    Float32,
+    /// Weights quantised to int8 as they load.
+    Int8,
 }
 
 /// A voice for the answers (`--voice`).
@@ -434,15 +447,28 @@ impl EngineArgs {
             registry::CT2_WHISPER_VOCABULARY,
         ];
         let dir = &models_dir.path;
+        let not_ct2 = |why: &str| {
+            if self.ct2_compute.is_some() {
+                Err(BadInput(format!(
+                    "--ct2-compute applies to CTranslate2, and this run's speech engine is not it ({why}); drop --ct2-compute, or run --stt-engine ct2"
+                )))
+            } else {
+                Ok(None)
+            }
+        };
         match self.stt_engine {
-            SttEngineArg::Whisper => return Ok(None),
+            SttEngineArg::Whisper => return not_ct2("--stt-engine whisper"),
             SttEngineArg::Auto => {
-                let fits = !remote_stt
-                    && !whisper_only.iter().any(|(given, _)| *given)
-                    && voxline_ct2::built_with_engine().is_ok()
-                    && needed.iter().all(|m| dir.join(m.file).is_file());
-                if !fits {
-                    return Ok(None);
+                if remote_stt {
+                    return not_ct2("--stt-url");
+                }
+                if let Some((_, flag)) = whisper_only.iter().find(|(given, _)| *given) {
+                    return not_ct2(&format!("{flag} asks for whisper.cpp"));
+                }
+                if voxline_ct2::built_with_engine().is_err()
+                    || !needed.iter().all(|m| dir.join(m.file).is_file())
+                {
+                    return not_ct2("CTranslate2 is not installed");
                 }
             }
             SttEngineArg::Ct2 => {}
@@ -477,6 +503,10 @@ impl EngineArgs {
             model_dir: dir.join(registry::CT2_WHISPER_DIR),
             library: dir.join(registry::CT2_LIBRARY.file),
             beam: self.stt_beam as usize,
+            compute: match self.ct2_compute {
+                None | Some(Ct2ComputeArg::Float32) => voxline_ct2::Compute::Float32,
+                Some(Ct2ComputeArg::Int8) => voxline_ct2::Compute::Int8,
+            },
         }))
     }
 

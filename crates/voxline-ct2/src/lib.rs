@@ -1,5 +1,5 @@
 //! voxline's speech-to-text on CTranslate2, the engine faster-whisper runs
-//! on, with whisper's weights in int8 on the CPU.
+//! on, with whisper's weights in float32 (or int8) on the CPU.
 //!
 //! Nothing of CTranslate2 is linked at build time. The library the
 //! `ctranslate2` wheel ships is installed by `voxline models fetch`, as ONNX
@@ -19,5 +19,5 @@ mod engine;
 mod library;
 mod vocabulary;
 
-pub use engine::{Ct2Config, Ct2Engine};
+pub use engine::{Compute, Ct2Config, Ct2Engine};
 pub use library::{built_with_engine, HEADERS_VERSION};

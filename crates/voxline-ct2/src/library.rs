@@ -34,7 +34,7 @@ pub(crate) type AbortCallback = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 /// The shim's functions (see `shim.cpp`), valid for the life of the process.
 pub(crate) struct Api {
-    pub load: unsafe extern "C" fn(*const c_char, usize, *mut c_char, usize) -> *mut c_void,
+    pub load: unsafe extern "C" fn(*const c_char, usize, c_int, *mut c_char, usize) -> *mut c_void,
     pub free_model: unsafe extern "C" fn(*mut c_void),
     pub replica: unsafe extern "C" fn(*const c_void, *mut c_char, usize) -> *mut c_void,
     pub free_replica: unsafe extern "C" fn(*mut c_void),

@@ -29,14 +29,16 @@ extern "C" {
 // The version of the headers this shim was compiled against.
 const char* vx_ct2_headers_version() { return CT2_HEADERS_VERSION; }
 
-// Loads the model directory on the CPU with int8 weights (quantised on
-// load, with `threads` threads). Null on failure, with the reason in `err`.
-void* vx_ct2_load(const char* dir, size_t threads, char* err, size_t errlen) {
+// Loads the model directory on the CPU, its weights in float32 or (`int8`
+// not 0) quantised to int8 as they load, with `threads` threads. Null on
+// failure, with the reason in `err`.
+void* vx_ct2_load(const char* dir, size_t threads, int int8, char* err, size_t errlen) {
   try {
     ctranslate2::set_num_threads(threads);
     ctranslate2::models::ModelLoader loader{std::string(dir)};
     loader.device = ctranslate2::Device::CPU;
-    loader.compute_type = ctranslate2::ComputeType::INT8;
+    loader.compute_type =
+        int8 != 0 ? ctranslate2::ComputeType::INT8 : ctranslate2::ComputeType::FLOAT32;
     auto models = loader.load();
     if (models.empty()) {
       write_error("the model directory loaded no model", err, errlen);

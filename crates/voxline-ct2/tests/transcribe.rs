@@ -24,6 +24,7 @@ fn config(threads: usize) -> Ct2Config {
         library: m.join(registry::CT2_LIBRARY.file),
         threads,
         beam: 1,
+        compute: voxline_ct2::Compute::default(),
     }
 }
 

