@@ -22,7 +22,7 @@ pub(crate) struct EngineArgs {
     #[arg(long)]
     pub(crate) models_dir: Option<PathBuf>,
     /// The speech-to-text engine in this process: `ct2` (CTranslate2, the engine under
-    /// faster-whisper: the installed tiny.en, int8), `whisper` (whisper.cpp), or `auto` (the
+    /// faster-whisper: the installed tiny.en, float32), `whisper` (whisper.cpp), or `auto` (the
     /// default: ct2 when installed, whisper.cpp when an option only it takes is given,
     /// --stt-gpu among them, or when ct2 is not installed).
     #[arg(long, value_enum, default_value_t = SttEngineArg::Auto)]
@@ -120,7 +120,7 @@ pub(crate) enum SttEngineArg {
     Auto,
     /// whisper.cpp (ggml), through whisper-rs.
     Whisper,
-    /// CTranslate2, int8 on the CPU.
+    /// CTranslate2 on the CPU (float32, or int8 with --ct2-compute int8).
     Ct2,
 }
 
