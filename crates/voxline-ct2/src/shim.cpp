@@ -22,6 +22,19 @@ struct Model {
 void write_error(const char* what, char* err, size_t errlen) {
   if (err != nullptr && errlen > 0) std::snprintf(err, errlen, "%s", what);
 }
+
+// Runs `f`; an exception becomes the error text and `on_error` is returned.
+template <typename R, typename F>
+R guarded(R on_error, char* err, size_t errlen, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    write_error(e.what(), err, errlen);
+  } catch (...) {
+    write_error("unknown C++ exception", err, errlen);
+  }
+  return on_error;
+}
 }  // namespace
 
 extern "C" {
@@ -33,7 +46,7 @@ const char* vx_ct2_headers_version() { return CT2_HEADERS_VERSION; }
 // not 0) quantised to int8 as they load, with `threads` threads. Null on
 // failure, with the reason in `err`.
 void* vx_ct2_load(const char* dir, size_t threads, int int8, char* err, size_t errlen) {
-  try {
+  return guarded<void*>(nullptr, err, errlen, [&]() -> void* {
     ctranslate2::set_num_threads(threads);
     ctranslate2::models::ModelLoader loader{std::string(dir)};
     loader.device = ctranslate2::Device::CPU;
@@ -45,29 +58,17 @@ void* vx_ct2_load(const char* dir, size_t threads, int int8, char* err, size_t e
       return nullptr;
     }
     return new Model{models.front()};
-  } catch (const std::exception& e) {
-    write_error(e.what(), err, errlen);
-    return nullptr;
-  } catch (...) {
-    write_error("unknown C++ exception", err, errlen);
-    return nullptr;
-  }
+  });
 }
 
 void vx_ct2_free_model(void* model) { delete static_cast<Model*>(model); }
 
 // A decoding replica on the loaded weights (one per concurrent user).
 void* vx_ct2_replica(const void* model, char* err, size_t errlen) {
-  try {
+  return guarded<void*>(nullptr, err, errlen, [&]() -> void* {
     const auto* m = static_cast<const Model*>(model);
     return ctranslate2::models::WhisperReplica::create_from_model(*m->model).release();
-  } catch (const std::exception& e) {
-    write_error(e.what(), err, errlen);
-    return nullptr;
-  } catch (...) {
-    write_error("unknown C++ exception", err, errlen);
-    return nullptr;
-  }
+  });
 }
 
 void vx_ct2_free_replica(void* replica) {
@@ -83,7 +84,7 @@ int vx_ct2_transcribe(void* replica, size_t threads, float* mel, size_t n_mels,
                       int (*abort_cb)(void*), void* abort_data, const size_t* prompt,
                       size_t prompt_len, size_t* ids, size_t ids_cap, size_t* n_ids,
                       float* no_speech, float* score, char* err, size_t errlen) {
-  try {
+  return guarded<int>(-1, err, errlen, [&]() -> int {
     auto* r = static_cast<ctranslate2::models::WhisperReplica*>(replica);
     ctranslate2::set_num_threads(threads);
     ctranslate2::StorageView features(
@@ -115,12 +116,6 @@ int vx_ct2_transcribe(void* replica, size_t threads, float* mel, size_t n_mels,
     *no_speech = results.front().no_speech_prob;
     *score = results.front().scores.empty() ? 0.f : results.front().scores.front();
     return 0;
-  } catch (const std::exception& e) {
-    write_error(e.what(), err, errlen);
-    return -1;
-  } catch (...) {
-    write_error("unknown C++ exception", err, errlen);
-    return -1;
-  }
+  });
 }
 }
