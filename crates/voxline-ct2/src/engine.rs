@@ -11,6 +11,9 @@ use voxline_stt::{Confidence, SpeechToText, SttError, Transcription};
 use crate::library::{api, Api};
 use crate::vocabulary::Vocabulary;
 
+/// The files of a CTranslate2 whisper model directory.
+pub const MODEL_FILES: [&str; 3] = ["model.bin", "config.json", "vocabulary.txt"];
+
 /// Frames of whisper's 30 s window.
 const N_FRAMES: usize = 3000;
 /// The most tokens one transcription may produce (whisper's text context).
@@ -139,7 +142,7 @@ impl Ct2Engine {
         }
         let api = api(&config.library).map_err(|e| load_error(&config.library, e))?;
         let dir = &config.model_dir;
-        for file in ["model.bin", "config.json", "vocabulary.txt"] {
+        for file in MODEL_FILES {
             if !dir.join(file).is_file() {
                 return Err(load_error(
                     dir,

@@ -19,5 +19,5 @@ mod engine;
 mod library;
 mod vocabulary;
 
-pub use engine::{Compute, Ct2Config, Ct2Engine};
+pub use engine::{Compute, Ct2Config, Ct2Engine, MODEL_FILES};
 pub use library::{built_with_engine, HEADERS_VERSION};

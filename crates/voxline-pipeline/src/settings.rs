@@ -312,7 +312,7 @@ impl SttBackend {
     pub fn files(&self) -> Vec<PathBuf> {
         match self {
             Self::Whisper(w) => vec![w.model.clone()],
-            Self::Ct2(c) => ["model.bin", "config.json", "vocabulary.txt"]
+            Self::Ct2(c) => voxline_ct2::MODEL_FILES
                 .iter()
                 .map(|f| c.model_dir.join(f))
                 .chain([c.library.clone()])
