@@ -125,6 +125,10 @@ impl LlmEngine {
         };
         let model = engine.model.clone();
         engine.prefill(&model.0.system_tokens)?;
+        let config = model.config();
+        if config.cache_prompt {
+            engine.prefill_next_opening((config.n_ctx - config.max_tokens) as usize);
+        }
         Ok(engine)
     }
 
@@ -444,6 +448,51 @@ impl LlmEngine {
         Ok(())
     }
 
+    /// Evaluates now, while nobody waits, what the next turn's prompt starts
+    /// with: the conversation so far and the template's opening of a user
+    /// message (`<|im_end|>`, `<|im_start|>user` and the line break, for
+    /// ChatML). The next turn then evaluates only the user's words and the
+    /// assistant's opening before its first token. Skipped where the prefix
+    /// would not fit the prompt's budget (the next turn drops history, and
+    /// evaluates again anyway). A failure here costs the next turn only
+    /// this time: the cache is trimmed back to what it shares with the
+    /// prefix, and the next turn evaluates the rest.
+    fn prefill_next_opening(&mut self, budget: usize) {
+        // a marker no transcript holds, to find where the user's words would start
+        const MARK: &str = "\u{2063}voxline:next-user\u{2063}";
+        let opening = match self.render(&self.history, Some(MARK)) {
+            Ok(text) => match text.find(MARK) {
+                Some(at) => self.tokenize(&text[..at]),
+                None => return,
+            },
+            Err(e) => Err(e),
+        };
+        let tokens = match opening {
+            Ok(t) if t.len() < budget => t,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::debug!(error = %e, "the next turn's opening was not evaluated ahead");
+                return;
+            }
+        };
+        let keep = self
+            .cached
+            .iter()
+            .zip(&tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if keep == tokens.len() {
+            return;
+        }
+        let done = self
+            .trim_cache(keep)
+            .and_then(|()| self.prefill(&tokens[keep..]));
+        if let Err(e) = done {
+            tracing::debug!(error = %e, "the next turn's opening was not evaluated ahead");
+            let _ = self.trim_cache(keep);
+        }
+    }
+
     /// Answers `user`, calling `on_token` with each piece of text as it is
     /// decoded; `on_token` returns `false` to stop early.
     ///
@@ -571,6 +620,10 @@ impl LlmEngine {
         let answer = text.trim().to_string();
         if config.memory {
             self.history.push((user.to_string(), answer.clone()));
+        }
+        if config.cache_prompt && stop != Stop::Cancelled {
+            // a cancelled answer is amended or rolled back: its next prompt is not known yet
+            self.prefill_next_opening(budget);
         }
         Ok(Response {
             text: answer,

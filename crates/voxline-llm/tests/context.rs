@@ -40,6 +40,44 @@ fn prompt_tokens() -> u32 {
     r.n_prompt_tokens
 }
 
+/// The next turn's opening is evaluated while nobody waits (at load, and
+/// after each answer): every turn evaluates only its words and the answer's
+/// opening before its first token, and everything before them comes from
+/// the cache — the second turn no more than the first, conversation or not.
+#[test]
+fn a_turn_evaluates_only_its_words_and_the_answers_opening() {
+    const ASK: &str = "What is the capital of France?";
+    for memory in [true, false] {
+        let mut c = config(2048, 16);
+        c.memory = memory;
+        let mut engine = LlmEngine::load(c).unwrap();
+        let mut prefilled = Vec::new();
+        for _ in 0..2 {
+            let cached = engine.cached_tokens();
+            let r = engine.respond(ASK, &mut |_| true).unwrap();
+            assert!(!r.text.is_empty(), "{r:?}");
+            // all that is cached is used (the same question again without
+            // memory: the whole prompt is, but the token that gives logits)
+            let reused = (r.n_prompt_tokens - r.n_prefill_tokens) as usize;
+            assert_eq!(
+                reused,
+                cached.min(r.n_prompt_tokens as usize - 1),
+                "memory {memory}: {r:?}"
+            );
+            prefilled.push(r.n_prefill_tokens);
+        }
+        // the question's words (8 of SmolLM2's tokens) and ChatML's opening
+        // of the answer (<|im_end|>, a line break, <|im_start|>,
+        // "assistant", a line break); the user's opening before the words
+        // (<|im_start|>, "user", a line break) was evaluated ahead
+        assert!(prefilled[0] <= 13, "memory {memory}: {prefilled:?}");
+        assert!(
+            prefilled[1] <= prefilled[0],
+            "memory {memory}: {prefilled:?}"
+        );
+    }
+}
+
 #[test]
 fn an_answer_stops_at_its_token_limit_while_the_context_has_room() {
     let mut engine = LlmEngine::load(config(512, 6)).unwrap();
