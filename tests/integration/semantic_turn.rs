@@ -326,6 +326,15 @@ fn replay_reports_each_decision_and_the_model_cost() {
         .sum();
     assert_eq!(counted, 2, "{s}");
     assert!(s["cost_ms"]["p50"].as_f64().unwrap() > 1.0, "{s}");
+    // the pauses whose verdict ended no turn: each turn's probes but the one
+    // that ended it (where one did)
+    let unused: u64 = turns
+        .iter()
+        .map(|t| &t["end_of_turn"])
+        .map(|e| e["probes"].as_u64().unwrap() - u64::from(!e["probability"].is_null()))
+        .sum();
+    assert_eq!(s["unused_probes"].as_u64().unwrap(), unused, "{s}");
+    assert!(s["unused_ms"].as_f64().unwrap() >= 0.0, "{s}");
     // turned off: no model, nothing of it in the report
     let r = util::replay_report(
         &[

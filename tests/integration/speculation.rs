@@ -159,6 +159,20 @@ fn speech_resuming_after_a_300_ms_pause_cancels_the_attempt_and_the_utterance_is
         spec["cancelled"].as_u64().unwrap() >= 1 && spec["committed"] == 1,
         "{spec}"
     );
+    // the cancelled attempt's transcription is counted as thrown away, in
+    // calls and in cores (whisper's threads over its busy time)
+    let stt = &spec["thrown"]["stt"];
+    let (busy, cores) = (
+        stt["busy_ms"].as_f64().unwrap(),
+        stt["core_ms"].as_f64().unwrap(),
+    );
+    assert!(stt["calls"].as_u64().unwrap() >= 1, "{spec}");
+    assert_eq!(
+        busy,
+        spec["cancelled_busy_ms"]["stt"].as_f64().unwrap(),
+        "{spec}"
+    );
+    assert!(busy > 0.0 && cores >= busy, "{spec}");
     // never more engine threads at once than the budget
     let budget = report["config"]["threads"][0].as_u64().unwrap();
     assert!(report["summary"]["engine_threads_peak"].as_u64().unwrap() <= budget);

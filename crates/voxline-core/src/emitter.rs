@@ -33,6 +33,9 @@ pub struct Emitter<'a, T> {
     /// The engine threads this call computes with, counted while it computes
     /// (`None` inside while it waits).
     meter: Option<(&'a ThreadMeter, usize, Option<MeterGuard>)>,
+    /// The engine threads this call computes with (kept for its span after
+    /// the meter stops counting them).
+    threads: u32,
     /// For a stage without an engine in a pipeline whose engines take turns
     /// on the cores: their lease, and the meter their threads are counted on
     /// (see [`Emitter::free_cores`]).
@@ -192,6 +195,7 @@ impl<'a, T: Message> Emitter<'a, T> {
             closed: false,
             lease: None,
             meter: None,
+            threads: 0,
             spare_cores: None,
             probe: CancelProbe::default(),
         }
@@ -202,6 +206,7 @@ impl<'a, T: Message> Emitter<'a, T> {
         if threads > 0 {
             self.meter = Some((meter, threads, Some(meter.enter(threads))));
         }
+        self.threads = u32::try_from(threads).unwrap_or(u32::MAX);
         self
     }
 
@@ -482,6 +487,7 @@ impl<'a, T: Message> Emitter<'a, T> {
             last_emit: self.last_emit,
             emit_blocked: self.blocked,
             queue_depth_at_start,
+            threads: self.threads,
         }
     }
 }

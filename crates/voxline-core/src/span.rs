@@ -45,6 +45,9 @@ pub struct Span {
     pub emit_blocked: Duration,
     /// Items still queued on the input edge when the stage began.
     pub queue_depth_at_start: usize,
+    /// Engine threads the call computed with ([`Stage::threads`](crate::Stage::threads);
+    /// 0: no engine, the stage's own thread).
+    pub threads: u32,
 }
 
 impl Span {
@@ -69,6 +72,15 @@ impl Span {
         self.elapsed().saturating_sub(self.emit_blocked)
     }
 
+    /// The cores the call kept busy, over its work: [`Span::busy`] times
+    /// its engine threads (one for a stage without an engine). The CPU a
+    /// call costs, as the pipeline grants it: an engine's threads work (or
+    /// spin) while it computes.
+    #[must_use]
+    pub fn core_time(&self) -> Duration {
+        self.busy() * self.threads.max(1)
+    }
+
     /// From the start of work to the first output, if there was one.
     #[must_use]
     pub fn time_to_first_emit(&self) -> Option<Duration> {
@@ -89,6 +101,7 @@ impl Span {
             finished_ms: clock.ms_since_origin(self.finished),
             queue_wait_ms: self.queue_wait().as_secs_f64() * 1e3,
             busy_ms: self.busy().as_secs_f64() * 1e3,
+            threads: self.threads,
             emitted: self.emitted,
             first_emit_ms: self.first_emit.map(|t| clock.ms_since_origin(t)),
             last_emit_ms: self.last_emit.map(|t| clock.ms_since_origin(t)),
@@ -117,6 +130,8 @@ pub struct SpanRecord {
     pub queue_wait_ms: f64,
     /// [`Span::busy`] in ms.
     pub busy_ms: f64,
+    /// [`Span::threads`].
+    pub threads: u32,
     /// Outputs emitted.
     pub emitted: u32,
     /// First emit, ms since the origin.
@@ -150,10 +165,12 @@ mod tests {
             last_emit: Some(t0 + Duration::from_millis(100)),
             emit_blocked: Duration::from_millis(20),
             queue_depth_at_start: 2,
+            threads: 2,
         };
         assert_eq!(span.queue_wait(), Duration::from_millis(30));
         assert_eq!(span.elapsed(), Duration::from_millis(100));
         assert_eq!(span.busy(), Duration::from_millis(80));
+        assert_eq!(span.core_time(), Duration::from_millis(160));
         assert_eq!(span.time_to_first_emit(), Some(Duration::from_millis(70)));
         let r = span.record(&clock);
         assert!((r.started_ms - 30.0).abs() < 1e-9);

@@ -43,6 +43,8 @@ pub(crate) fn span(
         last_emit: first.map(|_| at(origin, end)),
         emit_blocked: Duration::ZERO,
         queue_depth_at_start: 0,
+        // the engines compute on two threads, the other stages on their own
+        threads: if matches!(stage, "stt" | "llm") { 2 } else { 0 },
     }
 }
 

@@ -65,7 +65,7 @@ pub use markdown::to_markdown;
 pub use schema::{
     BaselineResult, Bottleneck, BudgetCheck, BudgetResult, ColdStart, Report, ReportClock,
     RunConfig, ServerSummary, ServerTurnReport, SpecSummary, StageReport, StageWork, Summary,
-    TurnReport, TurnTimeline, SCHEMA_VERSION,
+    Thrown, TurnReport, TurnTimeline, SCHEMA_VERSION,
 };
 pub(crate) use stages::{dropped_total, in_flow_order, stage_report, StageTotals, TokenTotals};
 pub use timeline::timeline_svg;
@@ -118,8 +118,9 @@ pub fn build(
     }
     for s in &run.outcome.spans {
         if s.utterance.is_some_and(|id| cancelled_ids.contains(&id)) {
-            *spec.cancelled_busy_ms.entry(s.stage.clone()).or_default() +=
-                s.busy().as_secs_f64() * 1000.0;
+            let mut thrown = crate::schema::Thrown::default();
+            thrown.add(s);
+            spec.throw_away(&s.stage, thrown);
         }
     }
     for s in &run.outcome.spans {
@@ -331,6 +332,15 @@ mod tests {
         assert_eq!((s.speculation.started, s.speculation.committed), (2, 1));
         assert_eq!(s.speculation.cancelled, 1);
         assert_eq!(s.speculation.cancelled_busy_ms.get("stt"), Some(&290.0));
+        // in calls and cores: one call of STT's two threads
+        assert_eq!(
+            s.speculation.thrown.get("stt"),
+            Some(&Thrown {
+                calls: 1,
+                busy_ms: 290.0,
+                core_ms: 580.0
+            })
+        );
         assert_eq!(s.audio_s, 4.0);
         assert_eq!(s.wer, Some(0.0));
         assert_eq!(s.engine_threads_peak, 2);

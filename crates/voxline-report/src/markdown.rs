@@ -145,6 +145,7 @@ pub fn to_markdown(r: &Report) -> String {
             e.probes
         );
     }
+    thrown_away(&mut s, r);
     let servers: Vec<String> = [
         ("speech to text", &r.config.stt_server),
         ("language model", &r.config.llm_server),
@@ -251,6 +252,40 @@ pub fn to_markdown(r: &Report) -> String {
         );
     }
     s
+}
+
+/// One line: the work whose result was thrown away (cancelled attempts,
+/// turns taken back, pauses judged that ended no turn), where there was any.
+fn thrown_away(s: &mut String, r: &Report) {
+    use std::fmt::Write;
+    let mut parts: Vec<String> = (r.summary.speculation.thrown.iter())
+        .filter(|(_, t)| t.calls > 0 && t.busy_ms >= 0.5)
+        .map(|(stage, t)| {
+            format!(
+                "{stage} {} call{} ({:.1} s busy, {:.1} core-s)",
+                t.calls,
+                if t.calls == 1 { "" } else { "s" },
+                t.busy_ms / 1000.0,
+                t.core_ms / 1000.0
+            )
+        })
+        .collect();
+    if let Some(e) = r
+        .summary
+        .end_of_turn
+        .as_ref()
+        .filter(|e| e.unused_probes > 0)
+    {
+        parts.push(format!(
+            "the end-of-turn model on {} of {} pauses ({:.1} s)",
+            e.unused_probes,
+            e.probes,
+            e.unused_ms / 1000.0
+        ));
+    }
+    if !parts.is_empty() {
+        let _ = writeln!(s, "thrown away: {}\n", parts.join(", "));
+    }
 }
 
 #[cfg(test)]

@@ -377,6 +377,11 @@ pub struct EndOfTurnSummary {
     /// speaker went on within the merge window: each became the start of
     /// the next turn, and is not among the turns.
     pub merged: usize,
+    /// Pauses judged whose verdict ended no turn (the speaker went on):
+    /// the model's calls whose result was thrown away.
+    pub unused_probes: u32,
+    /// The model's time over them, ms.
+    pub unused_ms: f64,
 }
 
 impl EndOfTurnSummary {
@@ -392,14 +397,59 @@ impl EndOfTurnSummary {
         let mut any = false;
         for e in turns.into_iter().filter_map(|t| t.end_of_turn.as_ref()) {
             any = true;
-            *s.commits.entry(e.decision.clone()).or_default() += 1;
-            s.probes += e.probes;
-            if e.probes > 0 {
-                costs.push(e.cost_ms / f64::from(e.probes));
-            }
+            costs.extend(s.add(e));
         }
         s.cost_ms = Percentiles::of(&costs);
         any.then_some(s)
+    }
+
+    /// Counts one turn's end; returns the model's mean time per pause it
+    /// judged in it, if it judged any (for [`EndOfTurnSummary::cost_ms`]).
+    pub fn add(&mut self, e: &EndOfTurnReport) -> Option<f64> {
+        *self.commits.entry(e.decision.clone()).or_default() += 1;
+        self.probes += e.probes;
+        if e.probes == 0 {
+            return None;
+        }
+        // the pause that ended the turn was judged when the model's
+        // probability there is known; every other pause's verdict went unused
+        let unused = e.probes - u32::from(e.probability.is_some()).min(e.probes);
+        let per_probe = e.cost_ms / f64::from(e.probes);
+        self.unused_probes += unused;
+        self.unused_ms += per_probe * f64::from(unused);
+        Some(per_probe)
+    }
+}
+
+/// Engine calls whose result was thrown away, on one stage.
+#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq)]
+pub struct Thrown {
+    /// Engine calls (a call without an engine is counted in
+    /// [`SpecSummary::cancelled_busy_ms`] only).
+    pub calls: usize,
+    /// Their busy time, ms.
+    pub busy_ms: f64,
+    /// The cores they kept busy: busy time times the engine threads each
+    /// computed with ([`Span::core_time`](voxline_core::Span::core_time)), ms.
+    pub core_ms: f64,
+}
+
+impl Thrown {
+    /// Adds one call's span: its busy time, and where it computed on
+    /// engine threads, the call and its cores.
+    pub fn add(&mut self, s: &voxline_core::Span) {
+        self.busy_ms += s.busy().as_secs_f64() * 1000.0;
+        if s.threads > 0 {
+            self.calls += 1;
+            self.core_ms += s.core_time().as_secs_f64() * 1000.0;
+        }
+    }
+
+    /// Adds another's calls.
+    pub fn merge(&mut self, other: Thrown) {
+        self.calls += other.calls;
+        self.busy_ms += other.busy_ms;
+        self.core_ms += other.core_ms;
     }
 }
 
@@ -415,6 +465,23 @@ pub struct SpecSummary {
     /// Busy time stages spent on cancelled attempts (and on turns taken
     /// back, see [`EndOfTurnSummary::merged`]), ms per stage.
     pub cancelled_busy_ms: BTreeMap<String, f64>,
+    /// The engines' part of that work in calls and cores, per stage: every
+    /// engine call (one computing on engine threads) whose result a
+    /// cancelled attempt or a turn taken back threw away.
+    pub thrown: BTreeMap<String, Thrown>,
+}
+
+impl SpecSummary {
+    /// Counts `thrown` calls of `stage` as thrown away.
+    pub fn throw_away(&mut self, stage: &str, thrown: Thrown) {
+        *self.cancelled_busy_ms.entry(stage.to_owned()).or_default() += thrown.busy_ms;
+        if thrown.calls > 0 {
+            self.thrown
+                .entry(stage.to_owned())
+                .or_default()
+                .merge(thrown);
+        }
+    }
 }
 
 /// The clock a report's latencies are on.

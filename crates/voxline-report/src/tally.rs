@@ -27,7 +27,7 @@ use voxline_core::{Clock, PipelineEvent, Span, SpanKind, TimedEvent, Topology, U
 use crate::stats::Series;
 use crate::{
     finish_turn, turn_report, ColdStart, Gathered, Report, RunConfig, SpecSummary, StageTotals,
-    Summary, TermTotals, TokenTotals, TurnContext, TurnReport,
+    Summary, TermTotals, Thrown, TokenTotals, TurnContext, TurnReport,
 };
 use voxline_pipeline::pipeline::{Observer, Pace, RunResult};
 
@@ -104,8 +104,8 @@ pub struct Tally {
     warmup: usize,
     keep: usize,
     open: BTreeMap<UtteranceId, Gathered>,
-    /// Busy time of open turns per stage, for the case they are cancelled.
-    open_busy: BTreeMap<UtteranceId, BTreeMap<String, f64>>,
+    /// Work of open turns per stage, for the case they are cancelled.
+    open_busy: BTreeMap<UtteranceId, BTreeMap<String, Thrown>>,
     /// Turns whose last event was seen, and when.
     ended: VecDeque<(UtteranceId, Instant)>,
     cancelled: Recent,
@@ -170,24 +170,19 @@ impl Tally {
     pub fn span(&mut self, s: &Span) {
         StageTotals::add_to(&mut self.stages, s);
         let Some(id) = s.utterance else { return };
-        let busy = s.busy().as_secs_f64() * 1000.0;
+        let mut thrown = Thrown::default();
+        thrown.add(s);
         if self.cancelled.contains(id) {
-            *self
-                .spec
-                .cancelled_busy_ms
-                .entry(s.stage.clone())
-                .or_default() += busy;
+            self.spec.throw_away(&s.stage, thrown);
             return;
         }
         if self.reported.contains(id) {
             return;
         }
-        *self
-            .open_busy
-            .entry(id)
-            .or_default()
+        (self.open_busy.entry(id).or_default())
             .entry(s.stage.clone())
-            .or_default() += busy;
+            .or_default()
+            .merge(thrown);
         // a turn keeps one merged record per stage on the path
         if s.kind == SpanKind::Process && self.path.contains(&s.stage) {
             let speaks = self.speaks;
@@ -216,8 +211,8 @@ impl Tally {
                 }
                 self.cancelled.insert(*id);
                 self.open.remove(id);
-                for (stage, ms) in self.open_busy.remove(id).unwrap_or_default() {
-                    *self.spec.cancelled_busy_ms.entry(stage).or_default() += ms;
+                for (stage, thrown) in self.open_busy.remove(id).unwrap_or_default() {
+                    self.spec.throw_away(&stage, thrown);
                 }
             }
             PipelineEvent::Commit { id, .. } => {
@@ -373,10 +368,8 @@ impl Tally {
             }
             if let Some(e) = &t.end_of_turn {
                 let acc = s.end_of_turn.get_or_insert_with(Default::default);
-                *acc.commits.entry(e.decision.clone()).or_default() += 1;
-                acc.probes += e.probes;
-                if e.probes > 0 {
-                    v.turn_model.record(e.cost_ms / f64::from(e.probes));
+                if let Some(per_probe) = acc.add(e) {
+                    v.turn_model.record(per_probe);
                 }
             }
             if let Some(w) = t.wer {

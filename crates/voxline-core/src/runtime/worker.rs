@@ -434,6 +434,7 @@ where
             last_emit: None,
             emit_blocked: std::time::Duration::ZERO,
             queue_depth_at_start: depth,
+            threads: 0,
         });
         if ctx.settle(result, id) == Flow::Stop {
             return;
