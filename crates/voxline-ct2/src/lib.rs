@@ -8,7 +8,9 @@
 //! which resolves its symbols against it. The shim runs a transcription on
 //! the caller's thread with the threads the pipeline grants for that call
 //! (never the library's own choice), lets replicas share one loaded model,
-//! and polls the caller's abort between the encoder and the decoder.
+//! and polls the caller's abort between the encoder's steps (it runs
+//! whisper's encoder layer by layer on the model's weights, where the
+//! library's one call cannot be stopped) and before the decoder.
 //!
 //! The log-mel features are computed here ([`voxline_audio::mel`]), the
 //! tokens decoded with the model's own vocabulary; [`Ct2Engine`] implements

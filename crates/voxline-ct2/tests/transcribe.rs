@@ -4,6 +4,7 @@
 //! broken model is an error that says what to do.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use voxline_audio::WavSource;
 use voxline_ct2::{Ct2Config, Ct2Engine};
@@ -116,6 +117,20 @@ fn an_abort_stops_it_and_threads_follow_the_pipeline() {
     let q = audio(&fixtures().join("q_capital.wav"));
     let r = e.transcribe(&q, false, &|| true);
     assert!(matches!(r, Err(SttError::Aborted)), "{r:?}");
+    // polled between the encoder's steps (its two convolutions, each of
+    // tiny's four layers) and before the decoder: an abort that comes as
+    // the encoder starts stops it at its next step, not after all of it
+    let mut polls = |stop_at: usize| {
+        let n = AtomicUsize::new(0);
+        let r = e.transcribe(&q, false, &|| n.fetch_add(1, Ordering::SeqCst) + 1 == stop_at);
+        (r, n.into_inner())
+    };
+    let (whole, all) = polls(usize::MAX);
+    assert!(whole.is_ok(), "{whole:?}");
+    assert!(all >= 7, "polled {all} times over a whole transcription");
+    let (r, stopped) = polls(2);
+    assert!(matches!(r, Err(SttError::Aborted)), "{r:?}");
+    assert_eq!(stopped, 2, "stopped after the second convolution");
     // the engine computes with the threads it is given, call by call
     let two = e.transcribe(&q, false, NEVER).unwrap();
     e.set_threads(1);

@@ -52,7 +52,8 @@ pub const DEFAULT_HANGOVER_MS: u32 = 700;
 /// [`VadConfig::spec_threshold`]) after which a turn is sent early
 /// (speculative turn-taking), ms: three detector frames. Chosen by
 /// measurement (see docs/turn-taking.md): an attempt that speech
-/// interrupts is aborted within milliseconds and costs only idle CPU, so a
+/// interrupts is aborted at the engine's next step (whisper.cpp's next
+/// graph node, CTranslate2's next encoder layer) and costs little, so a
 /// short wait buys latency (the attempt starts ~95 ms after the true end of
 /// speech, against ~150 ms with 64 ms after the last speech frame) for more
 /// cancelled attempts.
