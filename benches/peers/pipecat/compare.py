@@ -59,6 +59,11 @@ def parse_args():
     p.add_argument("--threads", type=int, default=2, help="llama-server -t/-tb and CTranslate2 cpu_threads")
     p.add_argument("--tail-ms", type=int, default=3000, help="silence appended to each recording")
     p.add_argument("--only", choices=["voxline", "pipecat"], help="run one side only")
+    p.add_argument("--voxline-arg", action="append", default=[], metavar="ARG",
+                   help="one more argument for voxline replay (repeatable), e.g. --voxline-arg=--no-speculation")
+    p.add_argument("--hog", choices=["normal", "lowest"],
+                   help="keep one core busy beside each run: a shell loop at normal priority (nice 0) "
+                        "or at the lowest (nice 19)")
     p.add_argument("--verbose", action="store_true", help="show both sides' transcripts and answers")
     return p.parse_args()
 
@@ -141,13 +146,29 @@ def free_port():
         return s.getsockname()[1]
 
 
+def start_hog(kind):
+    """One core kept busy by another process (a shell loop), at normal or the lowest priority."""
+    if kind is None:
+        return None
+    nice = "0" if kind == "normal" else "19"
+    return subprocess.Popen(["nice", "-n", nice, "sh", "-c", "while :; do :; done"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_hog(proc):
+    if proc is not None:
+        proc.kill()
+        proc.wait()
+
+
 # ---------------------------------------------------------------- the two sides
 
 def run_voxline(args, name, files, out, rnd):
     rep = out / f"voxline-{name}-r{rnd}.json"
     ev = out / f"voxline-{name}-r{rnd}.events.jsonl"
     cmd = [args.voxline, "replay", "--pace", "realtime", "--voice", "piper", *files,
-           "--report-json", str(rep), "--events", str(ev), "--models-dir", args.models_dir]
+           "--report-json", str(rep), "--events", str(ev), "--models-dir", args.models_dir,
+           *args.voxline_arg]
     if not args.verbose:
         cmd.append("--quiet")
     log = open(out / f"voxline-{name}-r{rnd}.log", "w")
@@ -207,6 +228,7 @@ def run_voxline(args, name, files, out, rnd):
         cpu_session_s=None if at_load is None else total - at_load,
         cpu_process_s=total,
         session_s=d["summary"].get("session_s"),
+        voice_s=sum(t.get("voice_audio_s") or 0.0 for t in d["turns"]),
         texts=[(t.get("transcript"), t.get("response")) for t in d["turns"]],
     )
 
@@ -278,6 +300,7 @@ def run_pipecat(args, name, files, out, rnd):
         cpu_session_s=d["cpu_s"]["total"],
         cpu_process_s=ru.ru_utime + ru.ru_stime + llama_total,
         session_s=d["session_s"],
+        voice_s=d.get("voice_s"),
         texts=[(" | ".join(x.strip() for x in q["transcripts"]), q["response"]) for q in qs],
     )
 
@@ -304,6 +327,7 @@ def summarize(runs, n_questions):
         p50=pct(resp, 50), p95=pct(resp, 95), v50=pct(voice, 50),
         cpu_session=median([r["cpu_session_s"] for r in runs]),
         cpu_process=median([r["cpu_process_s"] for r in runs]),
+        voice_s=median([r.get("voice_s") for r in runs]),
         others=max(r["others_cpu_s"] for r in runs),
         n=sum(1 for x in resp if x is not None),
     )
@@ -312,8 +336,9 @@ def summarize(runs, n_questions):
 def table(results, sets, rounds):
     lines = []
     lines.append("| set | system | turns / session (answered) | response p50 / p95 ms | voice p50 ms "
-                 "| CPU s / session (in session) | CPU s / session (whole processes, start-up included) | other processes' CPU s (max) |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+                 "| voice synthesized s / session | CPU s / session (in session) "
+                 "| CPU s / session (whole processes, start-up included) | other processes' CPU s (max) |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for name, files in sets.items():
         nq = sum(len(json.loads(Path(f).with_suffix(".json").read_text()).get("turns", []))
                  for f in files if Path(f).with_suffix(".json").exists())
@@ -324,12 +349,13 @@ def table(results, sets, rounds):
                 s[side] = summarize(runs, nq)
                 v = s[side]
                 lines.append(f"| {name} ({nq} q × {len(runs)}) | {side} | {v['turns']} | "
-                             f"{fmt(v['p50'])} / {fmt(v['p95'])} | {fmt(v['v50'])} | "
+                             f"{fmt(v['p50'])} / {fmt(v['p95'])} | {fmt(v['v50'])} | {fmt(v['voice_s'], 1)} | "
                              f"{fmt(v['cpu_session'], 1)} | {fmt(v['cpu_process'], 1)} | {fmt(v['others'], 1)} |")
         if len(s) == 2:
             a, b = s["voxline"], s["pipecat"]
             lines.append(f"| {name} | **voxline ÷ Pipecat** | | {ratio(a['p50'], b['p50'])} / "
                          f"{ratio(a['p95'], b['p95'])} | {ratio(a['v50'], b['v50'])} | "
+                         f"{ratio(a['voice_s'], b['voice_s'])} | "
                          f"{ratio(a['cpu_session'], b['cpu_session'])} | {ratio(a['cpu_process'], b['cpu_process'])} | |")
     return "\n".join(lines)
 
@@ -363,12 +389,17 @@ def main():
             for side, fn in (("voxline", run_voxline), ("pipecat", run_pipecat)):
                 if args.only and side != args.only:
                     continue
+                hog = start_hog(args.hog)
                 b0, me0 = busy_s(), os.times()
-                r = fn(args, name, files, out, rnd)
-                b1, me1 = busy_s(), os.times()
+                try:
+                    r = fn(args, name, files, out, rnd)
+                    b1, me1 = busy_s(), os.times()
+                finally:
+                    stop_hog(hog)
                 r["load_after"] = loadavg()
                 # what else ran meanwhile: the machine's busy CPU less this side's processes and
-                # this script's own (its polling); about 0 on an otherwise idle machine
+                # this script's own (its polling); about 0 on an otherwise idle machine, ~1 s a
+                # second with --hog normal (the loop is counted here)
                 mine = (me1.user + me1.system) - (me0.user + me0.system)
                 r["others_cpu_s"] = max(0.0, (b1 - b0) - r["cpu_process_s"] - mine)
                 results.append(r)
@@ -382,7 +413,9 @@ def main():
     load1 = loadavg()
     tbl = table(results, padded, args.rounds)
     head = (f"machine: {m['cpu']}, nproc {m['nproc']}; load average {' '.join(load0)} before, "
-            f"{' '.join(load1)} after; {args.rounds} round(s), {round(time.monotonic() - t_start)} s")
+            f"{' '.join(load1)} after; {args.rounds} round(s), {round(time.monotonic() - t_start)} s"
+            + (f"; a one-core loop at {args.hog} priority beside each run" if args.hog else "")
+            + (f"; voxline with {' '.join(args.voxline_arg)}" if args.voxline_arg else ""))
     print()
     print(head)
     print()
@@ -393,7 +426,9 @@ def main():
               f"reached {peak:.2f} on {os.cpu_count()} cores; see the other processes' CPU column)")
     (out / "table.md").write_text(head + "\n\n" + tbl + "\n")
     (out / "results.json").write_text(json.dumps(dict(machine=m, load_before=load0, load_after=load1,
-                                                       rounds=args.rounds, runs=results), indent=1))
+                                                       rounds=args.rounds, hog=args.hog, tail_ms=args.tail_ms,
+                                                       voxline_args=args.voxline_arg,
+                                                       runs=results), indent=1))
     print(f"\nreports: {out}")
 
 

@@ -156,7 +156,7 @@ async def main(args):
     audio_samples = len(pcm) // 2
 
     events = []  # (t, kind, extra): t on time.monotonic()
-    state = dict(t0=None, last_activity=time.monotonic(), bot_speaking=False, audio_done=False)
+    state = dict(t0=None, last_activity=time.monotonic(), bot_speaking=False, audio_done=False, voice_s=0.0)
 
     # ---- the file "microphone" and the discarding "loudspeaker" ----
     class FileMicrophone(BaseInputTransport):
@@ -281,6 +281,8 @@ async def main(args):
                 kind = "llm_end"
             elif isinstance(f, TTSAudioRawFrame) and src is tts:
                 kind = "tts_audio"
+                # the seconds of voice synthesized (each frame once: first_push)
+                state["voice_s"] += len(f.audio) / 2 / f.sample_rate
             elif isinstance(f, TranscriptionFrame) and src is stt:
                 kind, extra = "transcript", f.text
             elif isinstance(f, UserStartedSpeakingFrame):
@@ -376,6 +378,7 @@ async def main(args):
                     tail_ms=args.tail_ms, gap_ms=args.gap_ms),
         files=[str(f) for f in args.files], recordings=recordings,
         audio_s=audio_samples / SAMPLE_RATE, session_s=round(session_s, 3),
+        voice_s=round(state["voice_s"], 3),
         setup_s=round(t_ready - t_import, 3), setup_cpu_s=round(cpu_ready, 3),
         cpu_s=dict(python=round(cpu_py, 3), llama_server=None if cpu_llama is None else round(cpu_llama, 3),
                    total=round(cpu_py + (cpu_llama or 0.0), 3)),
