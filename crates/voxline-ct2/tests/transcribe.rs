@@ -122,7 +122,9 @@ fn an_abort_stops_it_and_threads_follow_the_pipeline() {
     // the encoder starts stops it at its next step, not after all of it
     let mut polls = |stop_at: usize| {
         let n = AtomicUsize::new(0);
-        let r = e.transcribe(&q, false, &|| n.fetch_add(1, Ordering::SeqCst) + 1 == stop_at);
+        let r = e.transcribe(&q, false, &|| {
+            n.fetch_add(1, Ordering::SeqCst) + 1 == stop_at
+        });
         (r, n.into_inner())
     };
     let (whole, all) = polls(usize::MAX);

@@ -127,7 +127,7 @@ impl LlmEngine {
         engine.prefill(&model.0.system_tokens)?;
         let config = model.config();
         if config.cache_prompt {
-            engine.prefill_next_opening((config.n_ctx - config.max_tokens) as usize);
+            engine.prefill_next_opening(config.n_ctx.saturating_sub(config.max_tokens) as usize);
         }
         Ok(engine)
     }
