@@ -221,7 +221,7 @@ impl Session {
         let mut report = match tally {
             Some(t) => {
                 // every thread is joined: nothing else holds it now
-                let mut t = t.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut t = voxline_core::sync::lock(&t);
                 t.close(result.outcome.failed.as_deref());
                 t.report(&result, config, load_ms, self.budget.as_ref())
             }

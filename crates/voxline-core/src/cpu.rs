@@ -79,7 +79,7 @@ impl CpuLease {
     }
 
     fn state(&self) -> MutexGuard<'_, LeaseState> {
-        self.0 .0.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.0 .0)
     }
 
     /// Waits for the lease at `priority` and takes it.
@@ -341,10 +341,7 @@ impl CpuGovernor {
     #[must_use]
     pub fn external_load(&self) -> f64 {
         self.sample();
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .external
+        crate::sync::lock(&self.state).external
     }
 
     /// Threads to use now.
@@ -365,7 +362,7 @@ impl CpuGovernor {
             return;
         };
         let now = Instant::now();
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut st = crate::sync::lock(&self.state);
         match st.last {
             Some((at, _, _)) if now.duration_since(at) < Duration::from_millis(250) => {}
             Some((at, b0, o0)) => {

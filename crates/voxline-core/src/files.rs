@@ -6,13 +6,13 @@
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 /// Partial files being written right now.
 static IN_PROGRESS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 fn in_progress() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
-    IN_PROGRESS.lock().unwrap_or_else(PoisonError::into_inner)
+    crate::sync::lock(&IN_PROGRESS)
 }
 
 /// The temporary name `p` is written under before it is renamed into place:

@@ -65,6 +65,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod answer;
 pub mod barge;
 pub mod clock;
 pub mod cpu;
@@ -79,6 +80,7 @@ pub mod shown;
 pub mod span;
 pub mod spec;
 pub mod stage;
+pub mod sync;
 pub mod topology;
 
 pub use barge::{backchannel, BargeIn};

@@ -93,7 +93,7 @@ impl SpecBoard {
     }
 
     fn lock(&self) -> MutexGuard<'_, Board> {
-        self.0.board.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.0.board)
     }
 
     fn set(&self, id: UtteranceId, state: SpecState) {

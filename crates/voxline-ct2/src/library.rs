@@ -70,9 +70,7 @@ static LOADED: OnceLock<Mutex<Option<(PathBuf, &'static Api)>>> = OnceLock::new(
 pub(crate) fn api(lib: &Path) -> Result<&'static Api, String> {
     built_with_engine()?;
     let cell = LOADED.get_or_init(|| Mutex::new(None));
-    let mut held = cell
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut held = voxline_core::sync::lock(cell);
     if let Some((path, api)) = held.as_ref() {
         if path != lib {
             return Err(format!(

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::extract::ws::Message;
@@ -87,12 +87,7 @@ impl Bridge {
         progress: &Progress,
         out: &mpsc::Sender<Message>,
     ) {
-        let arrived = |n: u64| {
-            arrivals
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .when(n)
-        };
+        let arrived = |n: u64| voxline_core::sync::lock(arrivals).when(n);
         while !progress.stop.load(Ordering::SeqCst) {
             let told = match session.events().recv_timeout(TICK) {
                 Ok(item) => self.turns.push(item, &arrived),

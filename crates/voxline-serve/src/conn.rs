@@ -1,7 +1,7 @@
 //! One WebSocket connection: hello, join, audio in, events out, leave.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
@@ -221,10 +221,7 @@ async fn receive(
             return;
         }
         received += samples.len() as u64;
-        arrivals
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .record(received, Instant::now());
+        voxline_core::sync::lock(arrivals).record(received, Instant::now());
         session.push(samples);
     };
     let idle = shared.opts.idle_timeout;

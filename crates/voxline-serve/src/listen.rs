@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -67,7 +67,7 @@ pub(super) struct Connections {
 
 impl Connections {
     fn waiting(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Notify>>> {
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+        voxline_core::sync::lock(&self.waiting)
     }
 
     /// Closes the oldest connection still waiting for its first request;

@@ -3,7 +3,7 @@
 //! response latency, drops, errors), live.
 
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::text::encode;
@@ -378,7 +378,7 @@ impl Metrics {
     }
 
     fn refresh(&self, now: &HubTotals, sessions: usize) {
-        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut last = voxline_core::sync::lock(&self.last);
         let stage = |s: &str| vec![("stage", s.to_owned())];
         let up = self.started.elapsed().as_secs_f64().max(1e-9);
         let mut shares = BTreeMap::new();
@@ -453,7 +453,7 @@ impl Load {
     /// Each stage's share of the time since the window last moved (it moves
     /// when at least `every` has passed).
     pub fn utilisation(&self, now: &HubTotals, every: Duration) -> BTreeMap<String, f64> {
-        let mut w = self.window.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut w = voxline_core::sync::lock(&self.window);
         let elapsed = w.0.elapsed();
         if elapsed >= every {
             let secs = elapsed.as_secs_f64().max(1e-9);

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use voxline_core::answer::LlmOut;
 use voxline_core::{Emitter, Priority, Stage, StageError, StageId, TurnError, UtteranceId};
-use voxline_llm::LlmOut;
 
 use crate::chunk::{leave_out, Chunker, LeftOut};
 use crate::message::{VoiceAudio, VoiceDone, VoiceOut};

@@ -217,9 +217,7 @@ impl AecMeter {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Meter> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        voxline_core::sync::lock(&self.0)
     }
 }
 

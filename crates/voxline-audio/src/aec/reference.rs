@@ -151,9 +151,7 @@ impl EchoReference {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Timeline> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        voxline_core::sync::lock(&self.inner)
     }
 }
 

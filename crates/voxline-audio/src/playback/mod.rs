@@ -497,10 +497,7 @@ impl SpeakerControl {
     /// their samples go on to the [echo reference](Self::echo_reference).
     #[must_use]
     pub fn take_levels(&self) -> Vec<PlayedLevel> {
-        self.levels
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take(self.clock.origin(), self.rate)
+        voxline_core::sync::lock(&self.levels).take(self.clock.origin(), self.rate)
     }
 
     /// What the device played, sample by sample, as
@@ -508,11 +505,7 @@ impl SpeakerControl {
     /// far end ([`AecStage`](crate::AecStage)).
     #[must_use]
     pub fn echo_reference(&self) -> crate::aec::EchoReference {
-        self.levels
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .reference
-            .clone()
+        voxline_core::sync::lock(&self.levels).reference.clone()
     }
 
     /// How long the device has asked for no audio: since its last callback

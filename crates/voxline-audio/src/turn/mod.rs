@@ -219,9 +219,7 @@ impl SharedTurnModel {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, TurnModel> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        voxline_core::sync::lock(&self.0)
     }
 }
 

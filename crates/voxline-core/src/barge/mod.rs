@@ -33,7 +33,7 @@
 //! ([`Stage::interrupted`](crate::Stage::interrupted)) — the language model
 //! keeps in its history only what was heard.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::message::UtteranceId;
@@ -281,7 +281,7 @@ impl BargeIn {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.state)
     }
 
     /// The output plays turn `id`'s answer now (`None`: nothing plays).

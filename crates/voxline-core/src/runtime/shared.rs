@@ -1,7 +1,7 @@
 //! What every stage thread of a pipeline shares: the spans recorded and
 //! the first failure.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 
 use super::{ShutdownHandle, SpanObserver};
 use crate::span::Span;
@@ -37,11 +37,7 @@ pub(super) struct Shared {
     pub(super) shutdown: ShutdownHandle,
 }
 
-/// Locks a mutex even if a thread panicked holding it: the data here (spans,
-/// a message) stays valid whatever the panic.
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+pub(super) use crate::sync::lock;
 
 impl Shared {
     pub(super) fn record(&self, span: Span) {

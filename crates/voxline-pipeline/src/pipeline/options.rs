@@ -28,10 +28,7 @@ pub trait Observer: Send {
 /// An [`Observer`] the stage threads and the event thread share.
 pub type SharedObserver = std::sync::Arc<std::sync::Mutex<dyn Observer>>;
 
-/// Locks `o`, whoever panicked holding it.
-pub(crate) fn lock(o: &SharedObserver) -> std::sync::MutexGuard<'_, dyn Observer + 'static> {
-    o.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+pub(crate) use voxline_core::sync::lock;
 
 /// How to run.
 #[derive(Clone)]

@@ -80,9 +80,7 @@ pub(super) struct Voice {
     stalls: Arc<Mutex<Stalls>>,
 }
 
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use voxline_core::sync::lock as locked;
 
 impl Voice {
     /// Opens output device `device` (the default when `None`) and the
