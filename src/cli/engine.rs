@@ -15,6 +15,23 @@ use voxline_pipeline::BadInput;
 
 use crate::cmd::models::fetch_command;
 
+/// `--cpu-share`'s values.
+const CPU_SHARES: &[(&str, &str)] = &[
+    (
+        "priority",
+        "The engines take turns on all threads (one CPU lease), the current turn's critical \
+         path first, their threads following the cores other processes leave free",
+    ),
+    (
+        "split",
+        "Each engine owns part of the threads; they may run at once",
+    ),
+    (
+        "shared",
+        "Each engine uses all threads; they take turns (one CPU lease), in the order they asked",
+    ),
+];
+
 #[derive(Args, Clone)]
 pub(crate) struct EngineArgs {
     /// Models directory holding the default models (default: $VOXLINE_MODELS, else ./models
@@ -71,7 +88,7 @@ pub(crate) struct EngineArgs {
     /// path first, whisper's threads adapted to the free cores, LLM decode on one thread;
     /// `split`: each engine owns part of the threads and they may run at once;
     /// `shared`: each engine uses all of them and they take turns in arrival order.
-    #[arg(long, value_enum, default_value_t = CpuShare::Priority)]
+    #[arg(long, value_parser = super::choice::<CpuShare>(CPU_SHARES), default_value = "priority")]
     pub(crate) cpu_share: CpuShare,
     /// whisper encoder window: `full` (30 s), `auto`, `auto+PAD`, or a number of positions (50 per second).
     #[arg(long, default_value = "default")]

@@ -12,6 +12,37 @@ use voxline_pipeline::pipeline::Pace;
 mod engine;
 mod vad;
 
+/// A flag whose values are a library type's (parsed by its `FromStr`), each
+/// listed with what it means in `--help`.
+fn choice<T>(
+    values: &'static [(&'static str, &'static str)],
+) -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: std::str::FromStr + Clone + Send + Sync + 'static,
+    T::Err: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(
+        values
+            .iter()
+            .map(|&(name, help)| clap::builder::PossibleValue::new(name).help(help)),
+    )
+    .try_map(|s| s.parse::<T>())
+}
+
+/// `--pace`'s values.
+const PACES: &[(&str, &str)] = &[
+    (
+        "realtime",
+        "At the rate a microphone would deliver it; latencies are what a live user feels",
+    ),
+    (
+        "fast",
+        "As fast as the pipeline accepts it; latencies are computed on a virtual clock (what a \
+         live user would have felt) from measured service times",
+    ),
+];
+
 pub(crate) use engine::{EngineArgs, QuantArg, VoiceArg};
 pub(crate) use vad::VadArgs;
 
@@ -197,7 +228,7 @@ pub(crate) struct ReplayArgs {
     #[arg(required = true)]
     pub(crate) files: Vec<PathBuf>,
     /// `realtime`: as a microphone would deliver it; `fast`: as fast as the pipeline takes it (virtual clock).
-    #[arg(long, value_enum, default_value_t = Pace::Realtime)]
+    #[arg(long, value_parser = choice::<Pace>(PACES), default_value = "realtime")]
     pub(crate) pace: Pace,
     /// Write the conversation as it was heard: a stereo 16 kHz WAV, the recordings on the left
     /// channel and the assistant's voice on the right, on the input's timeline (turns the voice on).
@@ -223,7 +254,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub(crate) repeat: usize,
     /// `fast` (virtual clock, default) or `realtime`.
-    #[arg(long, value_enum, default_value_t = Pace::Fast)]
+    #[arg(long, value_parser = choice::<Pace>(PACES), default_value = "fast")]
     pub(crate) pace: Pace,
     /// Check against this budget (TOML); exit 1 when a limit is broken.
     #[arg(long)]

@@ -14,7 +14,7 @@ pub use voxline_audio::vad::{DEFAULT_HANGOVER_MS, DEFAULT_SPEC_SILENCE_MS};
 /// How the engines share the CPU threads: one type from the command line
 /// (`--cpu-share`) through the settings, the run and the report to the
 /// virtual clock's simulator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CpuShare {
     /// The engines take turns on all threads (one CPU lease), the current
@@ -44,6 +44,20 @@ impl CpuShare {
             Self::Split => "split",
             Self::Shared => "shared",
         }
+    }
+}
+
+impl std::str::FromStr for CpuShare {
+    type Err = crate::BadInput;
+    fn from_str(s: &str) -> Result<Self, crate::BadInput> {
+        [Self::Priority, Self::Split, Self::Shared]
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| {
+                crate::BadInput(format!(
+                    "--cpu-share {s:?}: expected `priority`, `split` or `shared`"
+                ))
+            })
     }
 }
 

@@ -14,7 +14,7 @@ use crate::BadInput;
 /// How audio is released into the pipeline: recordings at real-time pace
 /// or as fast as it takes them (`--pace`), or live, as a device or a
 /// client delivers it. One type from the command line to the report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pace {
     /// At the rate a microphone would deliver it; latencies are what a live user feels.
@@ -25,7 +25,6 @@ pub enum Pace {
     Fast,
     /// As a device or a client delivers it (`live`, `serve`): measured on
     /// the wall clock, like `Realtime`. Not a `--pace` value.
-    #[value(skip)]
     Live,
 }
 
