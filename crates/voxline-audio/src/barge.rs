@@ -7,6 +7,7 @@
 
 use std::time::Instant;
 
+use voxline_core::barge::Ask;
 use voxline_core::{BargeIn, UtteranceId};
 
 use crate::vad::OpenUtterance;
@@ -36,15 +37,6 @@ impl Default for BargeInOptions {
             backchannel_max_ms: 1_000,
         }
     }
-}
-
-/// What the speech over the answer asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Over {
-    /// Pause it until the words decide.
-    Hold,
-    /// Stop it.
-    Stop,
 }
 
 /// What the VAD stage keeps for barge-in.
@@ -95,7 +87,7 @@ impl BargeWatch {
         open: Option<OpenUtterance<'_>>,
         origin: u64,
         end_wall: Instant,
-    ) -> Option<(Over, u64)> {
+    ) -> Option<(Ask, u64)> {
         let (id, open) = self.barge.playing().zip(open)?;
         let ms = |ms: u32| u64::from(ms) * u64::from(voxline_core::SAMPLE_RATE) / 1000;
         let span = open.end_sample.saturating_sub(open.first_speech);
@@ -118,9 +110,9 @@ impl BargeWatch {
         self.asked = Some(key);
         if stop_now || max == 0 {
             self.stopped = Some(key);
-            return Some((Over::Stop, key.1));
+            return Some((Ask::Stop, key.1));
         }
-        Some((Over::Hold, key.1))
+        Some((Ask::Hold, key.1))
     }
 
     /// Whether turn `id`'s answer has begun to play.
@@ -139,10 +131,10 @@ impl BargeWatch {
     }
 
     /// Asks for the voice to pause or stop: the speech began at `start`.
-    pub(crate) fn request(&self, over: Over, start: Instant) {
+    pub(crate) fn request(&self, over: Ask, start: Instant) {
         match over {
-            Over::Hold => self.barge.request(start, Instant::now()),
-            Over::Stop => self.barge.confirm(start, Instant::now()),
+            Ask::Hold => self.barge.request(start, Instant::now()),
+            Ask::Stop => self.barge.confirm(start, Instant::now()),
         }
     }
 
