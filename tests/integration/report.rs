@@ -275,6 +275,7 @@ impl Stage for FixedStt {
         out.emit(Transcript {
             id: u.id,
             text: "hello".into(),
+            heard: voxline_core::Heard::Words,
             n_tokens: 1,
             audio_ms: u.duration_ms(),
             start_sample: u.start_sample,

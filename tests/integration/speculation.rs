@@ -212,6 +212,7 @@ fn an_answer_cancelled_mid_stream_leaves_no_history_and_no_cache_behind() {
     let transcript = |id: u64, text: &str| Transcript {
         id,
         text: text.into(),
+        heard: voxline_core::Heard::Words,
         n_tokens: 8,
         audio_ms: 2000.0,
         start_sample: 0,

@@ -238,6 +238,7 @@ fn an_interrupted_answer_stays_in_the_conversation_as_what_was_heard() {
     let ask = |id: u64, text: &str| Transcript {
         id,
         text: text.into(),
+        heard: voxline_core::Heard::Words,
         n_tokens: 6,
         audio_ms: 1500.0,
         start_sample: 0,

@@ -369,12 +369,12 @@ impl<'a, T: Message> Emitter<'a, T> {
         let id = item.utterance_id();
         // what an attempt was heard to say, for the endpointer's second
         // opinion while it waits on the pause (see `SpecBoard::words`)
-        if let (Some(board), Some(id), Some(words)) = (&self.probe.board, id, item.words()) {
-            board.note_words(id, words);
+        if let (Some(board), Some(id), Some(t)) = (&self.probe.board, id, item.transcript()) {
+            board.note_words(id, &t.text);
         }
-        // words heard over the assistant's held answer resume or stop it
-        if let (Some(barge), Some(id), Some(words)) = (&self.probe.barge, id, item.words()) {
-            barge.words(id, words);
+        // what was heard over the assistant's held answer resumes or stops it
+        if let (Some(barge), Some(id), Some(t)) = (&self.probe.barge, id, item.transcript()) {
+            barge.heard(id, &t.heard, &t.text);
         }
         // Published before the item is sent on: a downstream stage that
         // takes it at once and publishes what it made cannot get its event

@@ -303,6 +303,7 @@ impl PipelineEvent {
             },
             Self::Transcript(t) => Body::Transcript {
                 text: &t.text,
+                heard: &t.heard,
                 n_tokens: t.n_tokens,
                 audio_ms: t.audio_ms,
                 start_sample: t.start_sample,
@@ -363,6 +364,7 @@ enum Body<'a> {
     },
     Transcript {
         text: &'a str,
+        heard: &'a crate::message::Heard,
         n_tokens: u32,
         audio_ms: f64,
         start_sample: u64,

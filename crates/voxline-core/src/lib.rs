@@ -93,7 +93,8 @@ pub use edge::{
 pub use event::{AnyEngineEvent, EngineEvent, PipelineEvent, TimedEvent};
 pub use fault::{Fault, InjectedFault};
 pub use message::{
-    non_speech, AudioFrame, Message, Transcript, TurnError, Utterance, UtteranceId, UtteranceInfo,
+    non_speech, AudioFrame, Heard, Message, Transcript, TurnError, Utterance, UtteranceId,
+    UtteranceInfo,
 };
 pub use runtime::{
     CpuLease, DrainHandle, EventBus, EventReceiver, Pipeline, PipelineBuilder, RunOutcome,

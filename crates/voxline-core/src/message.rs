@@ -1,7 +1,7 @@
 //! The messages that travel between stages and that more than one stage
-//! knows: audio, utterances, transcripts, and a failed turn. An engine's own
-//! messages (the language model's tokens and turn summaries) live in its
-//! crate and implement [`Message`] there.
+//! knows: audio, utterances, transcripts (with what was heard, [`Heard`]),
+//! and a failed turn. The language model's tokens and turn summaries are in
+//! [`crate::answer`].
 //!
 //! Every message names the utterance it belongs to (where it belongs to one)
 //! and carries its timestamps on the session [`Clock`]: sample
@@ -29,10 +29,12 @@ pub trait Message: Send + 'static {
         None
     }
 
-    /// What was heard, for a message that is a transcript: the runtime
-    /// notes it on the speculation board for a speculative attempt (see
-    /// [`SpecBoard::words`](crate::SpecBoard::words)). `None` by default.
-    fn words(&self) -> Option<&str> {
+    /// The message as a transcript, for one that is: the runtime notes its
+    /// words on the speculation board for a speculative attempt (see
+    /// [`SpecBoard::words`](crate::SpecBoard::words)), and what was heard
+    /// decides an answer held for speech over it
+    /// ([`BargeIn::heard`](crate::BargeIn::heard)). `None` by default.
+    fn transcript(&self) -> Option<&Transcript> {
         None
     }
 }
@@ -147,13 +149,70 @@ impl From<&Utterance> for UtteranceInfo {
     }
 }
 
+/// What an utterance was judged to be, once, by the speech-to-text stage,
+/// with its evidence. Only [`Heard::Words`] is a turn: nothing answers the
+/// others, and over a held answer they let it play on. In the event and the
+/// report: `{"kind": "echo", "likeness": 0.93, "by_words": false}`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Heard {
+    /// The user's words: a turn.
+    #[default]
+    Words,
+    /// No words: the recogniser wrote a sound as an annotation
+    /// (`[BLANK_AUDIO]`, `(buzzing)`; no figures), or its words were judged
+    /// a guess at a sound by its own figures.
+    Noise {
+        /// The recogniser's probability that there was no speech.
+        no_speech: Option<f32>,
+        /// Its mean log-probability per token of the words it guessed.
+        avg_logprob: Option<f32>,
+    },
+    /// Only hesitations ("um… so… well…"): someone thinking aloud.
+    Hesitation,
+    /// The assistant's own voice come back through the microphone.
+    Echo {
+        /// How closely the microphone's level followed the voice's as it
+        /// played (1: exactly), where it was measured.
+        likeness: Option<f32>,
+        /// Whether its words are word pairs the voice had just said.
+        by_words: bool,
+    },
+    /// A listener's "uh-huh" over the assistant's answer, which plays on.
+    Backchannel,
+}
+
+impl Heard {
+    /// Whether this is a turn (the user's words).
+    #[must_use]
+    pub fn is_words(&self) -> bool {
+        *self == Self::Words
+    }
+
+    /// The name the report and the transcript's annotation use (`echo`).
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Words => "words",
+            Self::Noise { .. } => "noise",
+            Self::Hesitation => "hesitation",
+            Self::Echo { .. } => "echo",
+            Self::Backchannel => "backchannel",
+        }
+    }
+}
+
 /// The text of one utterance.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transcript {
     /// The utterance's id.
     pub id: UtteranceId,
-    /// The recognised text.
+    /// The recognised text; what is no turn is shown as an annotation of
+    /// its kind (`[echo: what was heard]`), which [`non_speech`] reads as
+    /// no words.
     pub text: String,
+    /// What it was judged to be (only [`Heard::Words`] is a turn).
+    pub heard: Heard,
     /// Number of text tokens the recogniser produced.
     pub n_tokens: u32,
     /// Length of the transcribed audio in milliseconds.
@@ -168,13 +227,13 @@ pub struct Transcript {
 }
 
 impl Transcript {
-    /// Whether the recogniser heard no words: the text is empty, or only
-    /// its annotations of sounds that are not speech (`[BLANK_AUDIO]`,
-    /// `[Music]`, `(phone ringing)`, `*whistling*`, `♪`) and punctuation.
-    /// Such a transcript is not a turn: nothing is answered.
+    /// Whether this is no turn: judged other than words ([`Heard`]), or the
+    /// text is empty, or only the recogniser's annotations of sounds that
+    /// are not speech (`[BLANK_AUDIO]`, `[Music]`, `(phone ringing)`,
+    /// `*whistling*`, `♪`) and punctuation. Nothing is answered.
     #[must_use]
     pub fn is_non_speech(&self) -> bool {
-        non_speech(&self.text)
+        !self.heard.is_words() || non_speech(&self.text)
     }
 }
 
@@ -230,8 +289,8 @@ impl Message for Transcript {
     fn event(&self) -> Option<PipelineEvent> {
         Some(PipelineEvent::Transcript(self.clone()))
     }
-    fn words(&self) -> Option<&str> {
-        Some(&self.text)
+    fn transcript(&self) -> Option<&Transcript> {
+        Some(self)
     }
 }
 
@@ -333,6 +392,7 @@ mod tests {
         let t = Transcript {
             id: 2,
             text: "what time is it".into(),
+            heard: Heard::Words,
             n_tokens: 5,
             audio_ms: 1_200.0,
             start_sample: 100,
@@ -351,6 +411,23 @@ mod tests {
         assert_eq!(v["text"], "what time is it");
         assert_eq!(v["n_tokens"], 5);
         assert_eq!(v["audio_ms"], 1_200.0);
+        assert_eq!(v["heard"]["kind"], "words");
+        assert!(!t.is_non_speech());
+        // judged the voice's echo: no turn, whatever its words
+        let echo = Transcript {
+            text: "[echo: the capital of France]".into(),
+            heard: Heard::Echo {
+                likeness: Some(0.9),
+                by_words: false,
+            },
+            ..t
+        };
+        assert!(echo.is_non_speech());
+        let v = echo.event().unwrap().to_json_value(&c, c.origin()).unwrap();
+        assert_eq!(v["heard"]["kind"], "echo");
+        assert!((v["heard"]["likeness"].as_f64().unwrap() - 0.9).abs() < 1e-6);
+        assert_eq!(v["heard"]["by_words"], false);
+        assert_eq!(echo.heard.kind(), "echo");
     }
 }
 

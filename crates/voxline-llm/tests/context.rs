@@ -126,6 +126,7 @@ fn a_refused_turn_is_a_turn_error_that_keeps_the_engine_error_as_its_source() {
     let said = Transcript {
         id: 7,
         text: COUNT.into(),
+        heard: voxline_core::Heard::Words,
         n_tokens: 0,
         audio_ms: 0.0,
         start_sample: 0,

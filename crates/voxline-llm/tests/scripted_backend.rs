@@ -82,6 +82,7 @@ fn transcript(id: u64, text: &str) -> Transcript {
     Transcript {
         id,
         text: text.into(),
+        heard: voxline_core::Heard::Words,
         n_tokens: 3,
         audio_ms: 1000.0,
         start_sample: 0,

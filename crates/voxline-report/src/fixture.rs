@@ -85,6 +85,7 @@ fn transcript(u: &UtteranceInfo, text: &str, n_tokens: u32) -> Transcript {
     Transcript {
         id: u.id,
         text: text.to_string(),
+        heard: voxline_core::Heard::Words,
         n_tokens,
         audio_ms: u.duration_ms(),
         start_sample: u.start_sample,

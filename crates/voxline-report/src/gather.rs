@@ -282,6 +282,7 @@ pub(crate) fn turn_report(
     });
     if let Some((tr, _)) = &g.transcript {
         t.transcript = Some(tr.text.clone());
+        t.heard = Some(tr.heard.clone());
         t.stt_tokens = Some(tr.n_tokens);
         if let Some(exp) = &t.expected {
             t.wer = Some(voxline_stt::word_error_rate(exp, &tr.text));
@@ -585,5 +586,34 @@ mod tests {
             Some("endpoint delay and response latency left out: endpoint delay -50 ms came out negative, so the end of speech recorded for this turn (sample 20000) is after the utterance closed (sample 19200)")
         );
         assert_eq!(t.stt_rtfx, None, "no rate from a zero time");
+    }
+
+    #[test]
+    fn what_was_heard_is_read_from_its_type_not_its_text() {
+        let run = fixture::run(
+            voxline_pipeline::pipeline::Pace::Fast,
+            voxline_pipeline::settings::CpuShare::Split,
+        );
+        let cx = fixture::context(&run);
+        let mut g = fixture::gathered(&run, 1);
+        let (words, _) = turn_report(1, 1, &g, &cx).unwrap();
+        assert_eq!(words.heard, Some(voxline_core::Heard::Words));
+        assert!(!words.is_echo() && !words.non_speech);
+        // the same words judged the voice's echo: no turn, counted as echo
+        let heard = voxline_core::Heard::Echo {
+            likeness: Some(0.91),
+            by_words: false,
+        };
+        g.transcript.as_mut().unwrap().0.heard = heard.clone();
+        let (echo, _) = turn_report(1, 1, &g, &cx).unwrap();
+        assert!(echo.is_echo() && echo.non_speech, "{echo:?}");
+        let v = serde_json::to_value(&echo).unwrap();
+        assert_eq!(v["heard"]["kind"], "echo");
+        assert_eq!(v["heard"]["by_words"], false);
+        // an annotation in the words alone is not what decides
+        g.transcript.as_mut().unwrap().0.heard = voxline_core::Heard::Backchannel;
+        g.transcript.as_mut().unwrap().0.text = "[echo: uh-huh]".into();
+        let (back, _) = turn_report(1, 1, &g, &cx).unwrap();
+        assert!(!back.is_echo() && back.non_speech);
     }
 }

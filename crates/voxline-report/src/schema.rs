@@ -28,9 +28,15 @@ pub struct TurnReport {
     /// What whisper heard.
     pub transcript: Option<String>,
     /// Whisper heard no words (silence, a tone, music: only annotations
-    /// such as `[BLANK_AUDIO]`): not a turn, not answered, and not counted
-    /// in the summary's turns or figures.
+    /// such as `[BLANK_AUDIO]`), or what it heard was judged other than the
+    /// user's words ([`TurnReport::heard`]): not a turn, not answered, and
+    /// not counted in the summary's turns or figures.
     pub non_speech: bool,
+    /// What the speech-to-text stage judged was heard, with its evidence:
+    /// `{"kind": "words"}`, `noise` (`no_speech`, `avg_logprob`),
+    /// `hesitation`, `echo` (`likeness`, `by_words`) or `backchannel`
+    /// (`null`: no transcript).
+    pub heard: Option<voxline_core::Heard>,
     /// What the sidecar says was said.
     pub expected: Option<String>,
     /// How the semantic end of turn ended it (`null`: off).
@@ -151,15 +157,11 @@ pub struct TurnReport {
 
 impl TurnReport {
     /// Whether what was heard is the assistant's own voice come back
-    /// through the microphone (its transcript is an `[echo: …]`
-    /// annotation, see [`voxline_core::BargeIn::is_echo`]).
+    /// through the microphone, as the speech-to-text stage judged it
+    /// ([`voxline_core::Heard::Echo`]).
     #[must_use]
     pub fn is_echo(&self) -> bool {
-        self.transcript.as_deref().is_some_and(|t| {
-            t.strip_prefix('[')
-                .and_then(|t| t.strip_prefix(voxline_core::barge::ECHO_ANNOTATION))
-                .is_some_and(|t| t.starts_with(':'))
-        })
+        matches!(self.heard, Some(voxline_core::Heard::Echo { .. }))
     }
 }
 

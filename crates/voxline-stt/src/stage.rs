@@ -4,6 +4,7 @@ use crate::{
     compact_pauses, hesitation_only, implausibly_short, join_continuation, normalise, not_words,
     pieces, sounding_s, SpeechToText, SttEngine, SttError, Transcription, MAX_PIECE_S,
 };
+use voxline_core::Heard;
 
 /// The speech-to-text stage: one [`Utterance`](voxline_core::Utterance) in,
 /// one [`Transcript`](voxline_core::Transcript) out. An engine failure on one
@@ -214,11 +215,29 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
             }
             _ => t.text.clone(),
         };
-        // whisper's guess at a sound (a hum heard as "How far?") is not a
-        // turn: it goes on as an annotation, which nothing answers
-        let text = match t.confidence.and_then(|c| not_words(&text, c)) {
-            Some(why) => {
+        // What was heard is judged here, once (later judgements win), and
+        // travels typed with the transcript; what is no turn is shown as an
+        // annotation of its kind, which nothing answers.
+        // A sound whisper wrote as one ("(buzzing)") is no words.
+        let mut heard = if voxline_core::non_speech(&text) {
+            Heard::Noise {
+                no_speech: None,
+                avg_logprob: None,
+            }
+        } else {
+            Heard::Words
+        };
+        // whisper's guess at a sound (a hum heard as "How far?")
+        let text = match t
+            .confidence
+            .and_then(|c| not_words(&text, c).map(|why| (c, why)))
+        {
+            Some((c, why)) => {
                 tracing::info!(turn = u.id, "{why}");
+                heard = Heard::Noise {
+                    no_speech: Some(c.no_speech),
+                    avg_logprob: Some(c.avg_logprob),
+                };
                 noise_annotation(&text)
             }
             None => text,
@@ -226,27 +245,30 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
         // "um… so… well…" alone is a speaker thinking aloud: not answered
         let text = if hesitation_only(&text) {
             tracing::info!(turn = u.id, words = %text.escape_debug(), "only hesitations: not a request");
+            heard = Heard::Hesitation;
             annotation("hesitation", &text)
         } else {
             text
         };
         // the voice heard back, by its levels or by its words: no turn, so
         // it cannot answer itself in a loop
-        let echo = heard_back || probe.is_echo(&text, start, u.end_wall);
-        let text = if echo {
+        let by_words = !heard_back && probe.is_echo(&text, start, u.end_wall);
+        let text = if heard_back || by_words {
             tracing::warn!(turn = u.id, words = %text.escape_debug(), likeness = ?likeness, "heard the assistant's own voice (echo): not a turn");
+            heard = Heard::Echo { likeness, by_words };
             echo_annotation(&text)
         } else {
             text
         };
         // a listener's "uh-huh" over the assistant's paused answer is not a
-        // turn: the answer plays on (the runtime hands these words to the
+        // turn: the answer plays on (the runtime hands the verdict to the
         // barge-in state, which resumes it)
         let text = if probe.is_over_held_answer()
-            && !voxline_core::non_speech(&text)
+            && heard.is_words()
             && voxline_core::backchannel(&text)
         {
             tracing::info!(turn = u.id, words = %text.escape_debug(), "a backchannel over the answer: it plays on");
+            heard = Heard::Backchannel;
             backchannel_annotation(&text)
         } else {
             text
@@ -258,6 +280,7 @@ impl<E: SpeechToText> voxline_core::Stage for SttStage<E> {
         out.emit(voxline_core::Transcript {
             id: u.id,
             text,
+            heard,
             n_tokens: t.n_tokens,
             // the utterance's own length, whatever whisper was given of it
             audio_ms: u.samples.len() as f64 * 1000.0 / f64::from(crate::SAMPLE_RATE),

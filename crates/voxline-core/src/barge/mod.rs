@@ -36,7 +36,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::message::UtteranceId;
+use crate::message::{Heard, UtteranceId};
 
 mod echo;
 pub use echo::{
@@ -388,21 +388,23 @@ impl BargeIn {
         s.verdict.is_none() && s.over.contains(&id)
     }
 
-    /// The recogniser heard `text` in utterance `id`: if it was heard over
-    /// the held answer, the words decide (the runtime calls this for every
-    /// transcript a stage emits).
-    pub fn words(&self, id: UtteranceId, text: &str) {
+    /// The recogniser's stage judged utterance `id` ([`Heard`], its text
+    /// `text`): if it was heard over the held answer, that decides. Words
+    /// stop the answer; anything else (a backchannel, the voice's own echo,
+    /// a sound) lets it play on. The runtime calls this for every
+    /// transcript a stage emits; nothing is judged again here.
+    pub fn heard(&self, id: UtteranceId, heard: &Heard, text: &str) {
         let mut s = self.lock();
         if !s.over.contains(&id) {
             return;
         }
         if let Some(h) = s.hold.take() {
-            s.verdict = Some(if backchannel(text) {
-                Verdict::Resume(h, Some(text.to_owned()))
-            } else {
+            s.verdict = Some(if heard.is_words() {
                 Verdict::Stop(h)
+            } else {
+                Verdict::Resume(h, Some(text.to_owned()))
             });
-        } else if let Some(r) = s.request.as_mut().filter(|_| !backchannel(text)) {
+        } else if let Some(r) = s.request.as_mut().filter(|_| heard.is_words()) {
             r.ask = Ask::Stop;
         }
     }
@@ -504,9 +506,9 @@ mod tests {
         let b = BargeIn::new();
         let r = held(&b, 7);
         assert!(b.holding() && b.is_over_held(7) && !b.is_over_held(8));
-        b.words(8, "Tell me about Mars instead.");
+        b.heard(8, &Heard::Words, "Tell me about Mars instead.");
         assert!(b.take_verdict().is_none(), "not the words heard over it");
-        b.words(7, "Uh-huh.");
+        b.heard(7, &Heard::Backchannel, "Uh-huh.");
         match b.take_verdict() {
             Some(Verdict::Resume(h, Some(w))) => {
                 assert_eq!((h.turn, h.request, w.as_str()), (1, r, "Uh-huh."))
@@ -517,7 +519,7 @@ mod tests {
 
         let b = BargeIn::new();
         held(&b, 7);
-        b.words(7, "Tell me about Mars instead.");
+        b.heard(7, &Heard::Words, "Tell me about Mars instead.");
         assert!(matches!(b.take_verdict(), Some(Verdict::Stop(h)) if h.turn == 1));
 
         // long speech stops it before any words
