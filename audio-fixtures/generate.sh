@@ -4,9 +4,10 @@
 #   ./generate.sh          rebuild all WAVs, sidecars and SHA256SUMS, then verify
 #   ./generate.sh --check  only verify the files already here (no rebuild)
 #
-# human/ holds real recordings that are copied, not generated (see the README):
-# both modes verify them (sidecar boundaries re-derived from the audio, and
-# human/SHA256SUMS) and neither rewrites them.
+# human/ and speakers/{tune,held-out}/ hold real recordings that are copied,
+# not generated (see the README): both modes verify them (sidecar boundaries
+# re-derived from the audio, and each folder's SHA256SUMS) and neither
+# rewrites them.
 #
 # Needs espeak-ng, sox (with soxi) and python3 (standard library only).
 # Speech comes from espeak-ng with a fixed voice, speed, pitch and amplitude;
@@ -25,9 +26,11 @@ done
 
 # The copied human recordings: checked, never rebuilt.
 check_human() {
-  python3 fixtures.py check-human human
-  (cd human && sha256sum --quiet -c SHA256SUMS)
-  echo "human checksums: ok"
+  for d in human speakers/tune speakers/held-out; do
+    python3 fixtures.py check-human "$d"
+    (cd "$d" && sha256sum --quiet -c SHA256SUMS)
+    echo "$d checksums: ok"
+  done
 }
 
 if [[ "${1:-}" == "--check" ]]; then
