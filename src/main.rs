@@ -97,7 +97,7 @@ fn main() -> ExitCode {
             // what a server or a file said is in the chain: shown, not obeyed
             eprintln!(
                 "voxline: {}",
-                voxline_core::shown::one_line(&format!("{e:#}"))
+                voxline_pipeline::shown::one_line(&format!("{e:#}"))
             );
             ExitCode::from(if bad { 2 } else { 3 })
         }

@@ -76,7 +76,6 @@ pub mod fault;
 pub mod files;
 pub mod message;
 pub mod runtime;
-pub mod shown;
 pub mod span;
 pub mod spec;
 pub mod stage;

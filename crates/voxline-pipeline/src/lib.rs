@@ -19,6 +19,7 @@ pub mod output;
 pub mod pipeline;
 pub mod sessions;
 pub mod settings;
+pub mod shown;
 pub mod sidecar;
 pub mod topology;
 pub mod voice;

@@ -234,7 +234,7 @@ pub fn to_markdown(r: &Report) -> String {
             if t.warmup { " (warm-up)" } else { "" },
             // what a server or model said: no control character, one line,
             // bounded (the JSON report keeps the exact text)
-            voxline_core::shown::one_line(
+            voxline_pipeline::shown::one_line(
                 t.transcript.as_deref().or(t.error.as_deref()).unwrap_or("")
             )
             .replace('|', "/"),

@@ -60,7 +60,7 @@ impl EventSink {
             }
         }
         if self.console {
-            use voxline_core::shown::{continued, escaped, one_line};
+            use crate::shown::{continued, escaped, one_line};
             let mut out = std::io::stdout().lock();
             match &ev.event {
                 PipelineEvent::Transcript(t) => {
