@@ -45,6 +45,17 @@ const ECHO_MIN_FRAMES: usize = 25;
 /// The frames the levels are compared over.
 const ECHO_FRAME: Duration = Duration::from_millis(20);
 
+/// A frame of the microphone's this far under full scale (dB) is digital
+/// silence: no microphone was there to hear (a capture that just moved to
+/// another device, a muted input). Its level says nothing of what was
+/// heard, and it is left out of the comparison; a room is never this
+/// quiet.
+const DIGITAL_SILENCE_DB: f32 = -80.0;
+
+/// The fewest frames the levels are compared over once digital silence is
+/// left out (the utterance itself still needs [`ECHO_MIN_FRAMES`]).
+const ECHO_MIN_HEARD_FRAMES: usize = 15;
+
 /// The word of the annotation an echo's transcript becomes
 /// (`[echo: …]`).
 pub const ECHO_ANNOTATION: &str = "echo";
@@ -241,10 +252,32 @@ impl BargeIn {
             .zip(&covered)
             .map(|(e, c)| db(if *c > 0.0 { (e / c) as f32 } else { 0.0 }))
             .collect();
+        // the frames a microphone was there for (before the canceller,
+        // where it said): digital silence follows nothing
+        let there: Vec<bool> = raw
+            .as_ref()
+            .unwrap_or(&own)
+            .iter()
+            .map(|&l| l > DIGITAL_SILENCE_DB)
+            .collect();
+        if there.iter().filter(|&&t| t).count() < ECHO_MIN_HEARD_FRAMES {
+            return None;
+        }
+        let kept = |levels: &[f32]| -> Vec<f32> {
+            levels
+                .iter()
+                .zip(&there)
+                .filter(|(_, &t)| t)
+                .map(|(&l, _)| l)
+                .collect()
+        };
         // the mic hears at frame k what played at bin k + lags - lag
         let likeness = |heard: &[f32]| {
+            let heard = kept(heard);
             (0..=lags)
-                .filter_map(|lag| level_correlation(heard, &played[lags - lag..lags - lag + n]))
+                .filter_map(|lag| {
+                    level_correlation(&heard, &kept(&played[lags - lag..lags - lag + n]))
+                })
                 .reduce(f32::max)
         };
         let Some(raw) = raw else {
@@ -381,6 +414,56 @@ mod tests {
         assert!(
             failed.is_some_and(|l| l > 0.9),
             "echo the canceller left: {failed:?}"
+        );
+    }
+
+    /// A capture that moves onto the loudspeaker's monitor mid-answer: the
+    /// utterance's first frames (the endpointer's pre-roll) are the old
+    /// device's digital silence, the rest the voice itself. The silence
+    /// follows nothing and is left out; the voice is still the voice.
+    #[test]
+    fn digital_silence_before_the_voice_is_no_level_to_compare() {
+        let b = BargeIn::new();
+        let t0 = Instant::now();
+        // the voice with its own faint floor (a synthesised voice is
+        // digitally silent only between its chunks)
+        let floor = syllables(48_000, 0.0, 1.0, 99);
+        let voice: Vec<f32> = syllables(48_000, 3.3, 0.0, 7)
+            .iter()
+            .zip(&floor)
+            .map(|(v, f)| v + 0.002 * f)
+            .collect();
+        for (i, buf) in voice.chunks(160).enumerate() {
+            let ms = buf.iter().map(|x| x * x).sum::<f32>() / buf.len() as f32;
+            b.played(
+                t0 + Duration::from_millis(10 * i as u64),
+                Duration::from_millis(10),
+                ms,
+            );
+        }
+        // 650 ms heard from 1.5 s on: 200 ms of digital zeros, then the
+        // voice as it played, at full level and no delay (a monitor)
+        let (from, silent, len) = (24_000, 3_200, 10_400);
+        let heard: Vec<f32> = (0..len)
+            .map(|i| if i < silent { 0.0 } else { voice[from + i] })
+            .collect();
+        let end = t0 + Duration::from_millis(1_500 + 650);
+        let l = b.echo_likeness(&heard, end).unwrap();
+        assert!(
+            l >= ECHO_MIN_LIKENESS,
+            "the voice after digital silence: {l}"
+        );
+        // a microphone that heard nothing at all tells nothing
+        assert_eq!(b.echo_likeness(&vec![0.0; len], end), None);
+        // a person there, over no echo path: still not the voice
+        let user = syllables(len, 4.1, 1.3, 3);
+        let person: Vec<f32> = (0..len)
+            .map(|i| if i < silent { 0.0 } else { user[i] })
+            .collect();
+        let p = b.echo_likeness(&person, end);
+        assert!(
+            p.is_none_or(|p| p < ECHO_MIN_LIKENESS),
+            "a person after digital silence: {p:?}"
         );
     }
 }
