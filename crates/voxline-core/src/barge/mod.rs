@@ -14,10 +14,11 @@
 //!   queued and records what the user heard of the answer
 //!   ([`BargeIn::interrupt`]).
 //!
-//! The words reach the hold without any stage's help: the endpointer names
-//! the utterances it sends while the answer is held
-//! ([`BargeIn::heard_over`]), and the runtime hands every transcript of
-//! such an utterance to [`BargeIn::words`] as the recogniser emits it.
+//! The verdict reaches the hold without any stage's help: the endpointer
+//! names the utterances it sends while the answer is held
+//! ([`BargeIn::heard_over`]), and the runtime hands what the recogniser's
+//! stage judged each of them ([`Heard`]) to [`BargeIn::heard`] as it is
+//! emitted.
 //!
 //! **Echo.** With a loudspeaker the microphone hears the assistant's own
 //! voice. The output tells the state what it says ([`BargeIn::said`]) and
