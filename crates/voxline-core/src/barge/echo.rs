@@ -348,6 +348,18 @@ mod tests {
         assert!(!b.is_echo("The capital of France is Paris.", at(5_000), at(6_500)));
     }
 
+    /// `voice` played from `t0` in 10 ms buffers.
+    fn play(b: &BargeIn, t0: Instant, voice: &[f32]) {
+        for (i, buf) in voice.chunks(160).enumerate() {
+            let ms = buf.iter().map(|x| x * x).sum::<f32>() / buf.len() as f32;
+            b.played(
+                t0 + Duration::from_millis(10 * i as u64),
+                Duration::from_millis(10),
+                ms,
+            );
+        }
+    }
+
     /// Speech-like sound: noise whose level moves as syllables do
     /// (`rate` of them a second, from `phase`).
     fn syllables(n: usize, rate: f32, phase: f32, seed: u32) -> Vec<f32> {
@@ -371,14 +383,7 @@ mod tests {
         let t0 = Instant::now();
         // 3 s of the voice, played in 10 ms buffers
         let voice = syllables(48_000, 3.3, 0.0, 7);
-        for (i, buf) in voice.chunks(160).enumerate() {
-            let ms = buf.iter().map(|x| x * x).sum::<f32>() / buf.len() as f32;
-            b.played(
-                t0 + Duration::from_millis(10 * i as u64),
-                Duration::from_millis(10),
-                ms,
-            );
-        }
+        play(&b, t0, &voice);
         // heard 120 ms later, 12 dB down, with some room noise
         let lag = 1_920;
         let room = syllables(48_000, 0.0, 1.0, 99);
@@ -433,14 +438,7 @@ mod tests {
             .zip(&floor)
             .map(|(v, f)| v + 0.002 * f)
             .collect();
-        for (i, buf) in voice.chunks(160).enumerate() {
-            let ms = buf.iter().map(|x| x * x).sum::<f32>() / buf.len() as f32;
-            b.played(
-                t0 + Duration::from_millis(10 * i as u64),
-                Duration::from_millis(10),
-                ms,
-            );
-        }
+        play(&b, t0, &voice);
         // 650 ms heard from 1.5 s on: 200 ms of digital zeros, then the
         // voice as it played, at full level and no delay (a monitor)
         let (from, silent, len) = (24_000, 3_200, 10_400);
