@@ -46,10 +46,10 @@ const ECHO_MIN_FRAMES: usize = 25;
 const ECHO_FRAME: Duration = Duration::from_millis(20);
 
 /// A frame of the microphone's this far under full scale (dB) is digital
-/// silence: no microphone was there to hear (a capture that just moved to
-/// another device, a muted input). Its level says nothing of what was
-/// heard, and it is left out of the comparison; a room is never this
-/// quiet.
+/// silence. While the voice sounded, no microphone was there to hear it (a
+/// capture that just moved to another device, a muted input): its level
+/// says nothing of what was heard, and it is left out of the comparison;
+/// a room is never this quiet.
 const DIGITAL_SILENCE_DB: f32 = -80.0;
 
 /// The fewest frames the levels are compared over once digital silence is
@@ -252,31 +252,26 @@ impl BargeIn {
             .zip(&covered)
             .map(|(e, c)| db(if *c > 0.0 { (e / c) as f32 } else { 0.0 }))
             .collect();
-        // the frames a microphone was there for (before the canceller,
-        // where it said): digital silence follows nothing
-        let there: Vec<bool> = raw
-            .as_ref()
-            .unwrap_or(&own)
-            .iter()
-            .map(|&l| l > DIGITAL_SILENCE_DB)
-            .collect();
-        if there.iter().filter(|&&t| t).count() < ECHO_MIN_HEARD_FRAMES {
-            return None;
-        }
-        let kept = |levels: &[f32]| -> Vec<f32> {
-            levels
-                .iter()
-                .zip(&there)
-                .filter(|(_, &t)| t)
-                .map(|(&l, _)| l)
-                .collect()
+        // a frame of digital silence (before the canceller, where it said)
+        // while the voice sounded is a microphone that was not there: it
+        // follows nothing and is left out; silent while the voice was
+        // silent too, it agrees with the voice and stays
+        let mic: Vec<f32> = raw.as_ref().unwrap_or(&own).clone();
+        let absent = |lag: usize, k: usize| {
+            mic[k] <= DIGITAL_SILENCE_DB && played[lags - lag + k] > DIGITAL_SILENCE_DB
         };
         // the mic hears at frame k what played at bin k + lags - lag
         let likeness = |heard: &[f32]| {
-            let heard = kept(heard);
             (0..=lags)
                 .filter_map(|lag| {
-                    level_correlation(&heard, &kept(&played[lags - lag..lags - lag + n]))
+                    let (a, b): (Vec<f32>, Vec<f32>) = (0..n)
+                        .filter(|&k| !absent(lag, k))
+                        .map(|k| (heard[k], played[lags - lag + k]))
+                        .unzip();
+                    if a.len() < ECHO_MIN_HEARD_FRAMES {
+                        return None;
+                    }
+                    level_correlation(&a, &b)
                 })
                 .reduce(f32::max)
         };
