@@ -256,7 +256,7 @@ impl BargeIn {
         // while the voice sounded is a microphone that was not there: it
         // follows nothing and is left out; silent while the voice was
         // silent too, it agrees with the voice and stays
-        let mic: Vec<f32> = raw.as_ref().unwrap_or(&own).clone();
+        let mic: &[f32] = raw.as_deref().unwrap_or(&own);
         let absent = |lag: usize, k: usize| {
             mic[k] <= DIGITAL_SILENCE_DB && played[lags - lag + k] > DIGITAL_SILENCE_DB
         };
@@ -275,11 +275,11 @@ impl BargeIn {
                 })
                 .reduce(f32::max)
         };
-        let Some(raw) = raw else {
+        let Some(raw) = raw.as_deref() else {
             return likeness(&own);
         };
-        let before = likeness(&raw)?;
-        if mean_db(&raw) - mean_db(&own) >= ECHO_TAKEN_DB {
+        let before = likeness(raw)?;
+        if mean_db(raw) - mean_db(&own) >= ECHO_TAKEN_DB {
             return Some(before);
         }
         // a level that follows nothing (flat) is not the voice
