@@ -35,8 +35,8 @@ pub use capture::{
 };
 pub use error::AudioError;
 pub use playback::{
-    check_output_device, Cut, Fed, Mark, PlaybackError, PlayedLevel, Speaker, SpeakerControl,
-    SpeakerFormat,
+    check_output_device, Cut, Fed, Mark, PlaybackError, Played, PlayedLevel, Speaker,
+    SpeakerControl, SpeakerFormat,
 };
 pub use resample::StreamResampler;
 pub use stage::{VadStage, VAD_STAGE, VAD_STAGE_NAME};

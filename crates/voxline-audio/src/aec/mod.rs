@@ -46,8 +46,8 @@ pub const BLOCK: usize = 160;
 /// 40 ms ahead in most runs.
 pub const LEAD: Duration = Duration::from_millis(40);
 
-/// The longest a block waits for the far end it needs: the output's
-/// watcher moves what played every few ms. A far end further behind than
+/// The longest a block waits for the far end it needs: the speaker's
+/// thread moves what played after each buffer the device plays. A far end further behind than
 /// this (a stalled output) is not waited for at all, and what is not known
 /// is taken as silence, rather than holding the microphone back.
 const REFERENCE_WAIT: Duration = Duration::from_millis(20);
@@ -377,7 +377,12 @@ impl AecStage {
     }
 
     /// Cancels one block in place; `captured` is when its first sample was.
-    fn block(&mut self, block: &mut [f32], captured: Instant) -> Result<(), StageError> {
+    fn block(
+        &mut self,
+        block: &mut [f32],
+        captured: Instant,
+        out: &mut Emitter<'_, AudioFrame>,
+    ) -> Result<(), StageError> {
         self.align(captured);
         let Some(cursor) = self.cursor else {
             // nothing has played yet
@@ -389,15 +394,9 @@ impl AecStage {
         // waited for, or every block would wait and the audio fall behind
         let needed = cursor + BLOCK as i64;
         let deadline = Instant::now() + REFERENCE_WAIT;
-        let wait = REFERENCE_WAIT.as_millis() as i64 * 16;
-        while self
-            .reference
-            .known_index()
-            .is_some_and(|k| k < needed && needed - k <= wait)
-            && Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let behind = REFERENCE_WAIT.as_millis() as i64 * 16;
+        // a wait on the output's device, not this stage's work
+        out.waiting(|| self.reference.wait_known(needed, behind, deadline));
         self.reference.read_index(cursor, &mut self.far);
         let back = self.coarse.back_blocks() * BLOCK as i64;
         if back == 0 {
@@ -568,7 +567,7 @@ impl AecStage {
         let mut samples: Vec<f32> = self.pending.drain(..whole).collect();
         for (i, b) in samples.chunks_mut(BLOCK).enumerate() {
             let at = captured + Duration::from_secs_f64((i * BLOCK) as f64 / 16_000.0);
-            self.block(b, at)?;
+            self.block(b, at, out)?;
             if std::mem::take(&mut self.voice_heard) {
                 let change = CaptureDeviceChanged {
                     at_sample: start + (i * BLOCK) as u64,

@@ -2,7 +2,7 @@
 //! echo canceller's far end.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::StreamResampler;
@@ -12,13 +12,14 @@ use crate::StreamResampler;
 const KEEP: usize = 16_000 * 2;
 
 /// What the voice's output sent to the device, resampled to 16 kHz, with
-/// when each sample left it. The output's watcher pushes every buffer the
-/// callback played (silent ones too, so the timeline has no holes); the
-/// echo canceller reads the stretch that sounded at a given instant.
-/// Cloning shares it.
+/// when each sample left it. The speaker's thread pushes every buffer the
+/// callback played (silent ones too, so the timeline has no holes) as the
+/// callback wakes it; the echo canceller reads the stretch that sounded at
+/// a given instant, waiting for it when it is not known yet
+/// ([`EchoReference::wait_known`]). Cloning shares it.
 #[derive(Clone, Default)]
 pub struct EchoReference {
-    inner: Arc<Mutex<Timeline>>,
+    inner: Arc<(Mutex<Timeline>, Condvar)>,
 }
 
 impl std::fmt::Debug for EchoReference {
@@ -78,6 +79,32 @@ impl EchoReference {
         let over = t.samples.len().saturating_sub(KEEP);
         t.samples.drain(..over);
         t.first += over as u64;
+        drop(t);
+        self.inner.1.notify_all();
+    }
+
+    /// Waits until the reference knows the samples up to `needed` (a
+    /// [`known_index`](Self::known_index)), woken by each push, until
+    /// `deadline` at most; not at all before anything is known, nor when
+    /// what is known is more than `behind` samples short of it (a stalled
+    /// output: waiting would only hold the microphone back).
+    pub fn wait_known(&self, needed: i64, behind: i64, deadline: Instant) {
+        let mut t = self.lock();
+        loop {
+            let Some(known) = t.anchor.map(|_| (t.first + t.samples.len() as u64) as i64) else {
+                return;
+            };
+            if known >= needed || needed - known > behind {
+                return;
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return;
+            };
+            t = match self.inner.1.wait_timeout(t, left) {
+                Ok((t, _)) => t,
+                Err(p) => p.into_inner().0,
+            };
+        }
     }
 
     /// Fills `out` with the 16 kHz samples that sounded from `from` on;
@@ -151,7 +178,7 @@ impl EchoReference {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Timeline> {
-        voxline_core::sync::lock(&self.inner)
+        voxline_core::sync::lock(&self.inner.0)
     }
 }
 

@@ -1,5 +1,7 @@
 //! cpal's output callback: pops the ring, reports marks, fades and
-//! drops on an interrupt; never blocks, allocates or locks.
+//! drops on an interrupt, and wakes the speaker's thread to hand on what
+//! it played; never blocks, allocates or locks (the wake is an unpark: an
+//! atomic swap, and a futex wake when the thread is parked).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -33,6 +35,9 @@ pub(super) struct Callback {
     /// Each buffer's samples, mono as played, for the echo canceller
     /// (a buffer is left out whole when they do not fit).
     pub(super) played: rtrb::Producer<f32>,
+    /// The speaker's thread, woken after each buffer to hand on what
+    /// played (`None` without one: the tests drive the callback alone).
+    pub(super) wake: Option<std::thread::Thread>,
 }
 
 impl Callback {
@@ -157,6 +162,9 @@ impl Callback {
             self.shared.underruns.fetch_add(1, Ordering::Relaxed);
         }
         self.shared.taken.store(taken, Ordering::Release);
+        if let Some(t) = &self.wake {
+            t.unpark();
+        }
     }
 }
 

@@ -16,14 +16,21 @@
 //!   [`FADE_MS`] and then drops what is queued; asked to
 //!   [`pause`](SpeakerControl::pause) it fades out and plays silence,
 //!   keeping what is queued, until it [resumes](SpeakerControl::resume)
-//!   with a fade in.
+//!   with a fade in. After each buffer it wakes the speaker's thread (an
+//!   unpark).
 //! - **the feeding side** ([`Speaker::play`], from the thread that owns the
 //!   speaker) resamples each block to the device's rate and pushes it into
 //!   the ring, waiting for room when the ring is full (a few seconds of
-//!   audio: the voice is synthesised faster than it plays).
+//!   audio: the voice is synthesised faster than it plays). The wait is a
+//!   receive: the speaker's thread signals room after each buffer, and an
+//!   interrupt or a close ends it.
 //!
-//! The stream itself lives on a thread of its own (`speaker`), which also
-//! reports each mark as it is played ([`Speaker::open`]'s `on_played`).
+//! The stream itself lives on a thread of its own (`speaker`). Woken by
+//! each buffer, that thread hands on what played as [`Played`] messages
+//! (the marks as they reach the device, each buffer's level) on a bounded
+//! channel ([`Speaker::played`]), and each buffer's samples to the echo
+//! canceller's reference ([`SpeakerControl::echo_reference`]). Nothing
+//! polls: every thread here sleeps until the device or a caller wakes it.
 //!
 //! **Every wait on the device is bounded.** A device can stop asking for
 //! audio (a PulseAudio sink suspended, a stream the server stopped, a
@@ -38,7 +45,7 @@
 //! [`CLOSE_LIMIT`] for its thread.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -121,6 +128,11 @@ struct Shared {
     asked_ns: AtomicU64,
     /// Closed: nothing more is queued ([`SpeakerControl::close`]).
     closed: AtomicBool,
+    /// How far the speaker's thread has handed on what played (in
+    /// [`Shared::taken`]'s count): every mark before it was sent.
+    forwarded: AtomicU64,
+    /// [`Played`] messages lost because their channel was full.
+    lost: AtomicU64,
 }
 
 impl Shared {
@@ -170,10 +182,11 @@ use callback::{build, Callback};
 pub use device::check_output_device;
 use device::find_output;
 
-pub use played::PlayedLevel;
+pub use played::{Played, PlayedLevel};
 use played::{PlayedRings, RawLevel, PLAYED_SECONDS};
 
-/// Buffers' levels the ring between the callback and the watcher holds.
+/// Buffers' levels the ring between the callback and the speaker's thread
+/// holds, and [`Played`] messages the channel from that thread holds.
 const LEVELS: usize = 4096;
 
 /// Marks the rings to and from the callback hold (one per answer begun:
@@ -218,7 +231,12 @@ pub struct Speaker {
     thread: Option<JoinHandle<()>>,
     /// Disconnected when the speaker's thread ends (it never sends).
     ended: std::sync::mpsc::Receiver<()>,
-    levels: Arc<Mutex<PlayedRings>>,
+    /// What played, from the speaker's thread.
+    played: crossbeam_channel::Receiver<Played>,
+    /// A signal of room in the ring (after each buffer, an interrupt, a close).
+    room: crossbeam_channel::Receiver<()>,
+    room_tx: crossbeam_channel::Sender<()>,
+    reference: crate::aec::EchoReference,
     clock: Clock,
 }
 
@@ -230,23 +248,16 @@ impl std::fmt::Debug for Speaker {
     }
 }
 
-/// Called from the speaker's thread with each mark as it reaches the
-/// device, and the instant it does.
-pub type OnPlayed = Box<dyn FnMut(Mark, Instant) + Send>;
-
 impl Speaker {
     /// Opens output device `device` (its id or name; the default when
     /// `None`) in its default configuration and starts playing silence.
-    /// `on_played` hears of each [`Mark`] as it reaches the device.
+    /// What it plays is handed on as [`Played`] messages
+    /// ([`Speaker::played`]).
     ///
     /// # Errors
     /// [`PlaybackError`] (inside [`AudioError::Playback`]) when there is no
     /// such device or it cannot be opened.
-    pub fn open(
-        device: Option<&str>,
-        clock: Clock,
-        on_played: OnPlayed,
-    ) -> Result<Self, AudioError> {
+    pub fn open(device: Option<&str>, clock: Clock) -> Result<Self, AudioError> {
         crate::quiet::silence_audio_libraries();
         let wanted = device.map(str::to_owned);
         let shared = Arc::new(Shared::default());
@@ -254,13 +265,23 @@ impl Speaker {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
-        let (s, st) = (shared.clone(), stop.clone());
+        let (played_tx, played) = crossbeam_channel::bounded(LEVELS);
+        let (room_tx, room) = crossbeam_channel::bounded(1);
+        let reference = crate::aec::EchoReference::new();
+        let ends = ThreadEnds {
+            shared: shared.clone(),
+            marks: marks_out,
+            stop: stop.clone(),
+            played: played_tx,
+            room: room_tx.clone(),
+            reference: reference.clone(),
+        };
         // the stream is built and kept on the thread that owns it
         let thread = std::thread::Builder::new()
             .name("speaker".into())
             .spawn(move || {
                 let _ended = ended_tx;
-                speaker_thread(wanted, clock, s, marks_out, st, on_played, ready_tx);
+                speaker_thread(wanted, clock, ends, ready_tx);
             })
             .map_err(|e| PlaybackError::CannotOpen {
                 device: device.unwrap_or("default").to_owned(),
@@ -270,7 +291,7 @@ impl Speaker {
             device: device.unwrap_or("default").to_owned(),
             reason,
         };
-        let (format, producer, (levels, samples)) = match ready_rx.recv_timeout(OPEN_LIMIT) {
+        let (format, producer) = match ready_rx.recv_timeout(OPEN_LIMIT) {
             Ok(Ok(ready)) => ready,
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -292,11 +313,10 @@ impl Speaker {
         };
         Ok(Self {
             ended,
-            levels: Arc::new(Mutex::new(PlayedRings {
-                levels,
-                samples,
-                reference: crate::aec::EchoReference::new(),
-            })),
+            played,
+            room,
+            room_tx,
+            reference,
             clock,
             format,
             producer,
@@ -314,14 +334,26 @@ impl Speaker {
         &self.format
     }
 
+    /// What the device plays, in order, as it plays it: each [`Mark`] as
+    /// its sample reaches the device, each buffer's level. A bounded
+    /// channel (a few seconds of buffers) for one reader that receives as
+    /// the device plays; a message it has no room for is lost and counted
+    /// ([`SpeakerControl::lost`]), the device never waits on it.
+    #[must_use]
+    pub fn played(&self) -> crossbeam_channel::Receiver<Played> {
+        self.played.clone()
+    }
+
     /// Queues `samples` (mono at `rate`) to play after what is queued,
     /// resampled to the device's rate, waiting while the ring is full; `mark`
     /// tags the block's first sample ([`Speaker::open`]'s `on_played` hears
     /// when it reaches the device; a block of which nothing is queued leaves
     /// no mark). Says what was queued: all of it, or less when the wait
     /// for room ended first — an [`interrupt`](SpeakerControl::interrupt)
-    /// came, the device stalled ([`STALL_AFTER`]: the wait is never longer),
-    /// or the speaker was [closed](SpeakerControl::close).
+    /// came, `give_way` said so when an interrupt woke the wait
+    /// ([`Cut::Interrupted`] both), the device stalled ([`STALL_AFTER`]: the
+    /// wait is never longer), or the speaker was
+    /// [closed](SpeakerControl::close).
     ///
     /// # Errors
     /// [`AudioError`] when `rate` cannot be resampled from.
@@ -330,6 +362,7 @@ impl Speaker {
         samples: &[f32],
         rate: u32,
         mark: Option<u64>,
+        give_way: &dyn Fn() -> bool,
     ) -> Result<Fed, AudioError> {
         let device_rate = self.format.sample_rate;
         if self.resampler.as_ref().is_none_or(|(r, _)| *r != rate) {
@@ -353,13 +386,15 @@ impl Speaker {
             }
             let n = self.producer.slots().min(rest.len());
             if n == 0 {
-                if self.shared.interrupts.load(Ordering::Acquire) != interrupted_at {
+                if self.shared.interrupts.load(Ordering::Acquire) != interrupted_at || give_way() {
                     break Some(Cut::Interrupted);
                 }
-                if self.shared.silent_for(&self.clock) >= STALL_AFTER {
+                let silent = self.shared.silent_for(&self.clock);
+                if silent >= STALL_AFTER {
                     break Some(Cut::Stalled);
                 }
-                std::thread::sleep(Duration::from_millis(5));
+                // until the device takes audio (or an interrupt, a close)
+                let _ = self.room.recv_timeout(STALL_AFTER - silent);
                 continue;
             }
             self.push_mark(mark.take());
@@ -411,7 +446,8 @@ impl Speaker {
     pub fn control(&self) -> SpeakerControl {
         SpeakerControl {
             shared: self.shared.clone(),
-            levels: self.levels.clone(),
+            reference: self.reference.clone(),
+            room: self.room_tx.clone(),
             clock: self.clock,
             rate: self.format.sample_rate,
         }
@@ -422,7 +458,9 @@ impl Speaker {
 #[derive(Debug, Clone)]
 pub struct SpeakerControl {
     shared: Arc<Shared>,
-    levels: Arc<Mutex<PlayedRings>>,
+    reference: crate::aec::EchoReference,
+    /// Wakes [`Speaker::play`]'s wait for room.
+    room: crossbeam_channel::Sender<()>,
     clock: Clock,
     rate: u32,
 }
@@ -432,6 +470,20 @@ impl SpeakerControl {
     #[must_use]
     pub fn is_playing(&self) -> bool {
         self.shared.pushed.load(Ordering::Acquire) > self.shared.taken.load(Ordering::Acquire)
+    }
+
+    /// Whether every sample queued has been taken by the device and what
+    /// played handed on ([`Speaker::played`]): the marks of all of it
+    /// have been sent.
+    #[must_use]
+    pub fn is_handed_on(&self) -> bool {
+        self.shared.forwarded.load(Ordering::Acquire) >= self.shared.pushed.load(Ordering::Acquire)
+    }
+
+    /// [`Played`] messages lost so far because their reader fell behind.
+    #[must_use]
+    pub fn lost(&self) -> u64 {
+        self.shared.lost.load(Ordering::Relaxed)
     }
 
     /// Samples queued on the device and not yet taken (at its rate).
@@ -485,6 +537,7 @@ impl SpeakerControl {
     /// and plays again what is queued after). Returns at once.
     pub fn interrupt(&self) {
         self.shared.interrupt.store(true, Ordering::Release);
+        let _ = self.room.try_send(());
     }
 
     /// Pauses what is playing: the callback fades out over [`FADE_MS`] and
@@ -493,19 +546,12 @@ impl SpeakerControl {
         self.shared.paused.store(true, Ordering::Release);
     }
 
-    /// The levels of the buffers played since the last call, oldest first;
-    /// their samples go on to the [echo reference](Self::echo_reference).
-    #[must_use]
-    pub fn take_levels(&self) -> Vec<PlayedLevel> {
-        voxline_core::sync::lock(&self.levels).take(self.clock.origin(), self.rate)
-    }
-
-    /// What the device played, sample by sample, as
-    /// [`take_levels`](Self::take_levels) reads it: the echo canceller's
-    /// far end ([`AecStage`](crate::AecStage)).
+    /// What the device played, sample by sample, as the speaker's thread
+    /// hands it on after each buffer: the echo canceller's far end
+    /// ([`AecStage`](crate::AecStage)).
     #[must_use]
     pub fn echo_reference(&self) -> crate::aec::EchoReference {
-        voxline_core::sync::lock(&self.levels).reference.clone()
+        self.reference.clone()
     }
 
     /// How long the device has asked for no audio: since its last callback
@@ -531,6 +577,7 @@ impl SpeakerControl {
     pub fn close(&self) {
         self.shared.closed.store(true, Ordering::Release);
         self.shared.interrupt.store(true, Ordering::Release);
+        let _ = self.room.try_send(());
     }
 
     /// Whether it was closed ([`SpeakerControl::close`]).
@@ -555,6 +602,10 @@ impl SpeakerControl {
 impl Drop for Speaker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        let _ = self.room_tx.try_send(());
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
         // the thread closes the stream (joining cpal's worker); a device that
         // hangs there is not waited for past the limit
         match self.ended.recv_timeout(CLOSE_LIMIT) {
@@ -572,26 +623,36 @@ impl Drop for Speaker {
     }
 }
 
-type Ready = Result<
-    (
-        SpeakerFormat,
-        rtrb::Producer<f32>,
-        (rtrb::Consumer<RawLevel>, rtrb::Consumer<f32>),
-    ),
-    PlaybackError,
->;
+type Ready = Result<(SpeakerFormat, rtrb::Producer<f32>), PlaybackError>;
 
-/// The speaker's thread: builds and owns the stream, hands the ring's
-/// producer back, then reports marks as they play until stopped.
-fn speaker_thread(
-    wanted: Option<String>,
-    clock: Clock,
+/// What the speaker's thread is handed: the callback's ends, and where
+/// what played goes.
+struct ThreadEnds {
     shared: Arc<Shared>,
     marks: rtrb::Consumer<Mark>,
     stop: Arc<AtomicBool>,
-    mut on_played: OnPlayed,
+    played: crossbeam_channel::Sender<Played>,
+    room: crossbeam_channel::Sender<()>,
+    reference: crate::aec::EchoReference,
+}
+
+/// The speaker's thread: builds and owns the stream, hands the ring's
+/// producer back, then, woken by each buffer the callback fills, hands on
+/// what played until stopped.
+fn speaker_thread(
+    wanted: Option<String>,
+    clock: Clock,
+    ends: ThreadEnds,
     ready: std::sync::mpsc::SyncSender<Ready>,
 ) {
+    let ThreadEnds {
+        shared,
+        marks,
+        stop,
+        played: played_tx,
+        room,
+        reference,
+    } = ends;
     let opened = (|| {
         let host = cpal::default_host();
         let device = find_output(&host, wanted.as_deref())?;
@@ -626,6 +687,7 @@ fn speaker_thread(
             level: usize::MAX,
             levels,
             played,
+            wake: Some(std::thread::current()),
         };
         let stream = match config.sample_format() {
             SampleFormat::F32 => build::<f32>(&device, &stream_config, cb),
@@ -643,30 +705,36 @@ fn speaker_thread(
         // the device's silence is counted from here until it first asks
         shared.asked_at(&clock, clock.now());
         stream.play().map_err(|e| cannot(&e))?;
-        Ok((
-            format,
-            producer,
-            (levels_out, played_out),
-            (stream, played_marks_out),
-        ))
+        let rings = PlayedRings {
+            marks: played_marks_out,
+            levels: levels_out,
+            samples: played_out,
+            reference,
+        };
+        Ok((format, producer, (stream, rings)))
     })();
-    let (stream, mut played_marks) = match opened {
-        Ok((format, producer, rings, kept)) => {
-            if ready.send(Ok((format, producer, rings))).is_err() {
+    let (stream, mut rings, rate) = match opened {
+        Ok((format, producer, (stream, rings))) => {
+            let rate = format.sample_rate;
+            if ready.send(Ok((format, producer))).is_err() {
                 return;
             }
-            kept
+            (stream, rings, rate)
         }
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
         }
     };
+    let mut send = |p: Played| played_tx.try_send(p).is_ok();
     while !stop.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(2));
-        while let Ok((m, ns)) = played_marks.pop() {
-            on_played(m, clock.origin() + Duration::from_nanos(ns));
+        // until the callback has filled a buffer (or the speaker is dropped)
+        std::thread::park();
+        let lost = rings.forward(&shared, clock.origin(), rate, &mut send);
+        if lost > 0 {
+            shared.lost.fetch_add(lost, Ordering::Relaxed);
         }
+        let _ = room.try_send(());
     }
     drop(stream);
 }

@@ -33,6 +33,7 @@ impl Rig {
             level: usize::MAX,
             levels,
             played: played_samples,
+            wake: None,
         };
         Self {
             cb,
@@ -163,18 +164,98 @@ fn a_stop_while_the_answer_sounds_drops_what_is_queued_at_once() {
 
 /// The feeding side's watch on the device, around a rig's callback.
 fn control(rig: &Rig) -> SpeakerControl {
-    let (_, levels) = rtrb::RingBuffer::new(1);
-    let (_, samples) = rtrb::RingBuffer::new(1);
     SpeakerControl {
         shared: rig.cb.shared.clone(),
-        levels: Arc::new(Mutex::new(PlayedRings {
-            levels,
-            samples,
-            reference: crate::aec::EchoReference::new(),
-        })),
+        reference: crate::aec::EchoReference::new(),
+        room: crossbeam_channel::bounded(1).0,
         clock: rig.cb.clock,
         rate: RATE,
     }
+}
+
+/// The speaker's thread sleeps until the callback wakes it, then hands on
+/// what played in order: the marks, then the levels of the buffers they
+/// played in, and their samples to the echo reference. Only then does the
+/// control say everything queued was handed on.
+#[test]
+fn the_callback_wakes_the_speakers_thread_which_hands_on_marks_then_levels() {
+    let (samples, consumer) = rtrb::RingBuffer::new(RATE as usize);
+    let (mut marks, marks_out) = rtrb::RingBuffer::new(MARKS);
+    let (played_marks, played_marks_out) = rtrb::RingBuffer::new(MARKS);
+    let (levels, levels_out) = rtrb::RingBuffer::new(LEVELS);
+    let (played, played_out) = rtrb::RingBuffer::new(RATE as usize);
+    let mut samples = samples;
+    let mut cb = Callback {
+        consumer,
+        marks: marks_out,
+        played_marks,
+        shared: Arc::new(Shared::default()),
+        clock: Clock::start(),
+        channels: 1,
+        rate: RATE,
+        fade_left: None,
+        level: usize::MAX,
+        levels,
+        played,
+        wake: Some(std::thread::current()),
+    };
+    let reference = crate::aec::EchoReference::new();
+    let mut rings = PlayedRings {
+        marks: played_marks_out,
+        levels: levels_out,
+        samples: played_out,
+        reference: reference.clone(),
+    };
+    let c = SpeakerControl {
+        shared: cb.shared.clone(),
+        reference: reference.clone(),
+        room: crossbeam_channel::bounded(1).0,
+        clock: cb.clock,
+        rate: RATE,
+    };
+    marks.push(Mark { tag: 7, sample: 0 }).unwrap();
+    for _ in 0..240 {
+        samples.push(0.5).unwrap();
+    }
+    cb.shared.pushed.store(240, Ordering::Release);
+    // a token from before is used up, so the park below waits for the callback
+    std::thread::park_timeout(Duration::ZERO);
+    let mut data = vec![0.0f32; 480];
+    let now = cb.clock.now();
+    cb.fill_at(&mut data, now, Duration::from_millis(30));
+    // the callback's unpark ends the park at once (without it, the 60 s)
+    let parked = Instant::now();
+    std::thread::park_timeout(Duration::from_secs(60));
+    assert!(parked.elapsed() < Duration::from_secs(30), "not woken");
+    assert!(!c.is_playing());
+    assert!(!c.is_handed_on(), "played, not yet handed on");
+    let mut got = Vec::new();
+    let lost = rings.forward(&cb.shared, cb.clock.origin(), RATE, &mut |p| {
+        got.push(p);
+        true
+    });
+    assert_eq!(lost, 0);
+    assert!(c.is_handed_on());
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(
+        matches!(got[0], Played::Mark(Mark { tag: 7, sample: 0 }, at) if at == now + Duration::from_millis(30)),
+        "{got:?}"
+    );
+    let Played::Level(l) = got[1] else {
+        panic!("{got:?}")
+    };
+    assert_eq!(l.at, now + Duration::from_millis(30));
+    assert_eq!(l.duration, Duration::from_millis(10));
+    // half the buffer at 0.5, half silent
+    assert!((l.mean_square - 0.125).abs() < 1e-6, "{}", l.mean_square);
+    assert!(reference.known_index().is_some(), "the samples went on");
+    // a reader that has no room: counted as lost, the rest goes on
+    let mut data = vec![0.0f32; 480];
+    cb.fill_at(&mut data, now, Duration::from_millis(40));
+    assert_eq!(
+        rings.forward(&cb.shared, cb.clock.origin(), RATE, &mut |_| false),
+        1
+    );
 }
 
 /// A device that stops asking for audio while the voice is queued on it

@@ -133,9 +133,24 @@ struct State {
 }
 
 /// The barge-in state a pipeline's endpointer, output and runtime share.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct BargeIn {
     state: Arc<Mutex<State>>,
+    /// Signalled when there is a request or a verdict for the output
+    /// ([`BargeIn::changes`]).
+    changed: (
+        crossbeam_channel::Sender<()>,
+        crossbeam_channel::Receiver<()>,
+    ),
+}
+
+impl Default for BargeIn {
+    fn default() -> Self {
+        Self {
+            state: Arc::default(),
+            changed: crossbeam_channel::bounded(1),
+        }
+    }
 }
 
 /// Interrupted turns remembered (older ones are forgotten; a stage hears of
@@ -285,6 +300,33 @@ impl BargeIn {
         crate::sync::lock(&self.state)
     }
 
+    /// Receives a signal whenever there is something new for the output
+    /// to take ([`take_request`](Self::take_request),
+    /// [`take_verdict`](Self::take_verdict)): the output's thread sleeps
+    /// on it, with [`hold_ends`](Self::hold_ends) as its timer, instead of
+    /// polling. Signals do not queue up: one wakes for all before it.
+    #[must_use]
+    pub fn changes(&self) -> crossbeam_channel::Receiver<()> {
+        self.changed.1.clone()
+    }
+
+    fn signal(&self) {
+        let _ = self.changed.0.try_send(());
+    }
+
+    /// When the hold, if there is one, resumes without words (see
+    /// [`take_verdict`](Self::take_verdict)).
+    #[must_use]
+    pub fn hold_ends(&self) -> Option<Instant> {
+        let s = self.lock();
+        let limit = if s.over.is_empty() {
+            HOLD_WITHOUT_SPEECH
+        } else {
+            HOLD_FOR_WORDS
+        };
+        s.hold.as_ref().map(|h| h.since + limit)
+    }
+
     /// The output plays turn `id`'s answer now (`None`: nothing plays).
     pub fn set_playing(&self, id: Option<UtteranceId>) {
         let mut s = self.lock();
@@ -324,6 +366,8 @@ impl BargeIn {
                 ask: Ask::Hold,
             });
             s.over.clear();
+            drop(s);
+            self.signal();
         }
     }
 
@@ -343,7 +387,11 @@ impl BargeIn {
                 detected,
                 ask: Ask::Stop,
             });
+        } else {
+            return;
         }
+        drop(s);
+        self.signal();
     }
 
     /// Takes the pending request, if any.
@@ -407,7 +455,11 @@ impl BargeIn {
             });
         } else if let Some(r) = s.request.as_mut().filter(|_| heard.is_words()) {
             r.ask = Ask::Stop;
+        } else {
+            return;
         }
+        drop(s);
+        self.signal();
     }
 
     /// How the hold ended, once it has: the output resumes or stops the
@@ -551,6 +603,45 @@ mod tests {
         b.hold(1, r, now);
         b.lock().hold.as_mut().unwrap().since = long_ago;
         assert!(matches!(b.take_verdict(), Some(Verdict::Resume(_, None))));
+    }
+
+    /// The output sleeps on [`BargeIn::changes`]: a request, a stop and a
+    /// verdict each signal it; nothing else does, and signals do not pile
+    /// up. Its timer is the hold's end.
+    #[test]
+    fn requests_and_verdicts_wake_the_output_and_the_hold_sets_its_timer() {
+        let b = BargeIn::new();
+        let woken = b.changes();
+        let now = Instant::now();
+        b.request(now, now);
+        assert!(woken.try_recv().is_err(), "nothing plays: no request");
+        b.set_playing(Some(1));
+        b.request(now, now);
+        b.request(now, now);
+        assert!(woken.try_recv().is_ok(), "a request");
+        assert!(woken.try_recv().is_err(), "one signal for both");
+        assert_eq!(b.hold_ends(), None);
+        let r = b.take_request().unwrap();
+        b.hold(1, r, now);
+        let ends = b.hold_ends().unwrap();
+        assert!(
+            ends >= now + HOLD_WITHOUT_SPEECH,
+            "no words sent: the shorter wait"
+        );
+        b.heard_over(2);
+        assert!(b.hold_ends().unwrap() >= now + HOLD_FOR_WORDS);
+        assert!(
+            woken.try_recv().is_err(),
+            "naming what is heard over it decides nothing"
+        );
+        b.heard(3, &Heard::Words, "Not over it.");
+        assert!(woken.try_recv().is_err(), "words not heard over it");
+        b.heard(2, &Heard::Words, "Stop that.");
+        assert!(woken.try_recv().is_ok(), "a verdict");
+        assert!(matches!(b.take_verdict(), Some(Verdict::Stop(_))));
+        assert_eq!(b.hold_ends(), None);
+        b.confirm(now, now);
+        assert!(woken.try_recv().is_ok(), "a stop asked for while it plays");
     }
 
     #[test]

@@ -3,9 +3,11 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, Sender};
 use voxline_audio::playback::STALL_AFTER;
+use voxline_audio::Played;
 use voxline_core::{Clock, PipelineEvent, ShutdownHandle, TimedEvent};
 
 use super::run::RunError;
@@ -31,7 +33,13 @@ struct Queued {
 ///
 /// Barge-in: a watcher thread serves the endpointer's requests
 /// ([`voxline_core::BargeIn`]): it pauses the playback (a fade, what is
-/// queued kept) until the words heard over it decide. A backchannel plays
+/// queued kept) until the words heard over it decide. The watcher polls
+/// nothing: it sleeps until a message wakes it — what the device played
+/// ([`voxline_audio::Played`], after each buffer), a request or a verdict
+/// ([`voxline_core::BargeIn::changes`]), or the end of the session — or
+/// until its one timer, the earliest of the hold's end, the moment a
+/// device that took no audio would have stalled, and the end of the
+/// play-out. A backchannel plays
 /// on where it paused (a false interruption, `voice_resumed`). A real
 /// interruption stops it: what is queued is dropped, the user heard the
 /// chunks whose playback began, and the turn is marked interrupted, which
@@ -63,8 +71,15 @@ pub(super) struct Voice {
     /// block is marked (its `VoicePlayed`), whichever chunk it comes from
     /// (a first chunk that gave no audio, or failed, leaves none of its own).
     marked: Arc<Mutex<Option<u64>>>,
-    stop: Arc<AtomicBool>,
-    watcher: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// The watcher wants the feed (to stop an answer): a block waiting for
+    /// room in the device's ring gives way at once.
+    feed_wanted: Arc<AtomicBool>,
+    /// Set by [`Voice::finish`]: the play-out, and whether to let what is
+    /// queued play; the watcher ends it and returns how it ended.
+    finishing: Arc<Mutex<Option<bool>>>,
+    /// Wakes the watcher for [`Voice::finish`].
+    wake: Sender<()>,
+    watcher: Arc<Mutex<Option<std::thread::JoinHandle<PlayOut>>>>,
     /// The echo canceller's figures, when one takes this voice out of the
     /// microphone ([`Voice::echo_canceller`]).
     aec: Arc<Mutex<Option<voxline_audio::AecMeter>>>,
@@ -90,55 +105,21 @@ impl Voice {
         clock: Clock,
         cut: Option<ShutdownHandle>,
     ) -> Result<Self, RunError> {
-        let bus: Arc<Mutex<Option<voxline_core::EventBus>>> = Arc::default();
-        let barge = voxline_core::BargeIn::new();
-        let answers: Arc<Mutex<Answers>> = Arc::default();
-        let (publish, turns, on) = (bus.clone(), barge.clone(), answers.clone());
-        let speaker = voxline_audio::Speaker::open(
-            device,
-            clock,
-            Box::new(move |mark, at| {
-                let bus = locked(&publish);
-                let say = |event| {
-                    if let Some(b) = bus.as_ref() {
-                        b.publish(TimedEvent { at, event });
-                    }
-                };
-                let sounded = locked(&on).sounded(mark.tag);
-                match sounded {
-                    // stopped with the answer before it: it never played
-                    Sounded::Unheard => return,
-                    // it waited behind an answer, which ends here
-                    Sounded::Followed => {
-                        tracing::debug!(
-                            turn = mark.tag,
-                            "an answer that waited behind another begins"
-                        );
-                        if let Some(before) = turns.playing().filter(|p| *p != mark.tag) {
-                            say(PipelineEvent::engine_event(voxline_tts::VoiceEnded {
-                                id: before,
-                            }));
-                        }
-                        turns.set_playing(Some(mark.tag));
-                    }
-                    Sounded::Began => {}
-                }
-                say(PipelineEvent::engine_event(voxline_tts::VoicePlayed {
-                    id: mark.tag,
-                }));
-            }),
-        )
-        .map_err(RunError::Capture)?;
+        let speaker = voxline_audio::Speaker::open(device, clock).map_err(RunError::Capture)?;
+        let played = speaker.played();
+        let (wake, woken) = crossbeam_channel::bounded(1);
         let voice = Self {
             device: speaker.format().device.as_str().into(),
             control: speaker.control(),
             feed: Arc::new(Mutex::new(speaker)),
             log: Arc::default(),
-            bus,
-            barge,
-            answers,
+            bus: Arc::default(),
+            barge: voxline_core::BargeIn::new(),
+            answers: Arc::default(),
             marked: Arc::default(),
-            stop: Arc::default(),
+            feed_wanted: Arc::default(),
+            finishing: Arc::default(),
+            wake,
             watcher: Arc::default(),
             aec: Arc::default(),
             cut,
@@ -146,10 +127,16 @@ impl Voice {
             closed: Arc::default(),
             stalls: Arc::default(),
         };
-        let w = voice.clone();
+        let watch = Watch {
+            changes: voice.barge.changes(),
+            voice: voice.clone(),
+            played,
+            woken,
+            backlog: VecDeque::new(),
+        };
         let handle = std::thread::Builder::new()
             .name("barge-in".into())
-            .spawn(move || w.watch())
+            .spawn(move || watch.run())
             .map_err(RunError::Thread)?;
         *locked(&voice.watcher) = Some(handle);
         Ok(voice)
@@ -188,11 +175,13 @@ impl Voice {
             locked(&self.stalls).lost_s += a.samples.len() as f64 / f64::from(a.sample_rate.max(1));
             return;
         }
+        // (checked with the feed held: once the watcher has held it to stop
+        // an answer, no block of that answer is queued again)
+        let mut s = locked(&self.feed);
         if self.barge.is_interrupted(a.id) || locked(&self.answers).halted(a.id) {
             // the user spoke over it: what is still coming is not played
             return;
         }
-        let mut s = locked(&self.feed);
         if let Some(text) = &a.text {
             self.barge.said(text);
             let mut log = locked(&self.log);
@@ -214,7 +203,8 @@ impl Voice {
             tracing::debug!(turn = a.id, "queued behind the answer playing");
         }
         let rate = s.format().sample_rate;
-        match s.play(&a.samples, a.sample_rate, first) {
+        let give_way = || self.feed_wanted.load(Ordering::Acquire);
+        match s.play(&a.samples, a.sample_rate, first, &give_way) {
             Ok(fed) => {
                 if fed.queued > 0 || fed.cut.is_none() {
                     *locked(&self.marked) = Some(a.id);
@@ -235,55 +225,22 @@ impl Voice {
         }
     }
 
-    /// The watcher: serves barge-in requests and verdicts, and says when
-    /// nothing plays.
-    fn watch(&self) {
-        while !self.stop.load(Ordering::Acquire) {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-            self.watch_device();
-            if let Some(r) = self.barge.take_request() {
-                tracing::debug!(ask = ?r.ask, playing = ?self.barge.playing(), "barge-in request");
-                if let Some(id) = self.barge.playing() {
-                    match r.ask {
-                        voxline_core::barge::Ask::Hold => {
-                            self.control.pause();
-                            let silent = Instant::now() + self.control.output_latency();
-                            self.barge.hold(id, r, silent);
-                        }
-                        voxline_core::barge::Ask::Stop => {
-                            self.interrupt(id, r.speech_start, r.detected, None);
-                        }
-                    }
+    /// The first sample of turn `tag`'s answer reached the device at `at`.
+    fn mark_played(&self, tag: u64, at: Instant) {
+        match locked(&self.answers).sounded(tag) {
+            // stopped with the answer before it: it never played
+            Sounded::Unheard => return,
+            // it waited behind an answer, which ends here
+            Sounded::Followed => {
+                tracing::debug!(turn = tag, "an answer that waited behind another begins");
+                if let Some(before) = self.barge.playing().filter(|p| *p != tag) {
+                    self.publish(at, voxline_tts::VoiceEnded { id: before });
                 }
+                self.barge.set_playing(Some(tag));
             }
-            match self.barge.take_verdict() {
-                Some(voxline_core::barge::Verdict::Stop(h)) => {
-                    let r = h.request;
-                    self.interrupt(h.turn, r.speech_start, r.detected, Some(h.stopped));
-                }
-                Some(voxline_core::barge::Verdict::Resume(h, words)) => self.resume(&h, words),
-                None => {}
-            }
-            // when and how loud the voice sounds, for what the microphone
-            // hears of it
-            for l in self.control.take_levels() {
-                self.barge.played(l.at, l.duration, l.mean_square);
-            }
-            let stalled = locked(&self.stalls).current.is_some();
-            if self.control.is_playing() && !self.control.is_paused() && !stalled {
-                let now = Instant::now();
-                self.barge
-                    .sounding(now, now + self.control.output_latency());
-            }
-            // an answer plays until all of it has been synthesised and played
-            let playing = self.barge.playing();
-            if let Some(id) =
-                playing.filter(|p| locked(&self.answers).ended(*p, self.control.is_playing()))
-            {
-                self.barge.set_playing(None);
-                self.publish(Instant::now(), voxline_tts::VoiceEnded { id });
-            }
+            Sounded::Began => {}
         }
+        self.publish(at, voxline_tts::VoicePlayed { id: tag });
     }
 
     /// Ends the playback for good (`why`, the first reason kept): what is
@@ -397,96 +354,6 @@ impl Voice {
         );
     }
 
-    /// Drops what the device has queued (the callback does, at its next
-    /// buffer), waiting up to 200 ms for it; not at all for a device that
-    /// has stalled (it drops it when it takes audio again).
-    fn drop_queued(&self) {
-        let before = self.control.interrupts();
-        self.control.interrupt();
-        let deadline = Instant::now() + std::time::Duration::from_millis(200);
-        while self.control.interrupts() == before
-            && Instant::now() < deadline
-            && !self.control.is_stalled()
-        {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-
-    /// Stops turn `id`'s answer for the user's speech: silent at once (or
-    /// since `silent`, when it was paused), what is queued dropped, and
-    /// nothing more of it played.
-    fn interrupt(
-        &self,
-        id: u64,
-        speech_start: Instant,
-        detected: Instant,
-        silent: Option<Instant>,
-    ) {
-        let dropped_before = self.control.dropped();
-        // no block of it (or of one queued behind it) is queued from now:
-        // the sink lets go of the feed once the one it pushes is dropped
-        let unheard = locked(&self.answers).halt(id);
-        // silent first, so nothing plays while what is queued is dropped
-        self.control.pause();
-        let stopped = silent.unwrap_or_else(|| Instant::now() + self.control.output_latency());
-        self.drop_queued();
-        let mut tries = 0;
-        let heard = loop {
-            // A block being pushed (or waiting for room in the paused ring)
-            // holds the feed: drop again, which also ends its wait, until it
-            // is let go. Then no block is being pushed, one pushed after the
-            // first drop goes too, and from the mark on the rest of the turn
-            // is not played. A device that stopped taking audio never lets
-            // it go: after 2 s of drops the turn is stopped without it.
-            let feed = match self.feed.try_lock() {
-                Ok(f) => Some(f),
-                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) if tries < 10 => {
-                    tries += 1;
-                    self.drop_queued();
-                    continue;
-                }
-                Err(std::sync::TryLockError::WouldBlock) => None,
-            };
-            if self.control.is_playing() {
-                self.drop_queued();
-            }
-            let played_to = self.control.taken() - (self.control.dropped() - dropped_before);
-            let heard: Vec<String> = locked(&self.log)
-                .iter()
-                .filter(|q| q.turn == id && q.at < played_to)
-                .map(|q| q.text.to_string())
-                .collect();
-            let heard = heard.join(" ");
-            tracing::debug!(
-                turn = id,
-                tries,
-                fed = feed.is_some(),
-                "the answer is stopped"
-            );
-            self.barge.interrupt(id, heard.clone());
-            // an answer queued behind it is dropped with it, unheard
-            if let Some(n) = unheard {
-                self.barge.interrupt(n, String::new());
-            }
-            drop(feed);
-            break heard;
-        };
-        self.control.resume();
-        for (id, heard) in std::iter::once((id, heard)).chain(unheard.map(|n| (n, String::new()))) {
-            self.publish(
-                Instant::now().max(stopped),
-                voxline_tts::VoiceInterrupted {
-                    id,
-                    heard,
-                    speech_start,
-                    detected,
-                    stopped,
-                },
-            );
-        }
-    }
-
     fn publish(&self, at: Instant, event: impl voxline_core::EngineEvent + PartialEq) {
         if let Some(b) = locked(&self.bus).as_ref() {
             b.publish(TimedEvent {
@@ -509,35 +376,12 @@ impl Voice {
     pub(super) fn finish(self, drain: bool) -> crate::pipeline::VoiceOutputReport {
         // an answer still held plays on
         self.control.resume();
-        let by = *locked(&self.play_out_by).get_or_insert(Instant::now() + PLAY_OUT_LIMIT);
-        let ended = loop {
-            if let Some(why) = *locked(&self.closed) {
-                break why;
-            }
-            if !drain || self.cut.as_ref().is_some_and(ShutdownHandle::is_requested) {
-                break PlayOut::Stopped;
-            }
-            if !self.control.is_playing() {
-                break PlayOut::Played;
-            }
-            if locked(&self.stalls).current.is_some() || self.control.is_stalled() {
-                break PlayOut::Stalled;
-            }
-            if Instant::now() >= by {
-                break PlayOut::TimeLimit;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        };
-        if ended != PlayOut::Played {
-            self.close(ended);
-            tracing::debug!(ended = ended.name(), "the play-out ended");
-        }
-        // the last mark reported
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        self.stop.store(true, Ordering::Release);
-        if let Some(w) = locked(&self.watcher).take() {
-            let _ = w.join();
-        }
+        locked(&self.play_out_by).get_or_insert(Instant::now() + PLAY_OUT_LIMIT);
+        *locked(&self.finishing) = Some(drain);
+        let _ = self.wake.try_send(());
+        let ended = locked(&self.watcher)
+            .take()
+            .map_or(PlayOut::Stopped, |w| w.join().unwrap_or(PlayOut::Stopped));
         let s = locked(&self.feed);
         let f = s.format();
         let stalls = locked(&self.stalls);
@@ -561,5 +405,230 @@ impl Voice {
         drop(s);
         locked(&self.bus).take();
         report
+    }
+}
+
+/// How long stopping an answer waits for the device to drop what is
+/// queued (its next buffer does): not at all for a device that has stalled.
+const DROP_WAIT: Duration = Duration::from_millis(200);
+
+/// The watcher's thread: the [`Voice`] it watches, and what wakes it.
+struct Watch {
+    voice: Voice,
+    /// What the device played, from the speaker's thread.
+    played: Receiver<Played>,
+    /// Barge-in requests and verdicts.
+    changes: Receiver<()>,
+    /// [`Voice::finish`].
+    woken: Receiver<()>,
+    /// What played, received and not yet acted on.
+    backlog: VecDeque<Played>,
+}
+
+impl Watch {
+    /// Serves barge-in requests and verdicts, says when an answer begins
+    /// and ends, watches the device, and once [`Voice::finish`] asks, ends
+    /// the play-out: returns how it ended.
+    fn run(mut self) -> PlayOut {
+        loop {
+            self.wait();
+            self.act_on_played();
+            let v = &self.voice;
+            v.watch_device();
+            if let Some(r) = v.barge.take_request() {
+                tracing::debug!(ask = ?r.ask, playing = ?v.barge.playing(), "barge-in request");
+                if let Some(id) = v.barge.playing() {
+                    match r.ask {
+                        voxline_core::barge::Ask::Hold => {
+                            v.control.pause();
+                            let silent = Instant::now() + v.control.output_latency();
+                            v.barge.hold(id, r, silent);
+                        }
+                        voxline_core::barge::Ask::Stop => {
+                            self.interrupt(id, r.speech_start, r.detected, None);
+                        }
+                    }
+                }
+            }
+            let v = &self.voice;
+            match v.barge.take_verdict() {
+                Some(voxline_core::barge::Verdict::Stop(h)) => {
+                    let r = h.request;
+                    self.interrupt(h.turn, r.speech_start, r.detected, Some(h.stopped));
+                }
+                Some(voxline_core::barge::Verdict::Resume(h, words)) => v.resume(&h, words),
+                None => {}
+            }
+            self.act_on_played();
+            let v = &self.voice;
+            let stalled = locked(&v.stalls).current.is_some();
+            if v.control.is_playing() && !v.control.is_paused() && !stalled {
+                let now = Instant::now();
+                v.barge.sounding(now, now + v.control.output_latency());
+            }
+            // an answer plays until all of it has been synthesised and played
+            let playing = v.barge.playing();
+            if let Some(id) =
+                playing.filter(|p| locked(&v.answers).ended(*p, v.control.is_playing()))
+            {
+                v.barge.set_playing(None);
+                v.publish(Instant::now(), voxline_tts::VoiceEnded { id });
+            }
+            if let Some(ended) = self.played_out() {
+                return ended;
+            }
+        }
+    }
+
+    /// Sleeps until something wakes the watcher or its timer is due, and
+    /// takes what played meanwhile.
+    fn wait(&mut self) {
+        let timeout = self.timer().map_or(Duration::from_secs(3600), |at| {
+            at.saturating_duration_since(Instant::now())
+        });
+        crossbeam_channel::select! {
+            recv(self.played) -> m => match m {
+                Ok(m) => self.backlog.push_back(m),
+                // the speaker's thread has ended: nothing more comes
+                Err(_) => self.played = crossbeam_channel::never(),
+            },
+            recv(self.changes) -> _ => {}
+            recv(self.woken) -> _ => {}
+            default(timeout) => {}
+        }
+        self.take_played();
+    }
+
+    /// The watcher's one timer: the earliest of the hold's end, the moment
+    /// the device would have stalled (it took no audio while some is
+    /// queued), and the end of the play-out once the session has ended.
+    fn timer(&self) -> Option<Instant> {
+        let v = &self.voice;
+        let stall = (v.control.is_playing() && locked(&v.stalls).current.is_none())
+            .then(|| Instant::now() + STALL_AFTER.saturating_sub(v.control.silent_for()));
+        [v.barge.hold_ends(), stall, *locked(&v.play_out_by)]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Takes what played and is already waiting, without blocking.
+    fn take_played(&mut self) {
+        while let Ok(m) = self.played.try_recv() {
+            self.backlog.push_back(m);
+        }
+    }
+
+    /// What played, in order: a mark is an answer that begins to sound; a
+    /// level, how loud the voice was, for what the microphone hears of it.
+    fn act_on_played(&mut self) {
+        self.take_played();
+        while let Some(m) = self.backlog.pop_front() {
+            match m {
+                Played::Mark(mark, at) => self.voice.mark_played(mark.tag, at),
+                Played::Level(l) => self.voice.barge.played(l.at, l.duration, l.mean_square),
+            }
+        }
+    }
+
+    /// Once [`Voice::finish`] asked: how the play-out ended, when it has
+    /// (all of it played and handed on, a stop, a stall, the time limit).
+    fn played_out(&mut self) -> Option<PlayOut> {
+        let drain = (*locked(&self.voice.finishing))?;
+        let v = &self.voice;
+        let ended = if let Some(why) = *locked(&v.closed) {
+            why
+        } else if !drain || v.cut.as_ref().is_some_and(ShutdownHandle::is_requested) {
+            PlayOut::Stopped
+        } else if v.control.is_handed_on() {
+            PlayOut::Played
+        } else if locked(&v.stalls).current.is_some() || v.control.is_stalled() {
+            PlayOut::Stalled
+        } else if locked(&v.play_out_by).is_some_and(|by| Instant::now() >= by) {
+            PlayOut::TimeLimit
+        } else {
+            return None;
+        };
+        if ended != PlayOut::Played {
+            v.close(ended);
+            tracing::debug!(ended = ended.name(), "the play-out ended");
+        }
+        // the marks of what played, every one handed on by now
+        self.act_on_played();
+        Some(ended)
+    }
+
+    /// Drops what the device has queued (the callback does, at its next
+    /// buffer), waiting up to [`DROP_WAIT`] for it, woken by what it plays;
+    /// not at all for a device that has stalled (it drops it when it takes
+    /// audio again).
+    fn drop_queued(&mut self) {
+        let c = self.voice.control.clone();
+        let before = c.interrupts();
+        c.interrupt();
+        let deadline = Instant::now() + DROP_WAIT;
+        while c.interrupts() == before && !c.is_stalled() {
+            match self.played.recv_deadline(deadline) {
+                Ok(m) => self.backlog.push_back(m),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Stops turn `id`'s answer for the user's speech: silent at once (or
+    /// since `silent`, when it was paused), what is queued dropped, and
+    /// nothing more of it played.
+    fn interrupt(
+        &mut self,
+        id: u64,
+        speech_start: Instant,
+        detected: Instant,
+        silent: Option<Instant>,
+    ) {
+        let v = self.voice.clone();
+        let dropped_before = v.control.dropped();
+        // no block of it (or of one queued behind it) is queued from now
+        let unheard = locked(&v.answers).halt(id);
+        // silent first, so nothing plays while what is queued is dropped
+        v.control.pause();
+        let stopped = silent.unwrap_or_else(|| Instant::now() + v.control.output_latency());
+        // a block the sink is pushing gives way (its wait for room ends)
+        v.feed_wanted.store(true, Ordering::Release);
+        self.drop_queued();
+        let feed = locked(&v.feed);
+        v.feed_wanted.store(false, Ordering::Release);
+        // The sink holds the feed while it pushes, and reads whether the
+        // turn was stopped once it holds it: from here nothing of the turn
+        // is pushed. What it pushed after the first drop goes too.
+        if v.control.is_playing() {
+            self.drop_queued();
+        }
+        let played_to = v.control.taken() - (v.control.dropped() - dropped_before);
+        let heard: Vec<String> = locked(&v.log)
+            .iter()
+            .filter(|q| q.turn == id && q.at < played_to)
+            .map(|q| q.text.to_string())
+            .collect();
+        let heard = heard.join(" ");
+        tracing::debug!(turn = id, "the answer is stopped");
+        v.barge.interrupt(id, heard.clone());
+        // an answer queued behind it is dropped with it, unheard
+        if let Some(n) = unheard {
+            v.barge.interrupt(n, String::new());
+        }
+        drop(feed);
+        v.control.resume();
+        for (id, heard) in std::iter::once((id, heard)).chain(unheard.map(|n| (n, String::new()))) {
+            v.publish(
+                Instant::now().max(stopped),
+                voxline_tts::VoiceInterrupted {
+                    id,
+                    heard,
+                    speech_start,
+                    detected,
+                    stopped,
+                },
+            );
+        }
     }
 }
