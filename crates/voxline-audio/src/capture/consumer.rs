@@ -15,9 +15,10 @@ use super::drain::{DrainStop, Drainer};
 use super::ring::Counters;
 use super::{CaptureEnd, CaptureStats};
 
-/// How long the consumer sleeps when the ring is empty. The callback does not
-/// wake it (waking could block), so this bounds the added latency.
-const POLL_INTERVAL: Duration = Duration::from_millis(5);
+/// The longest the consumer sleeps when the ring is empty: the input
+/// callback wakes it after each block (an unpark, which never blocks), and
+/// so do a stream error and a stop; this timer only bounds a wake missed.
+const EMPTY_WAIT: Duration = Duration::from_millis(100);
 
 /// Non-fatal stream error messages kept for [`CaptureStats::stream_errors`].
 pub(super) const MAX_KEPT_ERRORS: usize = 16;
@@ -77,7 +78,7 @@ impl Consumer {
             self.counters.clock_gaps.store(gaps, Ordering::Release);
             match drained {
                 Ok(true) => {}
-                Ok(false) => thread::sleep(POLL_INTERVAL),
+                Ok(false) => thread::park_timeout(EMPTY_WAIT),
                 Err(stop) => end = Some(stop_reason(stop)),
             }
         }

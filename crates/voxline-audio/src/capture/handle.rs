@@ -199,6 +199,7 @@ impl Capture {
 
         let counters = Arc::new(Counters::default());
         let (err_tx, err_rx) = mpsc::sync_channel::<cpal::Error>(MAX_KEPT_ERRORS);
+        let wake = super::stream::Waker::default();
         let open = |config: cpal::StreamConfig| -> Result<(cpal::Stream, Drainer), AudioError> {
             let (writer, drainer) = ring(
                 config.sample_rate,
@@ -207,16 +208,13 @@ impl Capture {
                 Arc::clone(&counters),
                 clock,
             )?;
-            let stream = build_stream(
-                &device,
-                &device_id,
-                config,
-                sample_format,
+            let ends = super::stream::Ends {
                 writer,
-                err_tx.clone(),
-                Arc::clone(&counters),
-                clock,
-            )?;
+                errors: err_tx.clone(),
+                counters: Arc::clone(&counters),
+                wake: Arc::clone(&wake),
+            };
+            let stream = build_stream(&device, &device_id, config, sample_format, ends, clock)?;
             Ok((stream, drainer))
         };
         config.buffer_size = cpal::BufferSize::Fixed(period);
@@ -260,7 +258,10 @@ impl Capture {
         };
         let thread = thread::Builder::new()
             .name("capture".to_owned())
-            .spawn(move || consumer.run())
+            .spawn(move || {
+                let _ = wake.set(thread::current());
+                consumer.run()
+            })
             .map_err(CaptureError::Spawn)?;
         Ok(Capture {
             format,
@@ -314,6 +315,9 @@ impl Capture {
     #[must_use]
     pub fn stop(mut self) -> CaptureStats {
         self.stop.store(true, Ordering::Release);
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
         let joined = self.thread.take().map(JoinHandle::join);
         match joined {
             Some(Ok(stats)) => stats,
@@ -338,6 +342,7 @@ impl Drop for Capture {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
             let _ = thread.join();
         }
     }

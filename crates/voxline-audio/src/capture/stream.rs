@@ -46,34 +46,52 @@ pub(super) fn choose_period(
     }
 }
 
-/// Builds the cpal input stream whose callback feeds `writer`.
-#[allow(clippy::too_many_arguments)]
+/// The consumer thread, once it runs: the input callback wakes it after
+/// each block (an unpark, which never blocks), and so does a stream error.
+pub(super) type Waker = Arc<std::sync::OnceLock<std::thread::Thread>>;
+
+/// What the input callback and the error callback share.
+pub(super) struct Ends {
+    pub(super) writer: BlockWriter,
+    pub(super) errors: SyncSender<cpal::Error>,
+    pub(super) counters: Arc<Counters>,
+    pub(super) wake: Waker,
+}
+
+/// Builds the cpal input stream whose callback feeds `ends.writer` and
+/// wakes the consumer.
 pub(super) fn build_stream(
     device: &cpal::Device,
     device_id: &str,
     config: cpal::StreamConfig,
     format: SampleFormat,
-    writer: BlockWriter,
-    errors: SyncSender<cpal::Error>,
-    counters: Arc<Counters>,
+    ends: Ends,
     clock: Clock,
 ) -> Result<cpal::Stream, CaptureError> {
     fn typed<T>(
         device: &cpal::Device,
         config: cpal::StreamConfig,
-        mut writer: BlockWriter,
-        errors: SyncSender<cpal::Error>,
-        counters: Arc<Counters>,
+        ends: Ends,
         clock: Clock,
     ) -> Result<cpal::Stream, cpal::Error>
     where
         T: SizedSample,
         f32: FromSample<T>,
     {
+        let Ends {
+            mut writer,
+            errors,
+            counters,
+            wake,
+        } = ends;
+        let wake_on_error = Arc::clone(&wake);
         device.build_input_stream::<T, _, _>(
             config,
             move |data: &[T], info: &cpal::InputCallbackInfo| {
                 writer.write(data, Stamp::device(clock.now(), info.timestamp()));
+                if let Some(t) = wake.get() {
+                    t.unpark();
+                }
             },
             move |e: cpal::Error| {
                 if e.kind() == cpal::ErrorKind::Xrun {
@@ -81,24 +99,27 @@ pub(super) fn build_stream(
                 } else {
                     // Full means the consumer already has plenty to report.
                     let _ = errors.try_send(e);
+                    if let Some(t) = wake_on_error.get() {
+                        t.unpark();
+                    }
                 }
             },
             None,
         )
     }
     let built = match format {
-        SampleFormat::I8 => typed::<i8>(device, config, writer, errors, counters, clock),
-        SampleFormat::I16 => typed::<i16>(device, config, writer, errors, counters, clock),
-        SampleFormat::I24 => typed::<cpal::I24>(device, config, writer, errors, counters, clock),
-        SampleFormat::I32 => typed::<i32>(device, config, writer, errors, counters, clock),
-        SampleFormat::I64 => typed::<i64>(device, config, writer, errors, counters, clock),
-        SampleFormat::U8 => typed::<u8>(device, config, writer, errors, counters, clock),
-        SampleFormat::U16 => typed::<u16>(device, config, writer, errors, counters, clock),
-        SampleFormat::U24 => typed::<cpal::U24>(device, config, writer, errors, counters, clock),
-        SampleFormat::U32 => typed::<u32>(device, config, writer, errors, counters, clock),
-        SampleFormat::U64 => typed::<u64>(device, config, writer, errors, counters, clock),
-        SampleFormat::F32 => typed::<f32>(device, config, writer, errors, counters, clock),
-        SampleFormat::F64 => typed::<f64>(device, config, writer, errors, counters, clock),
+        SampleFormat::I8 => typed::<i8>(device, config, ends, clock),
+        SampleFormat::I16 => typed::<i16>(device, config, ends, clock),
+        SampleFormat::I24 => typed::<cpal::I24>(device, config, ends, clock),
+        SampleFormat::I32 => typed::<i32>(device, config, ends, clock),
+        SampleFormat::I64 => typed::<i64>(device, config, ends, clock),
+        SampleFormat::U8 => typed::<u8>(device, config, ends, clock),
+        SampleFormat::U16 => typed::<u16>(device, config, ends, clock),
+        SampleFormat::U24 => typed::<cpal::U24>(device, config, ends, clock),
+        SampleFormat::U32 => typed::<u32>(device, config, ends, clock),
+        SampleFormat::U64 => typed::<u64>(device, config, ends, clock),
+        SampleFormat::F32 => typed::<f32>(device, config, ends, clock),
+        SampleFormat::F64 => typed::<f64>(device, config, ends, clock),
         other => {
             return Err(CaptureError::UnsupportedConfig {
                 device: device_id.to_owned(),

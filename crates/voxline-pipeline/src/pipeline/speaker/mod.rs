@@ -504,9 +504,12 @@ impl Watch {
     /// queued), and the end of the play-out once the session has ended.
     fn timer(&self) -> Option<Instant> {
         let v = &self.voice;
-        let stall = (v.control.is_playing() && locked(&v.stalls).current.is_none())
+        // once closed, neither a stall nor the play-out's end is awaited
+        let open = !v.control.is_closed();
+        let stall = (open && v.control.is_playing() && locked(&v.stalls).current.is_none())
             .then(|| Instant::now() + STALL_AFTER.saturating_sub(v.control.silent_for()));
-        [v.barge.hold_ends(), stall, *locked(&v.play_out_by)]
+        let play_out = (*locked(&v.play_out_by)).filter(|_| open);
+        [v.barge.hold_ends(), stall, play_out]
             .into_iter()
             .flatten()
             .min()
