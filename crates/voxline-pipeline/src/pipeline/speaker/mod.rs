@@ -382,6 +382,13 @@ impl Voice {
         let ended = locked(&self.watcher)
             .take()
             .map_or(PlayOut::Stopped, |w| w.join().unwrap_or(PlayOut::Stopped));
+        let lost = self.control.lost();
+        if lost > 0 {
+            tracing::warn!(
+                lost,
+                "the barge-in watcher fell behind the device: what played was not all seen"
+            );
+        }
         let s = locked(&self.feed);
         let f = s.format();
         let stalls = locked(&self.stalls);
