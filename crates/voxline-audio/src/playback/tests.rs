@@ -11,6 +11,9 @@ struct Rig {
     samples: rtrb::Producer<f32>,
     marks: rtrb::Producer<Mark>,
     played: rtrb::Consumer<PlayedMark>,
+    /// The speaker's thread's ends of the levels' and samples' rings.
+    levels: rtrb::Consumer<RawLevel>,
+    played_samples: rtrb::Consumer<f32>,
     pushed: u64,
 }
 
@@ -19,8 +22,8 @@ impl Rig {
         let (samples, consumer) = rtrb::RingBuffer::new(RATE as usize);
         let (marks, marks_out) = rtrb::RingBuffer::new(MARKS);
         let (played_marks, played) = rtrb::RingBuffer::new(MARKS);
-        let (levels, _) = rtrb::RingBuffer::new(LEVELS);
-        let (played_samples, _) = rtrb::RingBuffer::new(RATE as usize);
+        let (levels, levels_out) = rtrb::RingBuffer::new(LEVELS);
+        let (played_samples, played_samples_out) = rtrb::RingBuffer::new(RATE as usize);
         let cb = Callback {
             consumer,
             marks: marks_out,
@@ -40,6 +43,8 @@ impl Rig {
             samples,
             marks,
             played,
+            levels: levels_out,
+            played_samples: played_samples_out,
             pushed: 0,
         }
     }
@@ -179,31 +184,21 @@ fn control(rig: &Rig) -> SpeakerControl {
 /// control say everything queued was handed on.
 #[test]
 fn the_callback_wakes_the_speakers_thread_which_hands_on_marks_then_levels() {
-    let (samples, consumer) = rtrb::RingBuffer::new(RATE as usize);
-    let (mut marks, marks_out) = rtrb::RingBuffer::new(MARKS);
-    let (played_marks, played_marks_out) = rtrb::RingBuffer::new(MARKS);
-    let (levels, levels_out) = rtrb::RingBuffer::new(LEVELS);
-    let (played, played_out) = rtrb::RingBuffer::new(RATE as usize);
-    let mut samples = samples;
-    let mut cb = Callback {
-        consumer,
-        marks: marks_out,
-        played_marks,
-        shared: Arc::new(Shared::default()),
-        clock: Clock::start(),
-        channels: 1,
-        rate: RATE,
-        fade_left: None,
-        level: usize::MAX,
-        levels,
+    let Rig {
+        mut cb,
+        mut samples,
+        mut marks,
         played,
-        wake: Some(std::thread::current()),
-    };
+        levels,
+        played_samples,
+        ..
+    } = Rig::new();
+    cb.wake = Some(std::thread::current());
     let reference = crate::aec::EchoReference::new();
     let mut rings = PlayedRings {
-        marks: played_marks_out,
-        levels: levels_out,
-        samples: played_out,
+        marks: played,
+        levels,
+        samples: played_samples,
         reference: reference.clone(),
     };
     let c = SpeakerControl {
