@@ -10,7 +10,7 @@ use super::{Mark, PlayedMark, Shared};
 
 /// How loud one buffer of the voice was as it reached the device: the
 /// echo guard compares what the microphone hears with it
-/// ([`SpeakerControl::take_levels`](super::SpeakerControl::take_levels)).
+/// (a [`Played::Level`] from [`Speaker::played`](super::Speaker::played)).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PlayedLevel {
     /// When the buffer's first frame reached the device.
