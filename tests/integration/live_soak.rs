@@ -23,7 +23,13 @@ fn live_rss_stays_flat_over_hours_of_accelerated_audio() {
         hours: 4.0,
         max_wall: std::time::Duration::from_secs(300),
     });
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // the last 2,000 characters of stderr: a failure's cause, short enough
+    // to survive a CI log's cut
+    let tail: String = {
+        let c: Vec<char> = out.stderr.chars().collect();
+        c[c.len().saturating_sub(2000)..].iter().collect()
+    };
+    assert_eq!(out.code, Some(0), "{tail}");
     let first = out.at_hours(1.0).unwrap();
     let last = out.last().unwrap();
     assert!(last.audio_h >= 3.9, "only {:.2} h fed", last.audio_h);
@@ -53,21 +59,39 @@ fn live_rss_stays_flat_over_hours_of_accelerated_audio() {
     }
     assert!(
         floors.iter().all(|f| f.is_finite()),
-        "a third of the audio without a reading: {:?}",
-        out.samples
+        "a third of the audio without a reading; hours:MB {}",
+        digest(&out.samples)
     );
     let mb_per_h = ((floors[1] - floors[0]).min(floors[2] - floors[1])) / third;
     let growth_mb = (last.rss_kb as f64 - first.rss_kb as f64) / 1024.0;
+    // One line, a reading per quarter hour: the whole list (four a second)
+    // made the message so long that a CI log's cut hid it.
+    let digest = digest(&out.samples);
+    eprintln!("soak: {mb_per_h:.1} MB/h, {growth_mb:.1} MB in all; {digest}");
     assert!(
         mb_per_h < 4.0 && growth_mb < 80.0,
-        "RSS grew at {mb_per_h:.1} MB per hour of audio (floors of its thirds {floors:?} MB), {growth_mb:.1} MB in all, from {:.1} h to {:.1} h: {:?}",
+        "RSS grew at {mb_per_h:.1} MB per hour of audio (floors of its thirds {floors:.0?} MB), {growth_mb:.1} MB in all, from {:.1} h to {:.1} h; hours:MB {digest}",
         first.audio_h,
         last.audio_h,
-        out.samples
     );
     // turns happened, and what could not be listened to was counted
     let s = &out.report["summary"];
     assert!(s["completed"].as_u64().unwrap() >= 2, "{s}");
     assert!(s["dropped"].as_u64().unwrap() > 0, "{s}");
     assert!(s["audio_s"].as_f64().unwrap() >= 3.9 * 3600.0, "{s}");
+}
+
+/// The first reading in each quarter hour of audio, as `hours:MB`.
+fn digest(samples: &[driver::Sample]) -> String {
+    let mut quarter = -1_i64;
+    let mut out = Vec::new();
+    for s in samples {
+        let q = (s.audio_h * 4.0) as i64;
+        if q > quarter {
+            quarter = q;
+            out.push(format!("{:.2}:{:.0}", s.audio_h, s.rss_kb as f64 / 1024.0));
+        }
+    }
+    out.push(format!("({} readings)", samples.len()));
+    out.join(" ")
 }
