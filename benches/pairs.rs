@@ -31,7 +31,10 @@
 //! fetch`; `VOXLINE_BENCH_ROWS=words` runs only the rows whose name holds
 //! it, or the one row of that exact name, `VOXLINE_BENCH_KINDS=piper` only one corpus, `VOXLINE_BENCH_CLIPS`
 //! only the clips whose name holds it, with `VOXLINE_LOG=voxline_audio=debug`
-//! for the stage's account of each decision). Prints a Markdown
+//! for the stage's account of each decision; `VOXLINE_BENCH_SWEEP`, e.g.
+//! `merge_ms=1000,2000;threshold=0.6,0.8`, a grid of policies in place of
+//! the rows, see [`sweep`]; `VOXLINE_BENCH_SPEC_THRESHOLD` another
+//! `--spec-threshold`). Prints a Markdown
 //! table. Piper's sentences are made once and kept under the build
 //! folder (Piper's noise moves its pauses from one synthesis to the next),
 //! so runs before and after a change compare on the same audio.
@@ -52,7 +55,7 @@ use voxline_stt::{SttConfig, SttEngine};
 
 /// A policy as the table names it, and the words' delay (`None`: no words).
 struct Row {
-    name: &'static str,
+    name: String,
     hangover_ms: u32,
     policy: Option<TurnPolicy>,
     words_after_ms: Option<u32>,
@@ -68,41 +71,95 @@ fn rows() -> Vec<Row> {
     };
     vec![
         Row {
-            name: "silence 700 ms",
+            name: "silence 700 ms".into(),
             hangover_ms: 700,
             policy: None,
             words_after_ms: None,
             voice_after_ms: None,
         },
         Row {
-            name: "semantic, no words",
+            name: "semantic, no words".into(),
             hangover_ms: 700,
             policy: Some(no_words),
             words_after_ms: None,
             voice_after_ms: None,
         },
         Row {
-            name: "semantic + words after 1 000 ms",
+            name: "semantic + words after 1 000 ms".into(),
             hangover_ms: 700,
             policy: Some(semantic),
             words_after_ms: Some(1_000),
             voice_after_ms: None,
         },
         Row {
-            name: "semantic + words after 1 000 ms, voice 400 ms after them",
+            name: "semantic + words after 1 000 ms, voice 400 ms after them".into(),
             hangover_ms: 700,
             policy: Some(semantic),
             words_after_ms: Some(1_000),
             voice_after_ms: Some(400),
         },
         Row {
-            name: "semantic + words after 400 ms",
+            name: "semantic + words after 400 ms".into(),
             hangover_ms: 700,
             policy: Some(semantic),
             words_after_ms: Some(400),
             voice_after_ms: None,
         },
     ]
+}
+
+/// The rows of a sweep: `VOXLINE_BENCH_SWEEP` is `name=v,v;name=v,...`
+/// over the [`TurnPolicy`] fields `threshold`, `incomplete_below`,
+/// `complete_ms`, `incomplete_ms`, `merge_ms`, and `words_after_ms` (the
+/// words' delay, default 1 000); every combination is a row of the
+/// semantic policy with the words, the rest at their defaults. The
+/// trade-off curve of issue 63 (pauses cut, pairs merged, commit delay) is
+/// read from one such run on `speakers/tune`.
+fn sweep(spec: &str) -> Result<Vec<Row>, String> {
+    let mut grid: Vec<(String, Vec<f64>)> = Vec::new();
+    for part in spec.split(';').filter(|p| !p.trim().is_empty()) {
+        let (name, values) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?} is not name=v,v"))?;
+        let values = values
+            .split(',')
+            .map(|v| v.trim().parse::<f64>().map_err(|e| format!("{v:?}: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        grid.push((name.trim().to_owned(), values));
+    }
+    let mut rows = vec![(TurnPolicy::default(), 1_000_u32, String::new())];
+    for (name, values) in &grid {
+        let mut next = Vec::new();
+        for (policy, words_after, label) in &rows {
+            for &v in values {
+                let mut p = *policy;
+                let mut w = *words_after;
+                match name.as_str() {
+                    "threshold" => p.threshold = v as f32,
+                    "incomplete_below" => p.incomplete_below = v as f32,
+                    "complete_ms" => p.complete_ms = v as u32,
+                    "incomplete_ms" => p.incomplete_ms = v as u32,
+                    "merge_ms" => p.merge_ms = v as u32,
+                    "words_after_ms" => w = v as u32,
+                    other => return Err(format!("no policy field {other:?}")),
+                }
+                p.validate().map_err(|e| format!("{name}={v}: {e}"))?;
+                let sep = if label.is_empty() { "" } else { ", " };
+                next.push((p, w, format!("{label}{sep}{name} {v}")));
+            }
+        }
+        rows = next;
+    }
+    Ok(rows
+        .into_iter()
+        .map(|(policy, words_after, name)| Row {
+            name,
+            hangover_ms: 700,
+            policy: Some(policy),
+            words_after_ms: Some(words_after),
+            voice_after_ms: None,
+        })
+        .collect())
 }
 
 /// whisper's transcript of each attempt's audio, kept: the same attempt
@@ -249,8 +306,16 @@ fn main() {
     // VOXLINE_BENCH_ROWS: only the row of that name, or else the rows
     // whose name holds it
     let only = std::env::var("VOXLINE_BENCH_ROWS").unwrap_or_default();
-    let exact = rows().iter().any(|r| r.name == only);
-    for row in rows().into_iter().filter(|r| {
+    // VOXLINE_BENCH_SWEEP: a grid of policies in place of the rows
+    let rows = match std::env::var("VOXLINE_BENCH_SWEEP") {
+        Ok(spec) => sweep(&spec).unwrap_or_else(|e| {
+            eprintln!("VOXLINE_BENCH_SWEEP={spec:?}: {e}");
+            std::process::exit(2)
+        }),
+        Err(_) => rows(),
+    };
+    let exact = rows.iter().any(|r| r.name == only);
+    for row in rows.into_iter().filter(|r| {
         if exact {
             r.name == only
         } else {

@@ -462,8 +462,15 @@ pub fn turns_heard(
     hearing: Option<Hearing<'_>>,
 ) -> (Vec<Turn>, Turns) {
     let board = SpecBoard::new();
+    // VOXLINE_BENCH_SPEC_THRESHOLD: `--spec-threshold` other than the
+    // default, to compare the two on the same corpus
+    let spec_threshold = std::env::var("VOXLINE_BENCH_SPEC_THRESHOLD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(VadConfig::default().spec_threshold);
     let mut stage = VadStage::new(VadConfig {
         hangover_ms,
+        spec_threshold,
         ..VadConfig::default()
     })
     .unwrap()
