@@ -449,12 +449,29 @@ pub struct Hearing<'a> {
     pub played: Option<&'a std::sync::Mutex<Vec<u64>>>,
 }
 
+/// `VOXLINE_BENCH_SPEC_THRESHOLD`: a `--spec-threshold` other than the
+/// default, to compare the two on the same corpus. One line and exit code 2
+/// when it is not a probability.
+fn bench_spec_threshold() -> f32 {
+    let Ok(v) = std::env::var("VOXLINE_BENCH_SPEC_THRESHOLD") else {
+        return VadConfig::default().spec_threshold;
+    };
+    match v.trim().parse::<f32>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => p,
+        _ => {
+            eprintln!("VOXLINE_BENCH_SPEC_THRESHOLD={v:?}: use a probability from 0 to 1");
+            std::process::exit(2)
+        }
+    }
+}
+
 /// As [`turns_and_merged`], with each turn's start, and, with `hearing`,
 /// each attempt's transcript noted on the board (as the runtime does) once
 /// `hearing.delay` of stream time has passed after it was sent.
 ///
 /// # Panics
-/// When the policy is out of range.
+/// When the policy is out of range (a bad `VOXLINE_BENCH_SPEC_THRESHOLD`
+/// exits with code 2 instead).
 pub fn turns_heard(
     audio: &[f32],
     hangover_ms: u32,
@@ -462,18 +479,15 @@ pub fn turns_heard(
     hearing: Option<Hearing<'_>>,
 ) -> (Vec<Turn>, Turns) {
     let board = SpecBoard::new();
-    // VOXLINE_BENCH_SPEC_THRESHOLD: `--spec-threshold` other than the
-    // default, to compare the two on the same corpus
-    let spec_threshold = std::env::var("VOXLINE_BENCH_SPEC_THRESHOLD")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(VadConfig::default().spec_threshold);
     let mut stage = VadStage::new(VadConfig {
         hangover_ms,
-        spec_threshold,
+        spec_threshold: bench_spec_threshold(),
         ..VadConfig::default()
     })
-    .unwrap()
+    .unwrap_or_else(|e| {
+        eprintln!("the VAD settings: {e}");
+        std::process::exit(2)
+    })
     .with_speculation(
         board.clone(),
         voxline_pipeline::settings::DEFAULT_SPEC_SILENCE_MS,
